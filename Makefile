@@ -1,0 +1,50 @@
+# Memory Catalog: `make help` lists the targets.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed-run
+
+.PHONY: help install dev run test bench lint fmt typecheck clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+install: $(VENV)/.installed-run ## create .venv and install the server
+
+dev: $(VENV)/.installed-dev ## create .venv and install with the dev extras
+
+run: $(VENV)/.installed-run ## start the server on http://127.0.0.1:8080 (embedded PostgreSQL in ./.data)
+	@echo "mint an admin token in another terminal:  TOKEN=\$$($(BIN)/catalog token --sub admin)"
+	$(BIN)/catalog serve
+
+test: $(VENV)/.installed-dev ## run the whole test suite against a real PostgreSQL with pgvector
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed-dev ## run the benchmarks in bench/ and print their tables
+	@set -e; for b in bench/*.py; do [ -f "$$b" ] || continue; echo "== $$b"; $(BIN)/python "$$b"; done
+
+lint: $(VENV)/.installed-dev ## ruff check
+	$(BIN)/ruff check .
+
+fmt: $(VENV)/.installed-dev ## ruff format
+	$(BIN)/ruff format .
+
+typecheck: $(VENV)/.installed-dev ## mypy
+	$(BIN)/mypy catalog
+
+clean: ## remove the virtual environment (keeps ./.data)
+	rm -rf $(VENV)

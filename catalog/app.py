@@ -1,0 +1,67 @@
+"""`create_app(settings)`: the whole HTTP application.
+
+request → RequestContext (request id, log line) → exception mapper → JWT authentication
+→ route (parse) → service (authorize, validate) → repo (SQL) → PostgreSQL
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from litestar import Litestar, Request
+from litestar.di import Provide
+from litestar.middleware import DefineMiddleware
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+
+from catalog import __version__, namespace
+from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
+from catalog.context import Context
+from catalog.errors import handle_exception
+from catalog.http import RequestContext
+from catalog.ops import databricks_config, healthz
+from catalog.runtime import Runtime
+from catalog.settings import Settings
+
+
+def _context(request: Request[Any, Any, Any]) -> Context:
+    context: Context = request.app.state.runtime.context
+    return context
+
+
+def create_app(settings: Settings) -> Litestar:
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        runtime = await Runtime.start(settings)
+        app.state.runtime = runtime
+        app.state.verifier = runtime.verifier
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    app = Litestar(
+        route_handlers=[healthz, databricks_config, namespace.router],
+        lifespan=[lifespan],
+        dependencies={"ctx": Provide(_context, sync_to_thread=False)},
+        middleware=[DefineMiddleware(JWTAuthMiddleware, exclude=AUTH_EXEMPT_PATHS)],
+        exception_handlers={Exception: handle_exception},
+        request_max_body_size=settings.max_body_bytes,
+        openapi_config=OpenAPIConfig(
+            title="Memory Catalog",
+            version=__version__,
+            path="/",
+            render_plugins=[SwaggerRenderPlugin(path="/docs")],
+            components=Components(
+                security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer", bearer_format="JWT")}
+            ),
+            security=[{"bearer": []}],
+        ),
+        logging_config=None,
+        debug=False,
+    )
+    app.asgi_handler = RequestContext(app.asgi_handler)
+    return app

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from litestar.connection import ASGIConnection
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+
+from catalog.errors import Unauthenticated
+
+# Routes open without a token (regular expressions matched against the path).
+AUTH_EXEMPT_PATHS = [r"^/healthz$", r"^/openapi\.json$", r"^/docs", r"^/\.well-known/"]
+
+
+class JWTAuthMiddleware(AbstractAuthenticationMiddleware):
+    """`Authorization: Bearer <JWT>` → `request.user` is the verified `Principal`."""
+
+    async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
+        header = connection.headers.get("authorization")
+        if not header:
+            raise Unauthenticated("missing bearer token")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("authorization header must be 'Bearer <token>'")
+        verifier = connection.app.state.verifier
+        principal = await verifier.verify(token.strip())
+        connection.scope["state"]["principal"] = principal.name
+        return AuthenticationResult(user=principal, auth=None)

@@ -1,0 +1,206 @@
+"""Token verification.
+
+Rules:
+- only EdDSA, RS256 and ES256 are accepted, and each key verifies only its own algorithm
+  (an Ed25519 key never verifies an RS256 token; HS256 and `none` are never accepted);
+- `exp`, `iat`, `sub`, `iss`, `aud` are required; issuer and audience must match; 30 s leeway;
+- the optional `on_behalf_of` claim (a non-empty string) names the end user an app acts for;
+- every failure is `Unauthenticated` with a short reason, nothing else.
+
+Keys come from one source: the data dir's development key, a static public key
+(`CATALOG_JWT_PUBLIC_KEY`, PEM text or a path to a PEM file), or a JWKS URL fetched off the event
+loop, cached, and refetched for an unknown `kid` at most once every `refetch_interval` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, EllipticCurvePublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
+
+from catalog.auth.keys import ensure_dev_key, key_id, load_dev_private_key
+from catalog.auth.principal import Principal
+from catalog.errors import Unauthenticated
+from catalog.settings import Settings
+
+ALLOWED_ALGORITHMS = ("EdDSA", "RS256", "ES256")
+LEEWAY_SECONDS = 30
+REQUIRED_CLAIMS = ["exp", "iat", "sub", "iss", "aud"]
+MAX_TOKEN_BYTES = 8192
+
+
+def algorithm_for(key: Any) -> str:
+    if isinstance(key, Ed25519PublicKey):
+        return "EdDSA"
+    if isinstance(key, RSAPublicKey):
+        return "RS256"
+    if isinstance(key, EllipticCurvePublicKey) and isinstance(key.curve, SECP256R1):
+        return "ES256"
+    raise ValueError(f"unsupported verification key type {type(key).__name__}")
+
+
+def load_public_key(value: str) -> Any:
+    text = value.strip()
+    if not text.startswith("-----BEGIN"):
+        text = Path(text).read_text()
+    key = serialization.load_pem_public_key(text.encode())
+    algorithm_for(key)  # refuse unsupported key types at start
+    return key
+
+
+class JwksKeySource:
+    def __init__(self, url: str, *, ttl: float = 300.0, refetch_interval: float = 10.0) -> None:
+        self.url = url
+        self.ttl = ttl
+        self.refetch_interval = refetch_interval
+        self._keys: dict[str | None, Any] = {}
+        self._fetched_at = float("-inf")
+        self._lock = asyncio.Lock()
+        self.fetches = 0
+
+    def _fetch_blocking(self) -> dict[str | None, Any]:
+        with urllib.request.urlopen(self.url, timeout=5) as response:  # noqa: S310 (configured URL)
+            document = json.loads(response.read(1_000_000))
+        keys: dict[str | None, Any] = {}
+        for jwk in document.get("keys", []):
+            try:
+                parsed = jwt.PyJWK.from_dict(jwk)
+                algorithm_for(parsed.key)
+            except (jwt.PyJWKError, ValueError, KeyError, TypeError):
+                continue  # a key we may not use is simply not offered
+            keys[jwk.get("kid")] = parsed.key
+        return keys
+
+    async def get(self, kid: str | None) -> Any:
+        now = time.monotonic()
+        stale = now - self._fetched_at > self.ttl
+        if stale or self._lookup(kid) is None:
+            async with self._lock:
+                now = time.monotonic()
+                if (now - self._fetched_at > self.ttl) or (
+                    self._lookup(kid) is None and now - self._fetched_at >= self.refetch_interval
+                ):
+                    try:
+                        keys = await asyncio.to_thread(self._fetch_blocking)
+                    except (OSError, ValueError) as exc:
+                        if not self._keys:
+                            raise Unauthenticated("verification keys unavailable") from exc
+                    else:
+                        self._keys = keys
+                        self.fetches += 1
+                    self._fetched_at = now
+        key = self._lookup(kid)
+        if key is None:
+            raise Unauthenticated("unknown signing key")
+        return key
+
+    def _lookup(self, kid: str | None) -> Any:
+        if kid is None and len(self._keys) == 1:
+            return next(iter(self._keys.values()))
+        return self._keys.get(kid)
+
+
+class StaticKeySource:
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    async def get(self, kid: str | None) -> Any:
+        return self.key
+
+
+class TokenVerifier:
+    def __init__(self, settings: Settings) -> None:
+        self.issuer = settings.jwt_issuer
+        self.audience = settings.jwt_audience
+        self.source: JwksKeySource | StaticKeySource
+        if settings.jwks_url:
+            self.source = JwksKeySource(settings.jwks_url)
+        elif settings.jwt_public_key:
+            self.source = StaticKeySource(load_public_key(settings.jwt_public_key))
+        else:
+            self.source = StaticKeySource(ensure_dev_key(settings.keys_dir).public_key())
+
+    async def verify(self, token: str) -> Principal:
+        if len(token) > MAX_TOKEN_BYTES:
+            raise Unauthenticated("token too large")
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            raise Unauthenticated("malformed token") from exc
+        algorithm = header.get("alg")
+        if algorithm not in ALLOWED_ALGORITHMS:
+            raise Unauthenticated("token algorithm not allowed")
+        kid = header.get("kid")
+        key = await self.source.get(kid if isinstance(kid, str) else None)
+        if algorithm != algorithm_for(key):
+            raise Unauthenticated("token algorithm does not match the key")
+        try:
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=[algorithm],
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=LEEWAY_SECONDS,
+                options={"require": REQUIRED_CLAIMS, "verify_signature": True},
+            )
+        except jwt.ExpiredSignatureError as exc:
+            raise Unauthenticated("token expired") from exc
+        except jwt.InvalidIssuerError as exc:
+            raise Unauthenticated("wrong token issuer") from exc
+        except jwt.InvalidAudienceError as exc:
+            raise Unauthenticated("wrong token audience") from exc
+        except jwt.MissingRequiredClaimError as exc:
+            raise Unauthenticated(f"token lacks the '{exc.claim}' claim") from exc
+        except jwt.InvalidSignatureError as exc:
+            raise Unauthenticated("bad token signature") from exc
+        except jwt.ImmatureSignatureError as exc:
+            raise Unauthenticated("token issued in the future") from exc
+        except jwt.PyJWTError as exc:
+            raise Unauthenticated("invalid token") from exc
+        sub = claims.get("sub")
+        if not isinstance(sub, str) or not sub.strip() or len(sub) > 255:
+            raise Unauthenticated("token subject must be a non-empty string")
+        on_behalf_of = claims.get("on_behalf_of")
+        if on_behalf_of is not None and (not isinstance(on_behalf_of, str) or not on_behalf_of.strip()):
+            raise Unauthenticated("on_behalf_of must be a non-empty string")
+        return Principal(name=sub, on_behalf_of=on_behalf_of)
+
+
+def mint_dev_token(
+    settings: Settings,
+    sub: str,
+    *,
+    on_behalf_of: str | None = None,
+    ttl: int = 3600,
+    now: float | None = None,
+) -> str:
+    """A token signed with the data dir's development key (development mode only)."""
+    if not settings.dev_mode:
+        raise RuntimeError("tokens can only be minted in development mode (no JWKS or public key configured)")
+    keys_dir = settings.keys_dir
+    key = (
+        load_dev_private_key(keys_dir)
+        if (keys_dir / "dev_ed25519.pem").exists()
+        else ensure_dev_key(keys_dir)
+    )
+    issued = int(now if now is not None else time.time())
+    claims: dict[str, Any] = {
+        "sub": sub,
+        "iss": settings.jwt_issuer,
+        "aud": settings.jwt_audience,
+        "iat": issued,
+        "exp": issued + ttl,
+    }
+    if on_behalf_of:
+        claims["on_behalf_of"] = on_behalf_of
+    return jwt.encode(claims, key, algorithm="EdDSA", headers={"kid": key_id(key.public_key())})

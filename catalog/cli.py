@@ -1,0 +1,155 @@
+"""The `catalog` command: serve, token, db-url."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+from catalog.settings import Settings, SettingsError
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, object] = {}
+    if getattr(args, "data_dir", None):
+        overrides["data_dir"] = Path(args.data_dir)
+    if getattr(args, "host", None):
+        overrides["host"] = args.host
+    if getattr(args, "port", None) is not None:
+        overrides["port"] = args.port
+    return Settings.from_env(None, **overrides)
+
+
+def _server_class():  # type: ignore[no-untyped-def]
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """Stops cleanly on SIGTERM/SIGINT and exits 0 (uvicorn re-raises the signal otherwise)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[no-untyped-def]
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from catalog.app import create_app
+    from catalog.http import configure_logging
+
+    settings = _settings(args)
+    configure_logging()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )
+    server = _server_class()(config)
+
+    async def announce() -> None:
+        while not server.started:
+            if server.should_exit:
+                return
+            await asyncio.sleep(0.05)
+        sockets = [s for srv in server.servers for s in srv.sockets]
+        port = sockets[0].getsockname()[1] if sockets else settings.port
+        print(f"listening on http://{settings.host}:{port}", flush=True)
+
+    async def run() -> None:
+        announcer = asyncio.create_task(announce())
+        await server.serve()
+        announcer.cancel()
+
+    asyncio.run(run())
+    return 0 if server.started else 1
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from catalog.auth import mint_dev_token
+
+    settings = _settings(args)
+    if not settings.dev_mode:
+        print(
+            "catalog token: only in development mode (CATALOG_JWKS_URL / CATALOG_JWT_PUBLIC_KEY are set)",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.sub.strip():
+        print("catalog token: --sub must not be empty", file=sys.stderr)
+        return 2
+    if args.ttl <= 0:
+        print("catalog token: --ttl must be positive", file=sys.stderr)
+        return 2
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    print(mint_dev_token(settings, args.sub, on_behalf_of=args.on_behalf_of, ttl=args.ttl))
+    return 0
+
+
+def cmd_db_url(args: argparse.Namespace) -> int:
+    from catalog.db import EmbeddedPostgres, running_url
+    from catalog.runtime import EMBEDDED_DATABASE, ensure_database
+
+    settings = _settings(args)
+    if settings.database_url:
+        print(settings.database_url)
+        return 0
+    url = running_url(settings.postgres_dir, EMBEDDED_DATABASE)
+    if url is None:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        server = EmbeddedPostgres(settings.postgres_dir, keep_running=True)
+        url = asyncio.run(ensure_database(server.start(), EMBEDDED_DATABASE))
+        print(
+            f"started the embedded PostgreSQL in {settings.postgres_dir}; `catalog serve` will reuse it",
+            file=sys.stderr,
+        )
+    print(url)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="catalog", description="A governed memory catalog for AI agents.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the server")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--data-dir")
+    serve.set_defaults(run=cmd_serve)
+
+    token = commands.add_parser("token", help="print a development JWT")
+    token.add_argument("--sub", required=True, help="the principal (token subject)")
+    token.add_argument("--on-behalf-of", help="the end user the application acts for")
+    token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
+    token.add_argument("--data-dir")
+    token.set_defaults(run=cmd_token)
+
+    db_url = commands.add_parser("db-url", help="print the PostgreSQL URL in use")
+    db_url.add_argument("--data-dir")
+    db_url.set_defaults(run=cmd_db_url)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except SettingsError as exc:
+        print(f"catalog: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

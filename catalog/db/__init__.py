@@ -1,0 +1,14 @@
+"""PostgreSQL: the embedded server, migrations and the connection pool."""
+
+from catalog.db.embedded import EmbeddedPostgres, running_url
+from catalog.db.migrate import MIGRATIONS_DIR, apply_migrations, load_migrations
+from catalog.db.pool import create_pool
+
+__all__ = [
+    "MIGRATIONS_DIR",
+    "EmbeddedPostgres",
+    "apply_migrations",
+    "create_pool",
+    "load_migrations",
+    "running_url",
+]

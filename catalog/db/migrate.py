@@ -1,0 +1,69 @@
+"""The migration runner: `sql/migrations/NNNN_name.sql`, applied in order, each once.
+
+Each applied file is recorded in `schema_migrations` in the same transaction as its statements.
+A session advisory lock serialises concurrent starts of several processes on one database. The
+files themselves are written to be idempotent too, so running them twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "sql" / "migrations"
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_LOCK_KEY = 0x6D656D63  # "memc": one advisory lock for the runner
+
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def load_migrations(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    migrations = []
+    for path in sorted(directory.glob("*.sql")):
+        match = _FILE.match(path.name)
+        if not match:
+            raise ValueError(f"migration file name must be NNNN_name.sql: {path.name}")
+        migrations.append(Migration(int(match[1]), match[2], path.read_text()))
+    versions = [m.version for m in migrations]
+    if len(set(versions)) != len(versions):
+        raise ValueError("two migrations share a version number")
+    return migrations
+
+
+async def apply_migrations(conn: asyncpg.Connection, directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    """Apply the pending migrations; returns the ones applied by this call."""
+    applied: list[Migration] = []
+    await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
+    try:
+        await conn.execute(_VERSION_TABLE)
+        done = {row["version"] for row in await conn.fetch("SELECT version FROM schema_migrations")}
+        for migration in load_migrations(directory):
+            if migration.version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(migration.sql)
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                    migration.version,
+                    migration.name,
+                )
+            applied.append(migration)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+    return applied

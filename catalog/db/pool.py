@@ -1,0 +1,24 @@
+"""The asyncpg pool: JSON codecs for json/jsonb and pgvector's codec on every connection.
+
+`register_vector` needs the `vector` type to exist, so migrations (which create the extension
+first of all) must have run before the pool opens.
+"""
+
+from __future__ import annotations
+
+import json
+
+import asyncpg
+from pgvector.asyncpg import register_vector
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    for typename in ("json", "jsonb"):
+        await conn.set_type_codec(typename, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    await register_vector(conn)
+
+
+async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+    pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, init=_init_connection)
+    assert pool is not None
+    return pool

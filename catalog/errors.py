@@ -1,0 +1,130 @@
+"""The one error hierarchy and the one mapping to the wire shape.
+
+Every error a client sees is `{"error_code", "message", "details"}` with the status CONTRACT.md
+gives its code. Litestar's own exceptions (validation, unknown route, body too large) are mapped
+here too, and anything unexpected becomes INTERNAL_ERROR with no trace, logged with the request id.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+log = logging.getLogger("catalog.errors")
+
+
+class CatalogError(Exception):
+    status_code = 500
+    error_code = "INTERNAL_ERROR"
+
+    def __init__(self, message: str, details: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or []
+
+
+class InvalidParameter(CatalogError):
+    status_code = 400
+    error_code = "INVALID_PARAMETER_VALUE"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        details = [{"@type": "field_violation", "field": field}] if field else None
+        super().__init__(message, details)
+        self.field = field
+
+
+class Unauthenticated(CatalogError):
+    status_code = 401
+    error_code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(CatalogError):
+    status_code = 403
+    error_code = "PERMISSION_DENIED"
+
+
+class NotFound(CatalogError):
+    status_code = 404
+    error_code = "RESOURCE_DOES_NOT_EXIST"
+
+
+class AlreadyExists(CatalogError):
+    status_code = 409
+    error_code = "ALREADY_EXISTS"
+
+
+class Aborted(CatalogError):
+    status_code = 409
+    error_code = "ABORTED"
+
+
+class PayloadTooLarge(CatalogError):
+    status_code = 413
+    error_code = "PAYLOAD_TOO_LARGE"
+
+
+class RequestLimitExceeded(CatalogError):
+    status_code = 429
+    error_code = "REQUEST_LIMIT_EXCEEDED"
+
+
+def error_body(error_code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"error_code": error_code, "message": message, "details": details or []}
+
+
+def _from_litestar(exc: HTTPException) -> CatalogError:
+    if isinstance(exc, ValidationException):
+        problems = exc.extra if isinstance(exc.extra, list) else []
+        for problem in problems:
+            if isinstance(problem, dict) and problem.get("message"):
+                key = problem.get("key")
+                field = key if key and key != "data" else None
+                where = f" (field `{field}`)" if field else ""
+                return InvalidParameter(f"invalid request: {problem['message']}{where}", field)
+        return InvalidParameter(f"invalid request: {exc.detail}")
+    status = exc.status_code
+    if status == 413:
+        return PayloadTooLarge("request body is too large")
+    if status == 404:
+        return NotFound("no such endpoint")
+    if status == 401:
+        return Unauthenticated(exc.detail or "authentication required")
+    if status == 403:
+        return PermissionDenied(exc.detail or "permission denied")
+    if status == 405:
+        err = CatalogError("method not allowed on this endpoint")
+        err.status_code, err.error_code = 405, "INVALID_PARAMETER_VALUE"
+        return err
+    if 400 <= status < 500:
+        return InvalidParameter(f"invalid request: {exc.detail}")
+    return CatalogError("internal error")
+
+
+def to_catalog_error(exc: Exception) -> CatalogError:
+    if isinstance(exc, CatalogError):
+        return exc
+    if isinstance(exc, HTTPException):
+        return _from_litestar(exc)
+    return CatalogError("internal error")
+
+
+def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """The single exception handler, registered for `Exception` on the app."""
+    err = to_catalog_error(exc)
+    request_id = request.scope.get("state", {}).get("request_id")
+    if err.status_code >= 500:
+        log.error(
+            "internal error",
+            exc_info=exc,
+            extra={"request_id": request_id, "route": request.scope.get("path")},
+        )
+        err = CatalogError(f"internal error (request id {request_id})")
+    request.scope.setdefault("state", {})["error_code"] = err.error_code
+    return Response(
+        content=error_body(err.error_code, err.message, err.details),
+        status_code=err.status_code,
+        media_type=MediaType.JSON,
+    )

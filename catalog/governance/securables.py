@@ -1,0 +1,56 @@
+"""Securables as the authorizer sees them: a type, a full name, and the chain of existing objects
+from the metastore down to it (the target last, when it exists)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class SecurableType(StrEnum):
+    METASTORE = "METASTORE"
+    CATALOG = "CATALOG"
+    SCHEMA = "SCHEMA"
+    MEMORY_STORE = "MEMORY_STORE"
+
+    @classmethod
+    def parse(cls, value: str) -> SecurableType:
+        return cls(value.strip().upper().replace("-", "_"))
+
+
+# Depth of each type in the namespace: the metastore is the root.
+DEPTH = {
+    SecurableType.METASTORE: 0,
+    SecurableType.CATALOG: 1,
+    SecurableType.SCHEMA: 2,
+    SecurableType.MEMORY_STORE: 3,
+}
+
+
+@dataclass(frozen=True)
+class Node:
+    type: SecurableType
+    full_name: str
+    id: str
+    owner: str
+
+
+@dataclass(frozen=True)
+class Securable:
+    type: SecurableType
+    full_name: str
+    chain: tuple[Node, ...]
+
+    @property
+    def exists(self) -> bool:
+        return len(self.chain) == DEPTH[self.type] + 1
+
+    @property
+    def node(self) -> Node:
+        assert self.exists, f"{self.full_name} does not exist"
+        return self.chain[-1]
+
+    @property
+    def kind(self) -> str:
+        """Lower-case name used in messages: 'catalog', 'schema', 'memory store'."""
+        return self.type.value.lower().replace("_", " ")

@@ -1,0 +1,342 @@
+"""SQL for the namespace. The only module of this slice that talks to PostgreSQL; SQLSTATE
+classes (never message text) become the catalog's errors here."""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import asyncpg
+
+from catalog.errors import AlreadyExists, NotFound
+from catalog.governance.securables import Node, Securable, SecurableType
+from catalog.namespace.schemas import CatalogInfo, MemoryStoreInfo, SchemaInfo
+
+Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
+
+_MS = "(extract(epoch FROM {col}) * 1000)::bigint"
+
+
+def _audit_columns(alias: str) -> str:
+    """owner, properties and the who/when columns of one table, times in epoch milliseconds."""
+    return (
+        f"{alias}.owner, {alias}.properties, "
+        f"(extract(epoch FROM {alias}.created_at) * 1000)::bigint AS created_at, {alias}.created_by, "
+        f"(extract(epoch FROM {alias}.updated_at) * 1000)::bigint AS updated_at, {alias}.updated_by"
+    )
+
+
+# --- metastore ---------------------------------------------------------------------------------
+
+
+async def bootstrap(conn: asyncpg.Connection, admin: str) -> bool:
+    """First start on an empty database: the metastore row, catalog `main` and schema
+    `main.default`, all owned by `admin`. Returns True when this call created them."""
+    async with conn.transaction():
+        created = await conn.fetchval(
+            "INSERT INTO metastore (admin) VALUES ($1) ON CONFLICT (singleton) DO NOTHING RETURNING id",
+            admin,
+        )
+        if created is None:
+            return False
+        catalog_id = await conn.fetchval(
+            "INSERT INTO catalogs (name, comment, owner, created_by, updated_by) "
+            "VALUES ('main', 'Default catalog', $1, $1, $1) RETURNING id",
+            admin,
+        )
+        await conn.execute(
+            "INSERT INTO schemas (catalog_id, name, comment, owner, created_by, updated_by) "
+            "VALUES ($1, 'default', 'Default schema', $2, $2, $2)",
+            catalog_id,
+            admin,
+        )
+    return True
+
+
+async def get_metastore(conn: Conn) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        f"SELECT id, admin, {_MS.format(col='created_at')} AS created_at FROM metastore"
+    )
+    assert row is not None, "metastore is bootstrapped at start"
+    return row
+
+
+# --- locating securables -----------------------------------------------------------------------
+
+_LOCATE = """
+SELECT c.id AS c_id, c.owner AS c_owner, s.id AS s_id, s.owner AS s_owner, m.id AS m_id, m.owner AS m_owner
+FROM (SELECT 1) AS one
+LEFT JOIN catalogs c ON c.name = $1
+LEFT JOIN schemas s ON s.catalog_id = c.id AND s.name = $2
+LEFT JOIN memory_stores m ON m.schema_id = s.id AND m.name = $3
+"""
+
+
+async def locate(conn: Conn, metastore: Node, securable_type: SecurableType, parts: list[str]) -> Securable:
+    """The chain of existing objects from the metastore down to `parts`."""
+    full_name = ".".join(parts) if parts else metastore.full_name
+    chain = [metastore]
+    if parts:
+        padded = [*parts, None, None][:3]
+        row = await conn.fetchrow(_LOCATE, *padded)
+        assert row is not None
+        for depth, (prefix, node_type) in enumerate(
+            [("c", SecurableType.CATALOG), ("s", SecurableType.SCHEMA), ("m", SecurableType.MEMORY_STORE)],
+            start=1,
+        ):
+            if depth > len(parts) or row[f"{prefix}_id"] is None:
+                break
+            chain.append(
+                Node(node_type, ".".join(parts[:depth]), str(row[f"{prefix}_id"]), row[f"{prefix}_owner"])
+            )
+    return Securable(securable_type, full_name, tuple(chain))
+
+
+# --- catalogs ----------------------------------------------------------------------------------
+
+_CATALOG_SELECT = f"SELECT c.id, c.name, c.comment, {_audit_columns('c')} FROM catalogs c"
+
+
+def _catalog(row: asyncpg.Record, metastore_id: str) -> CatalogInfo:
+    return CatalogInfo(
+        name=row["name"],
+        full_name=row["name"],
+        id=str(row["id"]),
+        metastore_id=metastore_id,
+        owner=row["owner"],
+        properties=row["properties"],
+        comment=row["comment"],
+        created_at=row["created_at"],
+        created_by=row["created_by"],
+        updated_at=row["updated_at"],
+        updated_by=row["updated_by"],
+    )
+
+
+async def insert_catalog(
+    conn: Conn, metastore_id: str, *, name: str, comment: str | None, properties: dict[str, str], owner: str
+) -> CatalogInfo:
+    try:
+        catalog_id = await conn.fetchval(
+            "INSERT INTO catalogs (name, comment, properties, owner, created_by, updated_by) "
+            "VALUES ($1, $2, $3, $4, $4, $4) RETURNING id",
+            name,
+            comment,
+            properties,
+            owner,
+        )
+    except asyncpg.UniqueViolationError as exc:
+        raise AlreadyExists(f"catalog {name} already exists") from exc
+    row = await conn.fetchrow(_CATALOG_SELECT + " WHERE c.id = $1", catalog_id)
+    assert row is not None
+    return _catalog(row, metastore_id)
+
+
+async def get_catalog(conn: Conn, metastore_id: str, name: str) -> CatalogInfo | None:
+    row = await conn.fetchrow(_CATALOG_SELECT + " WHERE c.name = $1", name)
+    return _catalog(row, metastore_id) if row else None
+
+
+async def list_catalogs(conn: Conn, metastore_id: str, after: str | None, limit: int) -> list[CatalogInfo]:
+    rows = await conn.fetch(
+        _CATALOG_SELECT + " WHERE ($1::text IS NULL OR c.name > $1) ORDER BY c.name LIMIT $2", after, limit
+    )
+    return [_catalog(row, metastore_id) for row in rows]
+
+
+async def count_schemas(conn: Conn, catalog_name: str) -> int:
+    return int(
+        await conn.fetchval(
+            "SELECT count(*) FROM schemas s JOIN catalogs c ON c.id = s.catalog_id WHERE c.name = $1",
+            catalog_name,
+        )
+    )
+
+
+# --- schemas -----------------------------------------------------------------------------------
+
+_SCHEMA_SELECT = (
+    f"SELECT s.id, s.name, c.name AS catalog_name, s.comment, {_audit_columns('s')} "
+    "FROM schemas s JOIN catalogs c ON c.id = s.catalog_id"
+)
+
+
+def _schema(row: asyncpg.Record, metastore_id: str) -> SchemaInfo:
+    return SchemaInfo(
+        name=row["name"],
+        full_name=f"{row['catalog_name']}.{row['name']}",
+        catalog_name=row["catalog_name"],
+        schema_id=str(row["id"]),
+        metastore_id=metastore_id,
+        owner=row["owner"],
+        properties=row["properties"],
+        comment=row["comment"],
+        created_at=row["created_at"],
+        created_by=row["created_by"],
+        updated_at=row["updated_at"],
+        updated_by=row["updated_by"],
+    )
+
+
+async def insert_schema(
+    conn: Conn,
+    metastore_id: str,
+    *,
+    catalog_id: str,
+    name: str,
+    comment: str | None,
+    properties: dict[str, str],
+    owner: str,
+) -> SchemaInfo:
+    try:
+        schema_id = await conn.fetchval(
+            "INSERT INTO schemas (catalog_id, name, comment, properties, owner, created_by, updated_by) "
+            "VALUES ($1, $2, $3, $4, $5, $5, $5) RETURNING id",
+            catalog_id,
+            name,
+            comment,
+            properties,
+            owner,
+        )
+    except asyncpg.UniqueViolationError as exc:
+        raise AlreadyExists(f"schema {name} already exists") from exc
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise NotFound("catalog does not exist") from exc
+    row = await conn.fetchrow(_SCHEMA_SELECT + " WHERE s.id = $1", schema_id)
+    assert row is not None
+    return _schema(row, metastore_id)
+
+
+async def get_schema(conn: Conn, metastore_id: str, catalog: str, name: str) -> SchemaInfo | None:
+    row = await conn.fetchrow(_SCHEMA_SELECT + " WHERE c.name = $1 AND s.name = $2", catalog, name)
+    return _schema(row, metastore_id) if row else None
+
+
+async def list_schemas(
+    conn: Conn, metastore_id: str, catalog: str, after: str | None, limit: int
+) -> list[SchemaInfo]:
+    rows = await conn.fetch(
+        _SCHEMA_SELECT + " WHERE c.name = $1 AND ($2::text IS NULL OR s.name > $2) ORDER BY s.name LIMIT $3",
+        catalog,
+        after,
+        limit,
+    )
+    return [_schema(row, metastore_id) for row in rows]
+
+
+async def count_stores(conn: Conn, schema_id: str) -> int:
+    return int(await conn.fetchval("SELECT count(*) FROM memory_stores WHERE schema_id = $1", schema_id))
+
+
+# --- memory stores -----------------------------------------------------------------------------
+
+_STORE_SELECT = (
+    "SELECT m.id, m.name, s.name AS schema_name, c.name AS catalog_name, m.description, "
+    f"{_audit_columns('m')} "
+    "FROM memory_stores m JOIN schemas s ON s.id = m.schema_id JOIN catalogs c ON c.id = s.catalog_id"
+)
+
+
+def _store(row: asyncpg.Record, metastore_id: str) -> MemoryStoreInfo:
+    return MemoryStoreInfo(
+        name=row["name"],
+        full_name=f"{row['catalog_name']}.{row['schema_name']}.{row['name']}",
+        catalog_name=row["catalog_name"],
+        schema_name=row["schema_name"],
+        memory_store_id=str(row["id"]),
+        metastore_id=metastore_id,
+        owner=row["owner"],
+        properties=row["properties"],
+        description=row["description"],
+        created_at=row["created_at"],
+        created_by=row["created_by"],
+        updated_at=row["updated_at"],
+        updated_by=row["updated_by"],
+    )
+
+
+async def insert_store(
+    conn: Conn,
+    metastore_id: str,
+    *,
+    schema_id: str,
+    name: str,
+    description: str | None,
+    properties: dict[str, str],
+    owner: str,
+) -> MemoryStoreInfo:
+    try:
+        store_id = await conn.fetchval(
+            "INSERT INTO memory_stores "
+            "(schema_id, name, description, properties, owner, created_by, updated_by) "
+            "VALUES ($1, $2, $3, $4, $5, $5, $5) RETURNING id",
+            schema_id,
+            name,
+            description,
+            properties,
+            owner,
+        )
+    except asyncpg.UniqueViolationError as exc:
+        raise AlreadyExists(f"memory store {name} already exists") from exc
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise NotFound("schema does not exist") from exc
+    row = await conn.fetchrow(_STORE_SELECT + " WHERE m.id = $1", store_id)
+    assert row is not None
+    return _store(row, metastore_id)
+
+
+async def get_store(conn: Conn, metastore_id: str, store_id: str) -> MemoryStoreInfo | None:
+    row = await conn.fetchrow(_STORE_SELECT + " WHERE m.id = $1", store_id)
+    return _store(row, metastore_id) if row else None
+
+
+async def list_stores(
+    conn: Conn, metastore_id: str, schema_id: str, after: str | None, limit: int
+) -> list[MemoryStoreInfo]:
+    rows = await conn.fetch(
+        _STORE_SELECT
+        + " WHERE m.schema_id = $1 AND ($2::text IS NULL OR m.name > $2) ORDER BY m.name LIMIT $3",
+        schema_id,
+        after,
+        limit,
+    )
+    return [_store(row, metastore_id) for row in rows]
+
+
+# --- updates and deletes (one shape for the three tables) --------------------------------------
+
+_TABLES = {
+    SecurableType.CATALOG: ("catalogs", "comment"),
+    SecurableType.SCHEMA: ("schemas", "comment"),
+    SecurableType.MEMORY_STORE: ("memory_stores", "description"),
+}
+
+
+async def update_object(
+    conn: Conn,
+    securable_type: SecurableType,
+    object_id: str,
+    *,
+    text: str | None,
+    properties: dict[str, str] | None,
+    owner: str | None,
+    updated_by: str,
+) -> bool:
+    """Set the fields given (None leaves a field as it is); returns False if the row is gone."""
+    table, text_column = _TABLES[securable_type]  # whitelisted identifiers only
+    status: str = await conn.execute(
+        f"UPDATE {table} SET {text_column} = COALESCE($2, {text_column}), "
+        "properties = COALESCE($3, properties), owner = COALESCE($4, owner), "
+        "updated_by = $5, updated_at = clock_timestamp() WHERE id = $1",
+        object_id,
+        text,
+        properties,
+        owner,
+        updated_by,
+    )
+    return status.endswith(" 1")
+
+
+async def delete_object(conn: Conn, securable_type: SecurableType, object_id: str) -> bool:
+    table, _ = _TABLES[securable_type]
+    status: str = await conn.execute(f"DELETE FROM {table} WHERE id = $1", object_id)
+    return status.endswith(" 1")

@@ -1,0 +1,351 @@
+"""Catalogs, schemas and memory stores: validate, authorize, then one repository call."""
+
+from __future__ import annotations
+
+from catalog.auth import Principal
+from catalog.context import Context
+from catalog.errors import InvalidParameter, NotFound
+from catalog.governance import Node, Securable, SecurableType, action
+from catalog.names import split_full_name, validate_name
+from catalog.namespace import repo
+from catalog.namespace.schemas import (
+    MAX_COMMENT,
+    MAX_PROPERTIES,
+    MAX_PROPERTY_KEY,
+    MAX_PROPERTY_VALUE,
+    CatalogCreate,
+    CatalogInfo,
+    CatalogUpdate,
+    ListCatalogsResponse,
+    ListMemoryStoresResponse,
+    ListSchemasResponse,
+    MemoryStoreCreate,
+    MemoryStoreInfo,
+    MemoryStoreUpdate,
+    MetastoreSummary,
+    SchemaCreate,
+    SchemaInfo,
+    SchemaUpdate,
+)
+from catalog.pagination import collect_page, decode_token, page_size
+
+CATALOG, SCHEMA, STORE = SecurableType.CATALOG, SecurableType.SCHEMA, SecurableType.MEMORY_STORE
+
+
+def _text(value: str | None, field: str) -> str | None:
+    if value is not None and len(value) > MAX_COMMENT:
+        raise InvalidParameter(f"{field} must be at most {MAX_COMMENT} characters", field)
+    return value
+
+
+def _properties(value: dict[str, str] | None) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if len(value) > MAX_PROPERTIES:
+        raise InvalidParameter(f"properties may hold at most {MAX_PROPERTIES} entries", "properties")
+    for key, item in value.items():
+        if not key or len(key) > MAX_PROPERTY_KEY:
+            raise InvalidParameter(f"property keys must be 1-{MAX_PROPERTY_KEY} characters", "properties")
+        if len(item) > MAX_PROPERTY_VALUE:
+            raise InvalidParameter(f"property {key!r} is longer than {MAX_PROPERTY_VALUE}", "properties")
+    return value
+
+
+def _owner(value: str | None) -> str | None:
+    if value is not None and (not value.strip() or len(value) > 255):
+        raise InvalidParameter("owner must be a principal or group name of 1-255 characters", "owner")
+    return value
+
+
+async def _resolve(
+    ctx: Context, principal: Principal, action_name: str, securable_type: SecurableType, parts: list[str]
+) -> Securable:
+    """Locate, authorize, and insist that the object exists (403 before 404, see authorize)."""
+    securable = await repo.locate(ctx.pool, ctx.metastore, securable_type, parts)
+    ctx.authorizer.ensure(principal, action(action_name), securable)
+    if not securable.exists:
+        raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
+    return securable
+
+
+def _can_see(ctx: Context, principal: Principal, action_name: str, securable: Securable) -> bool:
+    return ctx.authorizer.authorize(principal, action(action_name), securable).allowed
+
+
+def _child(
+    parent: Securable, securable_type: SecurableType, name: str, node_id: str, owner: str
+) -> Securable:
+    full_name = name if parent.type == SecurableType.METASTORE else f"{parent.full_name}.{name}"
+    return Securable(
+        securable_type, full_name, (*parent.chain, Node(securable_type, full_name, node_id, owner))
+    )
+
+
+# --- metastore ---------------------------------------------------------------------------------
+
+
+async def metastore_summary(ctx: Context, principal: Principal) -> MetastoreSummary:
+    ctx.authorizer.ensure(principal, action("metastore.summary"), _metastore(ctx))
+    row = await repo.get_metastore(ctx.pool)
+    return MetastoreSummary(
+        metastore_id=str(row["id"]),
+        name="metastore",
+        owner=row["admin"],
+        created_at=row["created_at"],
+        global_metastore_id=f"catalog:{row['id']}",
+    )
+
+
+def _metastore(ctx: Context) -> Securable:
+    return Securable(SecurableType.METASTORE, ctx.metastore_id, (ctx.metastore,))
+
+
+# --- catalogs ----------------------------------------------------------------------------------
+
+
+async def create_catalog(ctx: Context, principal: Principal, body: CatalogCreate) -> CatalogInfo:
+    name = validate_name(body.name)
+    comment = _text(body.comment, "comment")
+    properties = _properties(body.properties) or {}
+    ctx.authorizer.ensure(principal, action("catalog.create"), _metastore(ctx))
+    return await repo.insert_catalog(
+        ctx.pool, ctx.metastore_id, name=name, comment=comment, properties=properties, owner=principal.name
+    )
+
+
+async def get_catalog(ctx: Context, principal: Principal, name: str) -> CatalogInfo:
+    name = validate_name(name)
+    await _resolve(ctx, principal, "catalog.get", CATALOG, [name])
+    return await _must(repo.get_catalog(ctx.pool, ctx.metastore_id, name), f"catalog {name}")
+
+
+async def list_catalogs(
+    ctx: Context, principal: Principal, max_results: int | None, page_token: str | None
+) -> ListCatalogsResponse:
+    size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
+    root = _metastore(ctx)
+
+    def visible(c: CatalogInfo) -> bool:
+        return _can_see(ctx, principal, "catalog.get", _child(root, CATALOG, c.name, c.id, c.owner))
+
+    catalogs, token = await collect_page(
+        lambda after, limit: repo.list_catalogs(ctx.pool, ctx.metastore_id, after, limit),
+        lambda c: c.name,
+        visible,
+        after=decode_token(page_token),
+        size=size,
+    )
+    return ListCatalogsResponse(catalogs=catalogs, next_page_token=token)
+
+
+async def update_catalog(ctx: Context, principal: Principal, name: str, body: CatalogUpdate) -> CatalogInfo:
+    name = validate_name(name)
+    comment, properties, owner = (
+        _text(body.comment, "comment"),
+        _properties(body.properties),
+        _owner(body.owner),
+    )
+    securable = await _resolve(ctx, principal, "catalog.update", CATALOG, [name])
+    await _update(ctx, principal, securable, comment, properties, owner)
+    return await _must(repo.get_catalog(ctx.pool, ctx.metastore_id, name), f"catalog {name}")
+
+
+async def delete_catalog(ctx: Context, principal: Principal, name: str, force: bool) -> None:
+    name = validate_name(name)
+    securable = await _resolve(ctx, principal, "catalog.delete", CATALOG, [name])
+    if not force and (count := await repo.count_schemas(ctx.pool, name)):
+        raise InvalidParameter(
+            f"catalog {name} is not empty ({count} schemas); delete with force=true", "force"
+        )
+    await _delete(ctx, securable)
+
+
+# --- schemas -----------------------------------------------------------------------------------
+
+
+async def create_schema(ctx: Context, principal: Principal, body: SchemaCreate) -> SchemaInfo:
+    catalog_name = validate_name(body.catalog_name, "catalog_name")
+    name = validate_name(body.name)
+    comment = _text(body.comment, "comment")
+    properties = _properties(body.properties) or {}
+    parent = await _resolve(ctx, principal, "schema.create", CATALOG, [catalog_name])
+    return await repo.insert_schema(
+        ctx.pool,
+        ctx.metastore_id,
+        catalog_id=parent.node.id,
+        name=name,
+        comment=comment,
+        properties=properties,
+        owner=principal.name,
+    )
+
+
+async def get_schema(ctx: Context, principal: Principal, full_name: str) -> SchemaInfo:
+    catalog_name, name = split_full_name(full_name, 2)
+    await _resolve(ctx, principal, "schema.get", SCHEMA, [catalog_name, name])
+    return await _must(repo.get_schema(ctx.pool, ctx.metastore_id, catalog_name, name), f"schema {full_name}")
+
+
+async def list_schemas(
+    ctx: Context,
+    principal: Principal,
+    catalog_name: str | None,
+    max_results: int | None,
+    page_token: str | None,
+) -> ListSchemasResponse:
+    if not catalog_name:
+        raise InvalidParameter("catalog_name is required", "catalog_name")
+    catalog_name = validate_name(catalog_name, "catalog_name")
+    size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
+    parent = await _resolve(ctx, principal, "schema.list", CATALOG, [catalog_name])
+
+    def visible(s: SchemaInfo) -> bool:
+        return _can_see(ctx, principal, "schema.get", _child(parent, SCHEMA, s.name, s.schema_id, s.owner))
+
+    schemas, token = await collect_page(
+        lambda after, limit: repo.list_schemas(ctx.pool, ctx.metastore_id, catalog_name, after, limit),
+        lambda s: s.name,
+        visible,
+        after=decode_token(page_token),
+        size=size,
+    )
+    return ListSchemasResponse(schemas=schemas, next_page_token=token)
+
+
+async def update_schema(ctx: Context, principal: Principal, full_name: str, body: SchemaUpdate) -> SchemaInfo:
+    catalog_name, name = split_full_name(full_name, 2)
+    comment, properties, owner = (
+        _text(body.comment, "comment"),
+        _properties(body.properties),
+        _owner(body.owner),
+    )
+    securable = await _resolve(ctx, principal, "schema.update", SCHEMA, [catalog_name, name])
+    await _update(ctx, principal, securable, comment, properties, owner)
+    return await _must(repo.get_schema(ctx.pool, ctx.metastore_id, catalog_name, name), f"schema {full_name}")
+
+
+async def delete_schema(ctx: Context, principal: Principal, full_name: str, force: bool) -> None:
+    catalog_name, name = split_full_name(full_name, 2)
+    securable = await _resolve(ctx, principal, "schema.delete", SCHEMA, [catalog_name, name])
+    if not force and (count := await repo.count_stores(ctx.pool, securable.node.id)):
+        raise InvalidParameter(
+            f"schema {securable.full_name} is not empty ({count} memory stores); delete with force=true",
+            "force",
+        )
+    await _delete(ctx, securable)
+
+
+# --- memory stores -----------------------------------------------------------------------------
+
+
+async def create_store(ctx: Context, principal: Principal, body: MemoryStoreCreate) -> MemoryStoreInfo:
+    catalog_name = validate_name(body.catalog_name, "catalog_name")
+    schema_name = validate_name(body.schema_name, "schema_name")
+    name = validate_name(body.name)
+    description = _text(body.description, "description")
+    properties = _properties(body.properties) or {}
+    parent = await _resolve(ctx, principal, "memory_store.create", SCHEMA, [catalog_name, schema_name])
+    return await repo.insert_store(
+        ctx.pool,
+        ctx.metastore_id,
+        schema_id=parent.node.id,
+        name=name,
+        description=description,
+        properties=properties,
+        owner=principal.name,
+    )
+
+
+async def get_store(ctx: Context, principal: Principal, full_name: str) -> MemoryStoreInfo:
+    parts = split_full_name(full_name, 3)
+    securable = await _resolve(ctx, principal, "memory_store.get", STORE, parts)
+    return await _must(
+        repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
+    )
+
+
+async def list_stores(
+    ctx: Context,
+    principal: Principal,
+    catalog_name: str | None,
+    schema_name: str | None,
+    max_results: int | None,
+    page_token: str | None,
+) -> ListMemoryStoresResponse:
+    for field, value in (("catalog_name", catalog_name), ("schema_name", schema_name)):
+        if not value:
+            raise InvalidParameter(f"{field} is required", field)
+    parts = [
+        validate_name(catalog_name or "", "catalog_name"),
+        validate_name(schema_name or "", "schema_name"),
+    ]
+    size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
+    parent = await _resolve(ctx, principal, "memory_store.list", SCHEMA, parts)
+
+    def visible(m: MemoryStoreInfo) -> bool:
+        child = _child(parent, STORE, m.name, m.memory_store_id, m.owner)
+        return _can_see(ctx, principal, "memory_store.get", child)
+
+    stores, token = await collect_page(
+        lambda after, limit: repo.list_stores(ctx.pool, ctx.metastore_id, parent.node.id, after, limit),
+        lambda m: m.name,
+        visible,
+        after=decode_token(page_token),
+        size=size,
+    )
+    return ListMemoryStoresResponse(memory_stores=stores, next_page_token=token)
+
+
+async def update_store(
+    ctx: Context, principal: Principal, full_name: str, body: MemoryStoreUpdate
+) -> MemoryStoreInfo:
+    parts = split_full_name(full_name, 3)
+    description = _text(body.description, "description")
+    properties, owner = _properties(body.properties), _owner(body.owner)
+    securable = await _resolve(ctx, principal, "memory_store.update", STORE, parts)
+    await _update(ctx, principal, securable, description, properties, owner)
+    return await _must(
+        repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
+    )
+
+
+async def delete_store(ctx: Context, principal: Principal, full_name: str) -> None:
+    parts = split_full_name(full_name, 3)
+    securable = await _resolve(ctx, principal, "memory_store.delete", STORE, parts)
+    await _delete(ctx, securable)
+
+
+# --- shared --------------------------------------------------------------------------------------
+
+
+async def _update(
+    ctx: Context,
+    principal: Principal,
+    securable: Securable,
+    text: str | None,
+    properties: dict[str, str] | None,
+    owner: str | None,
+) -> None:
+    found = await repo.update_object(
+        ctx.pool,
+        securable.type,
+        securable.node.id,
+        text=text,
+        properties=properties,
+        owner=owner,
+        updated_by=principal.name,
+    )
+    if not found:
+        raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
+
+
+async def _delete(ctx: Context, securable: Securable) -> None:
+    if not await repo.delete_object(ctx.pool, securable.type, securable.node.id):
+        raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
+
+
+async def _must(result, what: str):  # type: ignore[no-untyped-def]
+    value = await result
+    if value is None:
+        raise NotFound(f"{what} does not exist")
+    return value

@@ -1,0 +1,92 @@
+"""Start-up and shut-down: the database (embedded or external), migrations, bootstrap, the pool.
+
+Order matters: migrations create the `vector` extension before the pool registers its codec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+import asyncpg
+
+from catalog.auth import TokenVerifier
+from catalog.context import Context
+from catalog.db import EmbeddedPostgres, apply_migrations, create_pool
+from catalog.governance import Authorizer, Node, SecurableType
+from catalog.namespace import bootstrap, get_metastore
+from catalog.settings import Settings
+
+log = logging.getLogger("catalog.runtime")
+
+EMBEDDED_DATABASE = "catalog"
+
+
+async def ensure_database(server_url: str, database: str) -> str:
+    """Create `database` on the embedded server if needed; returns its URL."""
+    conn = await asyncpg.connect(server_url)
+    try:
+        exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database)
+        if not exists:
+            with contextlib.suppress(asyncpg.DuplicateDatabaseError):  # another process won the race
+                await conn.execute(f'CREATE DATABASE "{database}"')
+    finally:
+        await conn.close()
+    return with_database(server_url, database)
+
+
+def with_database(url: str, database: str) -> str:
+    """Swap the database of a pgserver URL (`postgresql://user:@/db?host=...`)."""
+    head, _, query = url.partition("?")
+    base = head.rsplit("/", 1)[0]
+    return f"{base}/{database}" + (f"?{query}" if query else "")
+
+
+async def prepare_database(url: str, admin: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        applied = await apply_migrations(conn)
+        for migration in applied:
+            log.info("migration applied", extra={"version": migration.version, "migration": migration.name})
+        if await bootstrap(conn, admin):
+            log.info("bootstrap: metastore, main and main.default created", extra={"admin": admin})
+    finally:
+        await conn.close()
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    context: Context
+    verifier: TokenVerifier
+    embedded: EmbeddedPostgres | None
+
+    @classmethod
+    async def start(cls, settings: Settings) -> Runtime:
+        embedded = None
+        url = settings.database_url
+        if url is None:
+            embedded = EmbeddedPostgres(settings.postgres_dir)
+            server_url = await asyncio.to_thread(embedded.start)
+            url = await ensure_database(server_url, EMBEDDED_DATABASE)
+        try:
+            verifier = TokenVerifier(settings)
+            await prepare_database(url, settings.admin)
+            pool = await create_pool(url)
+            row = await get_metastore(pool)
+        except BaseException:
+            if embedded is not None:
+                await asyncio.to_thread(embedded.stop)
+            raise
+        metastore = Node(SecurableType.METASTORE, str(row["id"]), str(row["id"]), row["admin"])
+        context = Context(
+            settings=settings, pool=pool, authorizer=Authorizer(row["admin"]), metastore=metastore
+        )
+        return cls(settings, context, verifier, embedded)
+
+    async def close(self) -> None:
+        await self.context.pool.close()
+        if self.embedded is not None:
+            await asyncio.to_thread(self.embedded.stop)

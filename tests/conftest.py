@@ -1,0 +1,162 @@
+"""Test fixtures: one real PostgreSQL (with pgvector) per test session, a fresh database per test
+module, and the application on top of it.
+
+PostgreSQL is the embedded pgserver in a temporary directory, unless CATALOG_TEST_DATABASE_URL
+names a server to use (its user must be allowed to create databases).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from litestar.testing import TestClient
+
+from catalog.app import create_app
+from catalog.auth import mint_dev_token
+from catalog.runtime import with_database
+from catalog.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    external = os.environ.get("CATALOG_TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    import pgserver
+
+    root = Path(tempfile.mkdtemp(prefix="catpg"))
+    server = pgserver.get_server(root / "pg", cleanup_mode="delete")
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _admin(url: str, sql: str) -> None:
+    async def run() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def database_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh, empty database for one test module."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    _admin(pg_server_url, f'CREATE DATABASE "{name}"')
+    try:
+        yield with_database(pg_server_url, name)
+    finally:
+        _admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def settings(database_url: str, data_dir: Path) -> Settings:
+    return Settings(data_dir=data_dir, database_url=database_url, admin="admin", page_default=5, page_cap=20)
+
+
+@pytest.fixture(scope="module")
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def token(settings: Settings):  # type: ignore[no-untyped-def]
+    """`token("alice")` → headers with a valid bearer token for alice."""
+
+    def make(sub: str = "admin", **kwargs: object) -> dict[str, str]:
+        return {"Authorization": f"Bearer {mint_dev_token(settings, sub, **kwargs)}"}  # type: ignore[arg-type]
+
+    return make
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LiveServer:
+    """`catalog serve` in a subprocess; `stop()` sends SIGTERM and waits."""
+
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+        self.env = {**inherited, "CATALOG_DATA_DIR": str(data_dir), **(env or {})}
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = data_dir / "server.log"
+        self._log = self.log_path.open("a")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "catalog", "serve", "--port", str(self.port)],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            cwd=REPO,
+        )
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + 90
+        self.first_line = ""
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if line:
+                self.first_line = line.strip()
+                break
+            if self.process.poll() is not None:
+                break
+        if not self.first_line.startswith("listening on"):
+            self.process.kill()
+            raise RuntimeError(f"server did not start: {self.log_path.read_text()[-3000:]}")
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "catalog", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
+
+    def stop(self) -> int:
+        self.process.terminate()
+        try:
+            return self.process.wait(timeout=30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+            self._log.close()
+
+
+@pytest.fixture(scope="session")
+def live_server() -> type[LiveServer]:
+    """The `LiveServer` class: `live_server(data_dir, env)` starts `catalog serve`."""
+    return LiveServer

@@ -1,0 +1,229 @@
+"""Token verification: every failure is 401 UNAUTHENTICATED with a short reason."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import stat
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from catalog.auth import TokenVerifier, ensure_dev_key, mint_dev_token
+from catalog.auth.keys import PRIVATE_KEY_FILE
+from catalog.errors import Unauthenticated
+from catalog.settings import DEV_AUDIENCE, DEV_ISSUER, Settings
+
+UC = "/api/2.1/unity-catalog"
+
+
+def claims(**overrides: object) -> dict[str, object]:
+    now = int(time.time())
+    base: dict[str, object] = {
+        "sub": "alice",
+        "iss": DEV_ISSUER,
+        "aud": DEV_AUDIENCE,
+        "iat": now,
+        "exp": now + 600,
+    }
+    base.update(overrides)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def dev_key(settings: Settings) -> Ed25519PrivateKey:
+    return ensure_dev_key(settings.keys_dir)
+
+
+def sign(settings: Settings, **overrides: object) -> str:
+    return jwt.encode(claims(**overrides), dev_key(settings), algorithm="EdDSA")
+
+
+def status_and_reason(client, token: str) -> tuple[int, dict]:
+    r = client.get(f"{UC}/metastore_summary", headers={"Authorization": f"Bearer {token}"})
+    return r.status_code, r.json()
+
+
+def test_valid_token_is_accepted(client, settings):
+    assert status_and_reason(client, sign(settings))[0] == 200
+
+
+def _b64(data: dict) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+
+def test_refusals(client, settings):
+    other = Ed25519PrivateKey.generate()
+    good = sign(settings)
+    head, body, sig = good.split(".")
+    tampered_body = _b64({**claims(), "sub": "admin"})
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public_pem = (
+        dev_key(settings)
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    cases = {
+        "none algorithm": _b64({"alg": "none", "typ": "JWT"}) + "." + _b64(claims(sub="admin")) + ".",
+        "wrong key": jwt.encode(claims(), other, algorithm="EdDSA"),
+        "tampered claims": f"{head}.{tampered_body}.{sig}",
+        "expired": sign(settings, exp=int(time.time()) - 120),
+        "wrong issuer": sign(settings, iss="someone-else"),
+        "wrong audience": sign(settings, aud="another-service"),
+        "missing sub": sign(settings, sub=None),
+        "missing exp": sign(settings, exp=None),
+        "missing iat": sign(settings, iat=None),
+        "empty sub": sign(settings, sub=""),
+        "hs256 with the public key as secret": _hs256(claims(), public_pem),
+        "rs256 from an unknown key": jwt.encode(claims(), rsa_key, algorithm="RS256"),
+        "garbage": "not-a-token",
+        "signature stripped": f"{head}.{body}.",
+    }
+    for name, token in cases.items():
+        status, err = status_and_reason(client, token)
+        assert status == 401, name
+        assert err["error_code"] == "UNAUTHENTICATED", name
+        assert set(err) == {"error_code", "message", "details"} and err["details"] == []
+        assert len(err["message"]) < 80, name
+
+
+def _hs256(payload: dict, secret: bytes) -> str:
+    """An HS256 token keyed with the public key's bytes (the classic algorithm-confusion attack)."""
+    import hashlib
+    import hmac
+
+    header = _b64({"alg": "HS256", "typ": "JWT"})
+    body = _b64(payload)
+    mac = hmac.new(secret, f"{header}.{body}".encode(), hashlib.sha256).digest()
+    return f"{header}.{body}." + base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+
+def test_leeway_is_thirty_seconds(client, settings):
+    assert status_and_reason(client, sign(settings, exp=int(time.time()) - 10))[0] == 200
+    assert status_and_reason(client, sign(settings, exp=int(time.time()) - 45))[0] == 401
+
+
+def test_missing_and_malformed_headers(client):
+    assert client.get(f"{UC}/catalogs").status_code == 401
+    r = client.get(f"{UC}/catalogs", headers={"Authorization": "Basic YWRtaW46eA=="})
+    assert r.status_code == 401 and r.json()["error_code"] == "UNAUTHENTICATED"
+    assert client.get(f"{UC}/catalogs", headers={"Authorization": "Bearer "}).status_code == 401
+
+
+def test_open_routes_need_no_token(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/openapi.json").status_code == 200
+    assert client.get("/docs").status_code == 200
+
+
+def test_on_behalf_of_is_carried(settings):
+    verifier = TokenVerifier(settings)
+    principal = asyncio.run(verifier.verify(mint_dev_token(settings, "app", on_behalf_of="user-123")))
+    assert principal.name == "app" and principal.on_behalf_of == "user-123"
+    with pytest.raises(Unauthenticated):
+        asyncio.run(verifier.verify(sign(settings, on_behalf_of=42)))
+
+
+def test_dev_key_is_private(settings):
+    ensure_dev_key(settings.keys_dir)
+    mode = stat.S_IMODE((settings.keys_dir / PRIVATE_KEY_FILE).stat().st_mode)
+    assert mode == 0o600
+
+
+def test_static_public_key_verifies_its_own_algorithm_only(tmp_path: Path):
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    (tmp_path / "pub.pem").write_bytes(pem)
+    settings = Settings(
+        data_dir=tmp_path, jwt_public_key=str(tmp_path / "pub.pem"), jwt_issuer="corp", jwt_audience="mc"
+    )
+    verifier = TokenVerifier(settings)
+    good = jwt.encode(claims(iss="corp", aud="mc"), key, algorithm="ES256")
+    assert asyncio.run(verifier.verify(good)).name == "alice"
+    with pytest.raises(Unauthenticated):
+        asyncio.run(verifier.verify(_hs256(claims(iss="corp", aud="mc"), pem)))
+    with pytest.raises(Unauthenticated, match="issuer"):
+        asyncio.run(verifier.verify(jwt.encode(claims(aud="mc"), key, algorithm="ES256")))
+    assert not (tmp_path / "keys").exists()  # production mode makes no dev key
+
+
+class _Jwks:
+    def __init__(self) -> None:
+        self.keys: list[dict] = []
+        self.hits = 0
+
+    def serve(self) -> ThreadingHTTPServer:
+        jwks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                jwks.hits += 1
+                body = json.dumps({"keys": jwks.keys}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+
+def _jwk(private_key, kid: str, alg: str) -> dict:
+    data = json.loads(jwt.algorithms.get_default_algorithms()[alg].to_jwk(private_key.public_key()))
+    return {**data, "kid": kid, "alg": alg, "use": "sig"}
+
+
+def test_jwks_keys_are_cached_and_unknown_kid_refetch_is_rate_limited(tmp_path: Path):
+    jwks = _Jwks()
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwks.keys = [_jwk(rsa_key, "k1", "RS256")]
+    server = jwks.serve()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+        settings = Settings(data_dir=tmp_path, jwks_url=url, jwt_issuer="idp", jwt_audience="mc")
+        verifier = TokenVerifier(settings)
+
+        async def scenario() -> None:
+            token = jwt.encode(claims(iss="idp", aud="mc"), rsa_key, algorithm="RS256", headers={"kid": "k1"})
+            for _ in range(5):
+                assert (await verifier.verify(token)).name == "alice"
+            assert jwks.hits == 1  # cached
+            unknown = jwt.encode(
+                claims(iss="idp", aud="mc"), rsa_key, algorithm="RS256", headers={"kid": "k9"}
+            )
+            for _ in range(5):
+                with pytest.raises(Unauthenticated, match="unknown signing key"):
+                    await verifier.verify(unknown)
+            assert jwks.hits == 1  # within the refetch interval: no hammering of the JWKS endpoint
+            # after the interval, a new kid is fetched once
+            ec_key = ec.generate_private_key(ec.SECP256R1())
+            jwks.keys.append(_jwk(ec_key, "k2", "ES256"))
+            verifier.source._fetched_at -= 11  # type: ignore[union-attr]
+            rotated = jwt.encode(
+                claims(iss="idp", aud="mc"), ec_key, algorithm="ES256", headers={"kid": "k2"}
+            )
+            assert (await verifier.verify(rotated)).name == "alice"
+            assert jwks.hits == 2
+            # a token claiming RS256 under the EC key's kid is refused
+            forged = jwt.encode(
+                claims(iss="idp", aud="mc"), rsa_key, algorithm="RS256", headers={"kid": "k2"}
+            )
+            with pytest.raises(Unauthenticated):
+                await verifier.verify(forged)
+
+        asyncio.run(scenario())
+    finally:
+        server.shutdown()

@@ -1,0 +1,125 @@
+"""Operations and the error shape: health, OpenAPI, request ids, log lines, body limits."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from catalog.errors import (
+    Aborted,
+    AlreadyExists,
+    CatalogError,
+    InvalidParameter,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    RequestLimitExceeded,
+    Unauthenticated,
+    error_body,
+)
+from catalog.http import JsonFormatter
+
+UC = "/api/2.1/unity-catalog"
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "code"),
+    [
+        (InvalidParameter("x"), 400, "INVALID_PARAMETER_VALUE"),
+        (Unauthenticated("x"), 401, "UNAUTHENTICATED"),
+        (PermissionDenied("x"), 403, "PERMISSION_DENIED"),
+        (NotFound("x"), 404, "RESOURCE_DOES_NOT_EXIST"),
+        (AlreadyExists("x"), 409, "ALREADY_EXISTS"),
+        (Aborted("x"), 409, "ABORTED"),
+        (PayloadTooLarge("x"), 413, "PAYLOAD_TOO_LARGE"),
+        (RequestLimitExceeded("x"), 429, "REQUEST_LIMIT_EXCEEDED"),
+        (CatalogError("x"), 500, "INTERNAL_ERROR"),
+    ],
+)
+def test_error_codes_and_statuses_are_pinned(error, status, code):
+    assert (error.status_code, error.error_code) == (status, code)
+    assert error_body(error.error_code, "m") == {"error_code": code, "message": "m", "details": []}
+
+
+def test_every_response_has_a_request_id(client, token):
+    ids = set()
+    for r in [
+        client.get("/healthz"),
+        client.get(f"{UC}/catalogs"),
+        client.get(f"{UC}/catalogs", headers=token()),
+        client.get("/nope"),
+    ]:
+        assert len(r.headers["x-request-id"]) == 32
+        ids.add(r.headers["x-request-id"])
+    assert len(ids) == 4
+
+
+def test_openapi_is_3_1_and_lists_the_namespace_routes(client):
+    doc = client.get("/openapi.json").json()
+    assert doc["openapi"].startswith("3.1")
+    assert f"{UC}/memory-stores/{{full_name}}" in doc["paths"]
+    assert "text/html" in client.get("/docs").headers["content-type"]
+
+
+def test_databricks_config_probe_is_json_404(client):
+    r = client.get("/.well-known/databricks-config")
+    assert r.status_code == 404
+    assert r.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
+
+
+def test_unknown_route_and_method_keep_the_error_shape(client, token):
+    r = client.get(f"{UC}/no-such-thing", headers=token())
+    assert r.status_code == 404 and set(r.json()) == {"error_code", "message", "details"}
+    r = client.put(f"{UC}/catalogs/main", headers=token(), json={})
+    assert r.status_code == 405 and set(r.json()) == {"error_code", "message", "details"}
+
+
+def test_request_body_over_the_limit_is_413(client, token, settings):
+    big = json.dumps({"name": "big", "comment": "x" * (settings.max_body_bytes + 10)})
+    r = client.post(f"{UC}/catalogs", headers=token(), content=big)
+    assert r.status_code == 413
+    assert r.json()["error_code"] == "PAYLOAD_TOO_LARGE"
+    assert client.get(f"{UC}/catalogs/big", headers=token()).status_code == 404
+
+
+def test_json_body_without_content_type_is_accepted(client, token):
+    # curl -d sends application/x-www-form-urlencoded; the API still reads JSON
+    r = client.post(
+        f"{UC}/catalogs",
+        headers={**token(), "content-type": "application/x-www-form-urlencoded"},
+        content=b'{"name":"curl_style"}',
+    )
+    assert r.status_code == 200, r.text
+
+
+def test_internal_errors_show_no_trace_and_are_logged_with_the_request_id(client, token, caplog, monkeypatch):
+    from catalog.namespace import service
+
+    async def boom(*args, **kwargs):
+        raise RuntimeError("secret detail in a stack trace")
+
+    monkeypatch.setattr(service.repo, "get_metastore", boom)
+    with caplog.at_level(logging.ERROR, logger="catalog.errors"):
+        r = client.get(f"{UC}/metastore_summary", headers=token())
+    assert r.status_code == 500
+    body = r.json()
+    assert body["error_code"] == "INTERNAL_ERROR"
+    assert "secret" not in r.text and "Traceback" not in r.text
+    request_id = r.headers["x-request-id"]
+    assert request_id in body["message"]
+    assert any(getattr(rec, "request_id", None) == request_id for rec in caplog.records)
+
+
+def test_one_structured_log_line_per_request(client, token, caplog):
+    with caplog.at_level(logging.INFO, logger="catalog.request"):
+        r = client.get(f"{UC}/catalogs/main", headers=token("admin"))
+    lines = [rec for rec in caplog.records if rec.name == "catalog.request"]
+    assert len(lines) == 1
+    line = json.loads(JsonFormatter().format(lines[0]))
+    assert line["method"] == "GET"
+    assert line["route"] == f"{UC}/catalogs/{{name}}"
+    assert line["status"] == 200 and line["principal"] == "admin"
+    assert line["request_id"] == r.headers["x-request-id"]
+    assert isinstance(line["duration_ms"], float)

@@ -1,0 +1,265 @@
+"""The namespace API over HTTP: catalogs, schemas, memory stores, bootstrap, pagination,
+ownership, refusals."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+UC = "/api/2.1/unity-catalog"
+
+
+def test_bootstrap_creates_main_and_default_owned_by_admin(client, token):
+    main = client.get(f"{UC}/catalogs/main", headers=token()).json()
+    assert main["owner"] == "admin" and main["full_name"] == "main"
+    default = client.get(f"{UC}/schemas/main.default", headers=token()).json()
+    assert default["owner"] == "admin"
+    assert default["catalog_name"] == "main" and default["full_name"] == "main.default"
+
+
+def test_metastore_summary_has_an_id(client, token):
+    body = client.get(f"{UC}/metastore_summary", headers=token("someone")).json()
+    assert len(body["metastore_id"]) == 36
+    assert body["owner"] == "admin"
+
+
+def test_seed_flow_creates_a_memory_store(client, token):
+    before = int(time.time() * 1000)
+    r = client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        content=b'{"name":"Support_Agent_Memory","catalog_name":"main","schema_name":"default",'
+        b'"description":"what the support agent learned"}',
+    )
+    assert r.status_code == 200, r.text
+    store = r.json()
+    assert store["name"] == "support_agent_memory"
+    assert store["full_name"] == "main.default.support_agent_memory"
+    assert store["owner"] == store["created_by"] == store["updated_by"] == "admin"
+    assert store["created_at"] >= before - 1000 and store["updated_at"] == store["created_at"]
+    assert len(store["memory_store_id"]) == 36
+    got = client.get(f"{UC}/memory-stores/MAIN.Default.support_agent_memory", headers=token()).json()
+    assert got == store
+
+
+def test_catalog_crud_and_owner_transfer(client, token):
+    r = client.post(
+        f"{UC}/catalogs", headers=token(), json={"name": "Corp", "comment": "c", "properties": {"a": "1"}}
+    )
+    assert r.status_code == 200, r.text
+    created = r.json()
+    assert created["name"] == "corp" and created["properties"] == {"a": "1"}
+    time.sleep(0.005)
+    r = client.patch(f"{UC}/catalogs/corp", headers=token(), json={"comment": "new", "owner": "alice"})
+    assert r.status_code == 200, r.text
+    updated = r.json()
+    assert updated["comment"] == "new" and updated["owner"] == "alice"
+    assert updated["properties"] == {"a": "1"}
+    assert updated["updated_at"] > created["updated_at"] and updated["created_at"] == created["created_at"]
+    # the new owner may now change it and create schemas in it; a stranger may not
+    assert client.get(f"{UC}/catalogs/corp", headers=token("alice")).status_code == 200
+    r = client.post(f"{UC}/schemas", headers=token("alice"), json={"name": "support", "catalog_name": "corp"})
+    assert r.status_code == 200 and r.json()["owner"] == "alice"
+    assert client.get(f"{UC}/catalogs/corp", headers=token("bob")).status_code == 403
+    r = client.patch(f"{UC}/catalogs/corp", headers=token("alice"), json={"owner": "bob"})
+    assert r.json()["updated_by"] == "alice" and r.json()["owner"] == "bob"
+    assert (
+        client.patch(f"{UC}/catalogs/corp", headers=token("alice"), json={"comment": "x"}).status_code == 403
+    )
+
+
+def test_duplicates_are_already_exists_case_insensitively(client, token):
+    client.post(f"{UC}/catalogs", headers=token(), json={"name": "dup"})
+    r = client.post(f"{UC}/catalogs", headers=token(), json={"name": "DUP"})
+    assert r.status_code == 409 and r.json()["error_code"] == "ALREADY_EXISTS"
+    client.post(f"{UC}/schemas", headers=token(), json={"name": "s", "catalog_name": "dup"})
+    r = client.post(f"{UC}/schemas", headers=token(), json={"name": "S", "catalog_name": "dup"})
+    assert r.status_code == 409
+    body = {"name": "m", "catalog_name": "dup", "schema_name": "s"}
+    assert client.post(f"{UC}/memory-stores", headers=token(), json=body).status_code == 200
+    assert (
+        client.post(f"{UC}/memory-stores", headers=token(), json=body).json()["error_code"]
+        == "ALREADY_EXISTS"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("catalogs", {"name": "bad name"}, "name"),
+        ("catalogs", {"name": ""}, "name"),
+        ("catalogs", {"name": "x" * 256}, "name"),
+        ("catalogs", {"name": "a.b"}, "name"),
+        ("schemas", {"name": "ok", "catalog_name": "no/pe"}, "catalog_name"),
+        ("memory-stores", {"name": "ok", "catalog_name": "main", "schema_name": "de fault"}, "schema_name"),
+        ("catalogs", {"name": "ok", "comment": "x" * 5000}, "comment"),
+    ],
+)
+def test_invalid_names_and_sizes_name_the_field(client, token, path, body, field):
+    r = client.post(f"{UC}/{path}", headers=token(), json=body)
+    assert r.status_code == 400, r.text
+    err = r.json()
+    assert err["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert field in err["message"]
+    assert err["details"][0]["field"] == field
+
+
+@pytest.mark.parametrize("field", ["owner", "created_by", "id", "created_at", "full_name"])
+def test_unknown_fields_are_refused_no_mass_assignment(client, token, field):
+    r = client.post(f"{UC}/catalogs", headers=token(), json={"name": f"mass_{field}", field: "mallory"})
+    assert r.status_code == 400
+    assert field in r.json()["message"]
+    assert client.get(f"{UC}/catalogs/mass_{field}", headers=token()).status_code == 404
+
+
+def test_wrong_types_and_malformed_json_are_400(client, token):
+    r = client.post(f"{UC}/catalogs", headers=token(), json={"name": 5})
+    assert r.status_code == 400 and "name" in r.json()["message"]
+    r = client.post(f"{UC}/catalogs", headers=token(), content=b"{not json")
+    assert r.status_code == 400 and r.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+
+
+def test_pagination_is_stable_and_clamped(client, token):
+    for i in range(12):
+        assert (
+            client.post(f"{UC}/catalogs", headers=token(), json={"name": f"page{i:02d}"}).status_code == 200
+        )
+    seen: list[str] = []
+    page_token = None
+    pages = 0
+    while True:
+        params = {"max_results": 4, **({"page_token": page_token} if page_token else {})}
+        body = client.get(f"{UC}/catalogs", headers=token(), params=params).json()
+        assert len(body["catalogs"]) <= 4
+        seen += [c["name"] for c in body["catalogs"]]
+        pages += 1
+        page_token = body.get("next_page_token")
+        if not page_token:
+            break
+    assert seen == sorted(seen) and len(seen) == len(set(seen))
+    assert {f"page{i:02d}" for i in range(12)} <= set(seen)
+    # absent or 0 = the default (5 in these tests); above the cap (20) = the cap
+    assert (
+        len(client.get(f"{UC}/catalogs", headers=token(), params={"max_results": 0}).json()["catalogs"]) == 5
+    )
+    assert len(client.get(f"{UC}/catalogs", headers=token()).json()["catalogs"]) == 5
+    assert (
+        len(client.get(f"{UC}/catalogs", headers=token(), params={"max_results": 999}).json()["catalogs"])
+        <= 20
+    )
+    r = client.get(f"{UC}/catalogs", headers=token(), params={"max_results": -1})
+    assert r.status_code == 400 and "max_results" in r.json()["message"]
+    r = client.get(f"{UC}/catalogs", headers=token(), params={"page_token": "!!nope"})
+    assert r.status_code == 400 and "page_token" in r.json()["message"]
+
+
+def test_last_page_has_no_token(client, token):
+    body = client.get(f"{UC}/catalogs", headers=token(), params={"max_results": 20}).json()
+    assert "next_page_token" not in body
+
+
+def test_lists_show_only_what_the_caller_may_see(client, token):
+    client.post(f"{UC}/catalogs", headers=token(), json={"name": "carols"})
+    client.patch(f"{UC}/catalogs/carols", headers=token(), json={"owner": "carol"})
+    names = [c["name"] for c in client.get(f"{UC}/catalogs", headers=token("carol")).json()["catalogs"]]
+    assert names == ["carols"]
+    assert client.get(f"{UC}/catalogs", headers=token("nobody")).json() == {"catalogs": []}
+
+
+def test_schema_and_store_lists_require_their_parent_names(client, token):
+    r = client.get(f"{UC}/schemas", headers=token())
+    assert r.status_code == 400 and "catalog_name" in r.json()["message"]
+    r = client.get(f"{UC}/memory-stores", headers=token(), params={"catalog_name": "main"})
+    assert r.status_code == 400 and "schema_name" in r.json()["message"]
+    body = client.get(
+        f"{UC}/memory-stores", headers=token(), params={"catalog_name": "main", "schema_name": "default"}
+    )
+    assert "support_agent_memory" in [m["name"] for m in body.json()["memory_stores"]]
+
+
+def test_no_existence_leak_without_use_on_the_parent(client, token):
+    # a stranger gets 403 whether or not the object exists
+    # (a catalog's only parent is the metastore: a missing catalog is 404 for everyone)
+    assert client.get(f"{UC}/catalogs/does_not_exist", headers=token("stranger")).status_code == 404
+    for path in [
+        "catalogs/main",
+        "schemas/main.default",
+        "schemas/main.nope",
+        "schemas/nope.nope",
+        "memory-stores/main.default.support_agent_memory",
+        "memory-stores/main.default.nope",
+        "memory-stores/nope.nope.nope",
+    ]:
+        r = client.get(f"{UC}/{path}", headers=token("stranger"))
+        assert r.status_code == 403, (path, r.text)
+        assert r.json()["error_code"] == "PERMISSION_DENIED"
+    # the admin sees 404 for what does not exist
+    for path in ["catalogs/does_not_exist", "schemas/main.nope", "memory-stores/main.default.nope"]:
+        r = client.get(f"{UC}/{path}", headers=token())
+        assert r.status_code == 404 and r.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
+
+
+def test_permission_denied_says_what_is_missing(client, token):
+    r = client.post(f"{UC}/catalogs", headers=token("eve"), json={"name": "eves"})
+    assert r.status_code == 403
+    assert "CREATE_CATALOG" in r.json()["message"]
+
+
+def test_delete_refuses_non_empty_unless_forced(client, token):
+    client.post(f"{UC}/catalogs", headers=token(), json={"name": "gone"})
+    client.post(f"{UC}/schemas", headers=token(), json={"name": "s1", "catalog_name": "gone"})
+    client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": "m1", "catalog_name": "gone", "schema_name": "s1"},
+    )
+    r = client.delete(f"{UC}/schemas/gone.s1", headers=token())
+    assert r.status_code == 400 and "not empty" in r.json()["message"]
+    r = client.delete(f"{UC}/catalogs/gone", headers=token())
+    assert r.status_code == 400 and "force" in r.json()["message"]
+    r = client.delete(f"{UC}/catalogs/gone", headers=token(), params={"force": "true"})
+    assert r.status_code == 200 and r.json() == {}
+    assert client.get(f"{UC}/memory-stores/gone.s1.m1", headers=token()).status_code == 404
+    assert client.get(f"{UC}/catalogs/gone", headers=token()).status_code == 404
+
+
+def test_store_update_and_delete(client, token):
+    client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": "tmp", "catalog_name": "main", "schema_name": "default"},
+    )
+    r = client.patch(
+        f"{UC}/memory-stores/main.default.tmp",
+        headers=token(),
+        json={"description": "d", "properties": {"k": "v"}},
+    )
+    assert r.status_code == 200 and r.json()["description"] == "d" and r.json()["properties"] == {"k": "v"}
+    r = client.patch(f"{UC}/memory-stores/main.default.tmp", headers=token(), json={"owner": ""})
+    assert r.status_code == 400 and "owner" in r.json()["message"]
+    assert client.delete(f"{UC}/memory-stores/main.default.tmp", headers=token()).json() == {}
+    assert client.delete(f"{UC}/memory-stores/main.default.tmp", headers=token()).status_code == 404
+
+
+def test_schema_update_and_empty_delete(client, token):
+    client.post(f"{UC}/schemas", headers=token(), json={"name": "tmp_schema", "catalog_name": "main"})
+    r = client.patch(f"{UC}/schemas/main.tmp_schema", headers=token(), json={"comment": "hello"})
+    assert r.json()["comment"] == "hello"
+    assert client.delete(f"{UC}/schemas/main.tmp_schema", headers=token()).status_code == 200
+    r = client.get(f"{UC}/schemas/main.tmp_schema.extra", headers=token())
+    assert r.status_code == 400 and "full_name" in r.json()["message"]
+
+
+def test_store_owner_may_act_without_use_on_parents(client, token):
+    client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": "owned", "catalog_name": "main", "schema_name": "default"},
+    )
+    client.patch(f"{UC}/memory-stores/main.default.owned", headers=token(), json={"owner": "dave"})
+    assert client.get(f"{UC}/memory-stores/main.default.owned", headers=token("dave")).status_code == 200
+    assert (
+        client.get(f"{UC}/memory-stores/main.default.support_agent_memory", headers=token("dave")).status_code
+        == 403
+    )

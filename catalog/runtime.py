@@ -76,14 +76,14 @@ class Runtime:
             await prepare_database(url, settings.admin)
             pool = await create_pool(url)
             row = await get_metastore(pool)
+            metastore = Node(SecurableType.METASTORE, str(row["id"]), str(row["id"]), row["admin"])
+            authorizer = Authorizer(row["admin"], metastore, pool)
+            await authorizer.load()
         except BaseException:
             if embedded is not None:
                 await asyncio.to_thread(embedded.stop)
             raise
-        metastore = Node(SecurableType.METASTORE, str(row["id"]), str(row["id"]), row["admin"])
-        context = Context(
-            settings=settings, pool=pool, authorizer=Authorizer(row["admin"]), metastore=metastore
-        )
+        context = Context(settings=settings, pool=pool, authorizer=authorizer, metastore=metastore)
         return cls(settings, context, verifier, embedded)
 
     async def close(self) -> None:

@@ -59,4 +59,4 @@ def test_sdk_sees_permission_denied(live):
     stranger = client_for(live, "stranger")
     with pytest.raises(PermissionDenied):
         stranger.catalogs.create(name="not_yours")
-    assert [c.name for c in stranger.catalogs.list()] == []
+    assert [c.name for c in stranger.catalogs.list()] == ["main"]  # account users may use main

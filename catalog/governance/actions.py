@@ -1,7 +1,9 @@
-"""Every action the server performs, declared once, with the privilege it needs and on what.
+"""Every action the server performs, declared once, with the privileges it needs and on what.
 
-A route names its action; `Authorizer.authorize` looks the requirement up here. A test checks that
-every route's action is declared and documented.
+A service names its action; `Authorizer.authorize` looks the requirement up here. `inside=True`
+means the action happens inside the securable (creating or listing its children), so USE on the
+securable itself is needed too, as on every parent. A test checks that every action is documented
+and that every route reaches `authorize`.
 """
 
 from __future__ import annotations
@@ -24,38 +26,107 @@ class Privilege(StrEnum):
     ALL_PRIVILEGES = "ALL_PRIVILEGES"
     READ_AUDIT = "READ_AUDIT"
 
+    @classmethod
+    def parse(cls, value: str) -> Privilege:
+        """`READ_MEMORY_STORE` or `read memory store` → READ_MEMORY_STORE; ValueError otherwise."""
+        return cls("_".join(value.strip().upper().replace("_", " ").split()))
+
+
+# Only the metastore admin holds this: it is never grantable (see policies/README.md).
+METASTORE_ADMIN = "METASTORE_ADMIN"
+
+_S, _P = SecurableType, Privilege
+
+# Where each privilege may be granted (CONTRACT.md); anything else is refused with 400.
+GRANTABLE: dict[SecurableType, tuple[Privilege, ...]] = {
+    _S.METASTORE: (_P.CREATE_CATALOG, _P.READ_AUDIT),
+    _S.CATALOG: (
+        _P.USE_CATALOG,
+        _P.CREATE_SCHEMA,
+        _P.USE_SCHEMA,
+        _P.CREATE_MEMORY_STORE,
+        _P.READ_MEMORY_STORE,
+        _P.WRITE_MEMORY_STORE,
+        _P.MANAGE,
+        _P.ALL_PRIVILEGES,
+    ),
+    _S.SCHEMA: (
+        _P.USE_SCHEMA,
+        _P.CREATE_MEMORY_STORE,
+        _P.READ_MEMORY_STORE,
+        _P.WRITE_MEMORY_STORE,
+        _P.MANAGE,
+        _P.ALL_PRIVILEGES,
+    ),
+    _S.MEMORY_STORE: (_P.READ_MEMORY_STORE, _P.WRITE_MEMORY_STORE, _P.MANAGE, _P.ALL_PRIVILEGES),
+}
+
+# What a principal can effectively hold on each type (ALL_PRIVILEGES expanded).
+EFFECTIVE: dict[SecurableType, tuple[Privilege, ...]] = {
+    securable_type: tuple(p for p in privileges if p != _P.ALL_PRIVILEGES)
+    for securable_type, privileges in GRANTABLE.items()
+}
+
 
 @dataclass(frozen=True)
 class Action:
     name: str
-    on: SecurableType
-    privilege: Privilege | None  # None: open to every authenticated principal
+    on: SecurableType | None  # None: any securable type
+    privileges: tuple[str, ...]  # any one suffices; () = open to every authenticated principal
     description: str
-    data: bool = False  # touches entries: ownership of an ancestor alone does not grant it
+    inside: bool = False
+    any_privilege: bool = False  # any privilege that can be held on the securable suffices
 
 
-_S = SecurableType
-_P = Privilege
+def _a(
+    name: str,
+    on: SecurableType | None,
+    privileges: tuple[str, ...],
+    description: str,
+    *,
+    inside: bool = False,
+    any_privilege: bool = False,
+) -> Action:
+    return Action(name, on, privileges, description, inside, any_privilege)
+
 
 ACTIONS: dict[str, Action] = {
     a.name: a
     for a in [
-        Action("metastore.summary", _S.METASTORE, None, "read the metastore summary"),
-        Action("catalog.create", _S.METASTORE, _P.CREATE_CATALOG, "create a catalog"),
-        Action("catalog.list", _S.METASTORE, None, "list the catalogs the caller may use or owns"),
-        Action("catalog.get", _S.CATALOG, _P.USE_CATALOG, "read a catalog"),
-        Action("catalog.update", _S.CATALOG, _P.MANAGE, "update a catalog or transfer its ownership"),
-        Action("catalog.delete", _S.CATALOG, _P.MANAGE, "delete a catalog"),
-        Action("schema.create", _S.CATALOG, _P.CREATE_SCHEMA, "create a schema in a catalog"),
-        Action("schema.list", _S.CATALOG, _P.USE_CATALOG, "list the schemas of a catalog"),
-        Action("schema.get", _S.SCHEMA, _P.USE_SCHEMA, "read a schema"),
-        Action("schema.update", _S.SCHEMA, _P.MANAGE, "update a schema or transfer its ownership"),
-        Action("schema.delete", _S.SCHEMA, _P.MANAGE, "delete a schema"),
-        Action("memory_store.create", _S.SCHEMA, _P.CREATE_MEMORY_STORE, "create a memory store in a schema"),
-        Action("memory_store.list", _S.SCHEMA, _P.USE_SCHEMA, "list the memory stores of a schema"),
-        Action("memory_store.get", _S.MEMORY_STORE, _P.READ_MEMORY_STORE, "read a memory store's metadata"),
-        Action("memory_store.update", _S.MEMORY_STORE, _P.MANAGE, "update a memory store or its owner"),
-        Action("memory_store.delete", _S.MEMORY_STORE, _P.MANAGE, "delete a memory store"),
+        _a("metastore.summary", _S.METASTORE, (), "read the metastore summary"),
+        _a("catalog.create", _S.METASTORE, (_P.CREATE_CATALOG,), "create a catalog"),
+        _a("catalog.list", _S.METASTORE, (), "list the catalogs the caller may use or owns"),
+        _a("catalog.get", _S.CATALOG, (_P.USE_CATALOG,), "read a catalog"),
+        _a("catalog.update", _S.CATALOG, (_P.MANAGE,), "update a catalog or transfer its ownership"),
+        _a("catalog.delete", _S.CATALOG, (_P.MANAGE,), "delete a catalog"),
+        _a("schema.create", _S.CATALOG, (_P.CREATE_SCHEMA,), "create a schema in a catalog", inside=True),
+        _a("schema.list", _S.CATALOG, (_P.USE_CATALOG,), "list the schemas of a catalog", inside=True),
+        _a("schema.get", _S.SCHEMA, (_P.USE_SCHEMA,), "read a schema"),
+        _a("schema.update", _S.SCHEMA, (_P.MANAGE,), "update a schema or transfer its ownership"),
+        _a("schema.delete", _S.SCHEMA, (_P.MANAGE,), "delete a schema"),
+        _a(
+            "memory_store.create",
+            _S.SCHEMA,
+            (_P.CREATE_MEMORY_STORE,),
+            "create a memory store in a schema",
+            inside=True,
+        ),
+        _a("memory_store.list", _S.SCHEMA, (_P.USE_SCHEMA,), "list the memory stores of a schema", inside=True),
+        _a(
+            "memory_store.see",
+            _S.MEMORY_STORE,
+            (_P.READ_MEMORY_STORE, _P.WRITE_MEMORY_STORE, _P.MANAGE),
+            "see a memory store in a list",
+        ),
+        _a("memory_store.get", _S.MEMORY_STORE, (_P.READ_MEMORY_STORE,), "read a memory store's metadata"),
+        _a("memory_store.update", _S.MEMORY_STORE, (_P.MANAGE,), "update a memory store or its owner"),
+        _a("memory_store.delete", _S.MEMORY_STORE, (_P.MANAGE,), "delete a memory store"),
+        _a("permissions.get", None, (), "read the grants on a securable", any_privilege=True),
+        _a("permissions.update", None, (_P.MANAGE,), "grant or revoke privileges on a securable"),
+        _a("effective_permissions.self", None, (), "read one's own effective privileges"),
+        _a("effective_permissions.other", None, (_P.MANAGE,), "read another principal's effective privileges"),
+        _a("groups.manage", _S.METASTORE, (METASTORE_ADMIN,), "create, change or delete groups"),
+        _a("groups.list", _S.METASTORE, (), "list the groups the caller belongs to"),
     ]
 }
 

@@ -1,28 +1,40 @@
 """The one authorization seam: `Authorizer.authorize(principal, action, securable) -> Decision`.
 
-Rules (this version, before grants exist):
-1. The metastore admin may do everything.
-2. An action with no privilege (metastore summary, lists) is open to every authenticated principal;
-   lists then show only the objects the caller may see.
-3. Inside a catalog or schema, the caller needs USE_CATALOG / USE_SCHEMA on each parent; the owner
-   of the target is excepted. A parent that does not exist is reported like a missing USE
-   privilege (403), so that existence never leaks; a missing target behind usable parents is
-   allowed here and answered 404 by the service.
-4. The owner of an object holds every privilege on it. The owner of a catalog or schema may
-   manage what is below it (and read its metadata) but gets no data access from that alone.
-Every decision carries its reason: the path that allowed it, or what is missing.
+Rules (policies/model.conf states them for the engine; policies/README.md for people):
+1. A privilege granted on a catalog or schema applies to everything below it; ALL_PRIVILEGES is
+   every privilege applicable there or below except MANAGE. Grants reach a principal directly or
+   through its groups (nested; `account users` holds every authenticated principal).
+2. Inside a catalog or schema, USE_CATALOG / USE_SCHEMA on each parent is needed as well (and on
+   the securable itself for actions inside it); the owner of the target and the admin are excepted.
+   A missing parent is reported like a missing USE privilege (403), so existence never leaks; a
+   missing target behind usable parents is allowed here and answered 404 by the service.
+3. The owner of an object holds every privilege on it; the owner of a catalog or schema may manage
+   what is below it but gets no data access (READ/WRITE_MEMORY_STORE) from that alone.
+4. The metastore admin may do everything.
+Every decision carries its reason: the grant path that allowed it, or what is missing.
+
+Decisions are cached per (principal, action, chain with owners); the cache is emptied whenever the
+policy revision moves, and owners are part of the key, so a cached decision is never stale.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
 
 from catalog.auth.principal import Principal
 from catalog.errors import PermissionDenied
-from catalog.governance.actions import Action, Privilege
+from catalog.governance.actions import EFFECTIVE, METASTORE_ADMIN, Action, Privilege
+from catalog.governance.engine import CasbinEngine
+from catalog.governance.policy import ACCOUNT_USERS, PolicyState
 from catalog.governance.securables import DEPTH, Node, Securable, SecurableType
 
-_USE = {SecurableType.CATALOG: Privilege.USE_CATALOG, SecurableType.SCHEMA: Privilege.USE_SCHEMA}
+_USE = {1: (SecurableType.CATALOG, Privilege.USE_CATALOG), 2: (SecurableType.SCHEMA, Privilege.USE_SCHEMA)}
+ADMIN, OWNER = "ADMIN", "OWNER"
+_CACHE_LIMIT = 200_000
 
 
 @dataclass(frozen=True)
@@ -32,59 +44,165 @@ class Decision:
     privilege: str | None = None
 
 
+@dataclass(frozen=True)
+class Holding:
+    """One privilege a principal holds on a securable, and where it comes from."""
+
+    privilege: str
+    grantee: str  # the principal itself, or the group it comes through
+    source: Node  # the securable the grant (or ownership) is on
+
+
 def _describe(node: Node) -> str:
     return f"{node.type.value.lower().replace('_', ' ')} {node.full_name}"
 
 
 class Authorizer:
-    def __init__(self, admin: str) -> None:
+    def __init__(self, admin: str, metastore: Node, pool: asyncpg.Pool | None = None) -> None:
         self.admin = admin
+        self.metastore = metastore
+        self.pool = pool
+        self.policy = PolicyState()
+        self.engine = CasbinEngine()
+        self._cache: dict[tuple[Any, ...], Decision] = {}
+        self._sync_lock = asyncio.Lock()
 
-    def is_admin(self, principal: Principal) -> bool:
-        return principal.name == self.admin
+    # --- keeping the policy current --------------------------------------------------------------
 
-    def _holds(
-        self, principal: Principal, privilege: Privilege, chain: tuple[Node, ...], data: bool
-    ) -> str | None:
-        """The reason `principal` holds `privilege` on `chain[-1]`, or None."""
-        target = chain[-1]
-        if target.owner == principal.name:
-            return f"owner of {_describe(target)}"
-        if not data:
-            for ancestor in chain[1:-1]:
-                if ancestor.owner == principal.name:
-                    return f"owner of {_describe(ancestor)}, which contains it"
-        return None
+    async def load(self) -> None:
+        """Load the whole policy (at start)."""
+        assert self.pool is not None
+        async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+            revision = await conn.fetchval("SELECT coalesce(max(seq), 0) FROM policy_log")
+            policy = PolicyState(revision=revision)
+            for row in await conn.fetch("SELECT id::text, display_name FROM groups"):
+                policy.apply("group", "add", row[0], row[1], "")
+            for row in await conn.fetch("SELECT group_id::text, member_type, member FROM group_members"):
+                policy.apply("member", "add", row[0], row[1], row[2])
+            for row in await conn.fetch("SELECT securable_id::text, principal, privilege FROM grants"):
+                policy.apply("grant", "add", row[0], row[1], row[2])
+        self.policy = policy
+        self._cache.clear()
+
+    async def sync(self, revision: int | None = None) -> None:
+        """Catch up with the policy log up to at least `revision` (the database's, if None)."""
+        if revision is not None and revision <= self.policy.revision:
+            return
+        assert self.pool is not None
+        async with self._sync_lock:
+            if revision is not None and revision <= self.policy.revision:
+                return
+            rows = await self.pool.fetch(
+                "SELECT seq, kind, op, a, b, c FROM policy_log WHERE seq > $1 ORDER BY seq", self.policy.revision
+            )
+            for row in rows:
+                self.policy.apply(row["kind"], row["op"], row["a"], row["b"], row["c"])
+                self.policy.revision = row["seq"]
+            if rows:
+                self._cache.clear()
+
+    # --- deciding --------------------------------------------------------------------------------
+
+    def _load_slice(self, principal: str, chain: tuple[Node, ...]) -> frozenset[str]:
+        membership = self.policy.membership(principal)
+        subjects = membership.subjects
+        lines: list[list[str]] = []
+        if self.admin in subjects:
+            lines.append([self.admin, self.metastore.id, ADMIN])
+        for node in chain:
+            if node.type != SecurableType.METASTORE and node.owner in subjects:
+                lines.append([node.owner, node.id, OWNER])
+            for grantee, privileges in self.policy.grants.get(node.id, {}).items():
+                if grantee in subjects:
+                    lines.extend([grantee, node.id, privilege] for privilege in privileges)
+        parents = [(chain[i].id, chain[i - 1].id) for i in range(1, len(chain))]
+        self.engine.load(lines, membership.edges, parents)
+        return subjects
+
+    def _reason(self, principal: str, line: list[str], chain: tuple[Node, ...]) -> str:
+        grantee, obj, act = line
+        via = "" if grantee == principal else f" via group {grantee}"
+        if act == ADMIN:
+            return f"metastore admin{via}"
+        node = next((n for n in chain if n.id == obj), None)
+        where = _describe(node) if node else obj
+        if act == OWNER:
+            return f"owner of {where}{via}"
+        return f"{act} on {where}{via}"
 
     def authorize(self, principal: Principal, action: Action, securable: Securable) -> Decision:
-        privilege = action.privilege.value if action.privilege else None
-        if self.is_admin(principal):
-            return Decision(True, "metastore admin", privilege)
-        if action.privilege is None:
-            return Decision(True, "open to every authenticated principal", None)
+        """Decide with the policy as it is now (call `sync` first; `check` does both)."""
+        key = (principal.name, action.name, securable.type, tuple((n.id, n.owner) for n in securable.chain))
+        decision = self._cache.get(key)
+        if decision is None:
+            decision = self._decide(principal.name, action, securable)
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[key] = decision
+        return decision
 
+    def _decide(self, name: str, action: Action, securable: Securable) -> Decision:
+        privileges = EFFECTIVE[securable.type] if action.any_privilege else action.privileges
+        if not privileges and not action.any_privilege:
+            return Decision(True, "open to every authenticated principal")
         chain = securable.chain
-        owns_target = securable.exists and securable.node.owner == principal.name
-        if not owns_target:
-            # USE on each parent: the catalog (depth 1) and schema (depth 2) strictly above the target.
-            for depth in range(1, DEPTH[securable.type]):
-                parent_type = SecurableType.CATALOG if depth == 1 else SecurableType.SCHEMA
-                use = _USE[parent_type]
-                if len(chain) <= depth:
-                    name = ".".join(securable.full_name.split(".")[:depth])
-                    return Decision(False, f"requires {use.value} on {parent_type.value.lower()} {name}", use)
-                if self._holds(principal, use, chain[: depth + 1], data=False) is None:
-                    return Decision(False, f"requires {use.value} on {_describe(chain[depth])}", use)
+        self._load_slice(name, chain)
+
+        held: tuple[str, list[str]] | None = None
+        if securable.exists:
+            for privilege in privileges:
+                allowed, line = self.engine.enforce(name, securable.node.id, privilege)
+                if allowed and line is not None:
+                    held = (privilege, line)
+                    break
+            if held and (held[1][2] == ADMIN or (held[1][2] == OWNER and held[1][1] == securable.node.id)):
+                return Decision(True, self._reason(name, held[1], chain), held[0])
+
+        # USE on every catalog/schema above the target (and on the target itself for actions inside it)
+        depth = DEPTH[securable.type]
+        last = depth if action.inside else depth - 1
+        for level in range(1, last + 1):
+            parent_type, use = _USE[level]
+            if len(chain) <= level:
+                allowed, line = self.engine.enforce(name, self.metastore.id, METASTORE_ADMIN)
+                if allowed and line is not None:  # the admin is told what does not exist (404)
+                    return Decision(True, self._reason(name, line, chain), METASTORE_ADMIN)
+                name_there = ".".join(securable.full_name.split(".")[:level])
+                return Decision(False, f"requires {use.value} on {parent_type.value.lower()} {name_there}", use)
+            allowed, _ = self.engine.enforce(name, chain[level].id, use)
+            if not allowed:
+                return Decision(False, f"requires {use.value} on {_describe(chain[level])}", use)
 
         if not securable.exists:
-            return Decision(True, f"{securable.kind} {securable.full_name} does not exist", privilege)
-        why = self._holds(principal, action.privilege, chain, action.data)
-        if why is None:
-            return Decision(False, f"requires {privilege} on {_describe(securable.node)}", privilege)
-        return Decision(True, why, privilege)
+            return Decision(True, f"{securable.kind} {securable.full_name} does not exist", privileges[0])
+        if held is None:
+            wanted = " or ".join(privileges) if not action.any_privilege else "a privilege"
+            return Decision(False, f"requires {wanted} on {_describe(securable.node)}", privileges[0])
+        return Decision(True, self._reason(name, held[1], chain), held[0])
 
-    def ensure(self, principal: Principal, action: Action, securable: Securable) -> Decision:
-        decision = self.authorize(principal, action, securable)
+    async def check(self, principal: Principal, action: Action, securable: Securable) -> Decision:
+        await self.sync(securable.revision)
+        return self.authorize(principal, action, securable)
+
+    async def ensure(self, principal: Principal, action: Action, securable: Securable) -> Decision:
+        decision = await self.check(principal, action, securable)
         if not decision.allowed:
             raise PermissionDenied(f"{principal.name} may not {action.description}: {decision.reason}")
         return decision
+
+    # --- explaining ------------------------------------------------------------------------------
+
+    def holdings(self, principal: str, securable: Securable) -> list[Holding]:
+        """Every privilege `principal` effectively holds on `securable`, with its source."""
+        chain = securable.chain
+        self._load_slice(principal, chain)
+        found = []
+        for privilege in EFFECTIVE[securable.type]:
+            allowed, line = self.engine.enforce(principal, securable.node.id, privilege)
+            if allowed and line is not None:
+                source = next((n for n in chain if n.id == line[1]), self.metastore)
+                found.append(Holding(privilege, line[0], source))
+        return found
+
+    def is_member(self, principal: str, group_name: str) -> bool:
+        return group_name == ACCOUNT_USERS or group_name in self.policy.membership(principal).subjects

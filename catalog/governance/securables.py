@@ -40,6 +40,7 @@ class Securable:
     type: SecurableType
     full_name: str
     chain: tuple[Node, ...]
+    revision: int | None = None  # the policy revision seen when the chain was read
 
     @property
     def exists(self) -> bool:

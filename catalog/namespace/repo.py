@@ -30,7 +30,8 @@ def _audit_columns(alias: str) -> str:
 
 async def bootstrap(conn: asyncpg.Connection, admin: str) -> bool:
     """First start on an empty database: the metastore row, catalog `main` and schema
-    `main.default`, all owned by `admin`. Returns True when this call created them."""
+    `main.default`, all owned by `admin`, usable by `account users`. Returns True when this call
+    created them."""
     async with conn.transaction():
         created = await conn.fetchval(
             "INSERT INTO metastore (admin) VALUES ($1) ON CONFLICT (singleton) DO NOTHING RETURNING id",
@@ -43,11 +44,17 @@ async def bootstrap(conn: asyncpg.Connection, admin: str) -> bool:
             "VALUES ('main', 'Default catalog', $1, $1, $1) RETURNING id",
             admin,
         )
-        await conn.execute(
+        schema_id = await conn.fetchval(
             "INSERT INTO schemas (catalog_id, name, comment, owner, created_by, updated_by) "
-            "VALUES ($1, 'default', 'Default schema', $2, $2, $2)",
+            "VALUES ($1, 'default', 'Default schema', $2, $2, $2) RETURNING id",
             catalog_id,
             admin,
+        )
+        # as in a Databricks workspace: every authenticated principal may use main and main.default
+        await conn.executemany(
+            "INSERT INTO grants (securable_type, securable_id, principal, privilege, granted_by) "
+            "VALUES ($1, $2, 'account users', $3, $4)",
+            [("CATALOG", catalog_id, "USE_CATALOG", admin), ("SCHEMA", schema_id, "USE_SCHEMA", admin)],
         )
     return True
 
@@ -63,7 +70,8 @@ async def get_metastore(conn: Conn) -> asyncpg.Record:
 # --- locating securables -----------------------------------------------------------------------
 
 _LOCATE = """
-SELECT c.id AS c_id, c.owner AS c_owner, s.id AS s_id, s.owner AS s_owner, m.id AS m_id, m.owner AS m_owner
+SELECT c.id AS c_id, c.owner AS c_owner, s.id AS s_id, s.owner AS s_owner, m.id AS m_id, m.owner AS m_owner,
+       (SELECT coalesce(max(seq), 0) FROM policy_log) AS revision
 FROM (SELECT 1) AS one
 LEFT JOIN catalogs c ON c.name = $1
 LEFT JOIN schemas s ON s.catalog_id = c.id AND s.name = $2
@@ -75,10 +83,10 @@ async def locate(conn: Conn, metastore: Node, securable_type: SecurableType, par
     """The chain of existing objects from the metastore down to `parts`."""
     full_name = ".".join(parts) if parts else metastore.full_name
     chain = [metastore]
+    padded = [*parts, None, None, None][:3]
+    row = await conn.fetchrow(_LOCATE, *padded)
+    assert row is not None
     if parts:
-        padded = [*parts, None, None][:3]
-        row = await conn.fetchrow(_LOCATE, *padded)
-        assert row is not None
         for depth, (prefix, node_type) in enumerate(
             [("c", SecurableType.CATALOG), ("s", SecurableType.SCHEMA), ("m", SecurableType.MEMORY_STORE)],
             start=1,
@@ -88,7 +96,7 @@ async def locate(conn: Conn, metastore: Node, securable_type: SecurableType, par
             chain.append(
                 Node(node_type, ".".join(parts[:depth]), str(row[f"{prefix}_id"]), row[f"{prefix}_owner"])
             )
-    return Securable(securable_type, full_name, tuple(chain))
+    return Securable(securable_type, full_name, tuple(chain), row["revision"])
 
 
 # --- catalogs ----------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ async def _resolve(
 ) -> Securable:
     """Locate, authorize, and insist that the object exists (403 before 404, see authorize)."""
     securable = await repo.locate(ctx.pool, ctx.metastore, securable_type, parts)
-    ctx.authorizer.ensure(principal, action(action_name), securable)
+    await ctx.authorizer.ensure(principal, action(action_name), securable)
     if not securable.exists:
         raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
     return securable
@@ -85,7 +85,7 @@ def _child(
 
 
 async def metastore_summary(ctx: Context, principal: Principal) -> MetastoreSummary:
-    ctx.authorizer.ensure(principal, action("metastore.summary"), _metastore(ctx))
+    await _resolve(ctx, principal, "metastore.summary", SecurableType.METASTORE, [])
     row = await repo.get_metastore(ctx.pool)
     return MetastoreSummary(
         metastore_id=str(row["id"]),
@@ -96,10 +96,6 @@ async def metastore_summary(ctx: Context, principal: Principal) -> MetastoreSumm
     )
 
 
-def _metastore(ctx: Context) -> Securable:
-    return Securable(SecurableType.METASTORE, ctx.metastore_id, (ctx.metastore,))
-
-
 # --- catalogs ----------------------------------------------------------------------------------
 
 
@@ -107,7 +103,7 @@ async def create_catalog(ctx: Context, principal: Principal, body: CatalogCreate
     name = validate_name(body.name)
     comment = _text(body.comment, "comment")
     properties = _properties(body.properties) or {}
-    ctx.authorizer.ensure(principal, action("catalog.create"), _metastore(ctx))
+    await _resolve(ctx, principal, "catalog.create", SecurableType.METASTORE, [])
     return await repo.insert_catalog(
         ctx.pool, ctx.metastore_id, name=name, comment=comment, properties=properties, owner=principal.name
     )
@@ -123,7 +119,7 @@ async def list_catalogs(
     ctx: Context, principal: Principal, max_results: int | None, page_token: str | None
 ) -> ListCatalogsResponse:
     size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
-    root = _metastore(ctx)
+    root = await _resolve(ctx, principal, "catalog.list", SecurableType.METASTORE, [])
 
     def visible(c: CatalogInfo) -> bool:
         return _can_see(ctx, principal, "catalog.get", _child(root, CATALOG, c.name, c.id, c.owner))
@@ -284,7 +280,7 @@ async def list_stores(
 
     def visible(m: MemoryStoreInfo) -> bool:
         child = _child(parent, STORE, m.name, m.memory_store_id, m.owner)
-        return _can_see(ctx, principal, "memory_store.get", child)
+        return _can_see(ctx, principal, "memory_store.see", child)
 
     stores, token = await collect_page(
         lambda after, limit: repo.list_stores(ctx.pool, ctx.metastore_id, parent.node.id, after, limit),

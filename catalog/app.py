@@ -21,6 +21,8 @@ from catalog import __version__, namespace
 from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
 from catalog.context import Context
 from catalog.errors import handle_exception
+from catalog.governance.routes import router as governance_router
+from catalog.groups.routes import router as groups_router
 from catalog.http import RequestContext
 from catalog.ops import databricks_config, healthz
 from catalog.runtime import Runtime
@@ -44,7 +46,7 @@ def create_app(settings: Settings) -> Litestar:
             await runtime.close()
 
     app = Litestar(
-        route_handlers=[healthz, databricks_config, namespace.router],
+        route_handlers=[healthz, databricks_config, namespace.router, governance_router, groups_router],
         lifespan=[lifespan],
         dependencies={"ctx": Provide(_context, sync_to_thread=False)},
         middleware=[DefineMiddleware(JWTAuthMiddleware, exclude=AUTH_EXEMPT_PATHS)],

@@ -163,8 +163,10 @@ def test_lists_show_only_what_the_caller_may_see(client, token):
     client.post(f"{UC}/catalogs", headers=token(), json={"name": "carols"})
     client.patch(f"{UC}/catalogs/carols", headers=token(), json={"owner": "carol"})
     names = [c["name"] for c in client.get(f"{UC}/catalogs", headers=token("carol")).json()["catalogs"]]
-    assert names == ["carols"]
-    assert client.get(f"{UC}/catalogs", headers=token("nobody")).json() == {"catalogs": []}
+    assert names == ["carols", "main"]  # main: account users may use it (bootstrap)
+    assert [c["name"] for c in client.get(f"{UC}/catalogs", headers=token("nobody")).json()["catalogs"]] == [
+        "main"
+    ]
 
 
 def test_schema_and_store_lists_require_their_parent_names(client, token):
@@ -179,23 +181,39 @@ def test_schema_and_store_lists_require_their_parent_names(client, token):
 
 
 def test_no_existence_leak_without_use_on_the_parent(client, token):
-    # a stranger gets 403 whether or not the object exists
+    client.post(f"{UC}/catalogs", headers=token(), json={"name": "hidden"})
+    client.post(f"{UC}/schemas", headers=token(), json={"name": "s", "catalog_name": "hidden"})
+    client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": "m", "catalog_name": "hidden", "schema_name": "s"},
+    )
     # (a catalog's only parent is the metastore: a missing catalog is 404 for everyone)
     assert client.get(f"{UC}/catalogs/does_not_exist", headers=token("stranger")).status_code == 404
+    # a stranger gets 403 whether or not the object exists
     for path in [
-        "catalogs/main",
-        "schemas/main.default",
-        "schemas/main.nope",
+        "catalogs/hidden",
+        "schemas/hidden.s",
+        "schemas/hidden.nope",
         "schemas/nope.nope",
-        "memory-stores/main.default.support_agent_memory",
-        "memory-stores/main.default.nope",
+        "memory-stores/hidden.s.m",
+        "memory-stores/hidden.s.nope",
+        "memory-stores/hidden.nope.m",
         "memory-stores/nope.nope.nope",
+        "memory-stores/main.default.support_agent_memory",
     ]:
         r = client.get(f"{UC}/{path}", headers=token("stranger"))
         assert r.status_code == 403, (path, r.text)
         assert r.json()["error_code"] == "PERMISSION_DENIED"
+    # with USE on the parents (account users on main.default), a missing store is 404
+    assert client.get(f"{UC}/memory-stores/main.default.nope", headers=token("stranger")).status_code == 404
     # the admin sees 404 for what does not exist
-    for path in ["catalogs/does_not_exist", "schemas/main.nope", "memory-stores/main.default.nope"]:
+    for path in [
+        "catalogs/does_not_exist",
+        "schemas/main.nope",
+        "memory-stores/main.default.nope",
+        "memory-stores/nope.nope.nope",
+    ]:
         r = client.get(f"{UC}/{path}", headers=token())
         assert r.status_code == 404 and r.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
 

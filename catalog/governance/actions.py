@@ -111,7 +111,13 @@ ACTIONS: dict[str, Action] = {
             "create a memory store in a schema",
             inside=True,
         ),
-        _a("memory_store.list", _S.SCHEMA, (_P.USE_SCHEMA,), "list the memory stores of a schema", inside=True),
+        _a(
+            "memory_store.list",
+            _S.SCHEMA,
+            (_P.USE_SCHEMA,),
+            "list the memory stores of a schema",
+            inside=True,
+        ),
         _a(
             "memory_store.see",
             _S.MEMORY_STORE,
@@ -124,7 +130,9 @@ ACTIONS: dict[str, Action] = {
         _a("permissions.get", None, (), "read the grants on a securable", any_privilege=True),
         _a("permissions.update", None, (_P.MANAGE,), "grant or revoke privileges on a securable"),
         _a("effective_permissions.self", None, (), "read one's own effective privileges"),
-        _a("effective_permissions.other", None, (_P.MANAGE,), "read another principal's effective privileges"),
+        _a(
+            "effective_permissions.other", None, (_P.MANAGE,), "read another principal's effective privileges"
+        ),
         _a("groups.manage", _S.METASTORE, (METASTORE_ADMIN,), "create, change or delete groups"),
         _a("groups.list", _S.METASTORE, (), "list the groups the caller belongs to"),
     ]

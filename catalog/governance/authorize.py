@@ -93,13 +93,17 @@ class Authorizer:
             if revision is not None and revision <= self.policy.revision:
                 return
             rows = await self.pool.fetch(
-                "SELECT seq, kind, op, a, b, c FROM policy_log WHERE seq > $1 ORDER BY seq", self.policy.revision
+                "SELECT seq, kind, op, a, b, c FROM policy_log WHERE seq > $1 ORDER BY seq",
+                self.policy.revision,
             )
             for row in rows:
-                self.policy.apply(row["kind"], row["op"], row["a"], row["b"], row["c"])
+                self.apply(row["kind"], row["op"], row["a"], row["b"], row["c"])
                 self.policy.revision = row["seq"]
-            if rows:
-                self._cache.clear()
+
+    def apply(self, kind: str, op: str, a: str, b: str, c: str) -> None:
+        """Apply one policy change; every cached decision is dropped."""
+        self.policy.apply(kind, op, a, b, c)
+        self._cache.clear()
 
     # --- deciding --------------------------------------------------------------------------------
 
@@ -109,7 +113,9 @@ class Authorizer:
         lines: list[list[str]] = []
         if self.admin in subjects:
             lines.append([self.admin, self.metastore.id, ADMIN])
-        for node in chain:
+        # most specific first: the engine explains with the first line that matches, and the
+        # owner-of-the-target exception depends on seeing that line rather than an ancestor's
+        for node in reversed(chain):
             if node.type != SecurableType.METASTORE and node.owner in subjects:
                 lines.append([node.owner, node.id, OWNER])
             for grantee, privileges in self.policy.grants.get(node.id, {}).items():
@@ -168,7 +174,9 @@ class Authorizer:
                 if allowed and line is not None:  # the admin is told what does not exist (404)
                     return Decision(True, self._reason(name, line, chain), METASTORE_ADMIN)
                 name_there = ".".join(securable.full_name.split(".")[:level])
-                return Decision(False, f"requires {use.value} on {parent_type.value.lower()} {name_there}", use)
+                return Decision(
+                    False, f"requires {use.value} on {parent_type.value.lower()} {name_there}", use
+                )
             allowed, _ = self.engine.enforce(name, chain[level].id, use)
             if not allowed:
                 return Decision(False, f"requires {use.value} on {_describe(chain[level])}", use)

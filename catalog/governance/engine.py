@@ -25,7 +25,9 @@ class _Enforcer(casbin.Enforcer):
     The g/g2 functions it closes over are the enforcer's own role managers, which `load`
     refills in place, so the cached expression always sees the current slice."""
 
-    _expressions: dict[str, Any] = {}
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._expressions: dict[str, Any] = {}  # per enforcer: it closes over this one's role managers
+        super().__init__(*args, **kwargs)
 
     def _get_expression(self, expr: str, functions: Any = None) -> Any:  # type: ignore[override]
         expression = self._expressions.get(expr)

@@ -26,11 +26,17 @@ class Membership:
 @dataclass
 class PolicyState:
     revision: int = 0
-    grants: dict[str, dict[str, set[str]]] = field(default_factory=dict)  # securable id → grantee → privileges
+    grants: dict[str, dict[str, set[str]]] = field(
+        default_factory=dict
+    )  # securable id → grantee → privileges
     group_names: dict[str, str] = field(default_factory=dict)  # group id → display name
     group_ids: dict[str, str] = field(default_factory=dict)  # display name → group id
-    principal_groups: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # name → group ids
-    group_parents: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # group id → group ids
+    principal_groups: dict[str, set[str]] = field(
+        default_factory=lambda: defaultdict(set)
+    )  # name → group ids
+    group_parents: dict[str, set[str]] = field(
+        default_factory=lambda: defaultdict(set)
+    )  # group id → group ids
     _memberships: dict[str, Membership] = field(default_factory=dict)
 
     # --- changes ---------------------------------------------------------------------------------

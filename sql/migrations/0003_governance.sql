@@ -29,7 +29,9 @@ CREATE TABLE IF NOT EXISTS group_members (
 CREATE INDEX IF NOT EXISTS group_members_member ON group_members (member_type, member);
 
 -- Every change to grants, groups or memberships appends here (by trigger, so no code path can
--- forget). `seq` is the policy revision.
+-- forget). `seq` is the policy revision. The triggers take one transaction-scoped advisory lock
+-- first, so a writer commits before the next one draws a seq: a reader that has seen seq N has
+-- seen every change numbered below N.
 CREATE TABLE IF NOT EXISTS policy_log (
     seq bigserial PRIMARY KEY,
     kind text NOT NULL,      -- grant | group | member
@@ -42,6 +44,7 @@ CREATE TABLE IF NOT EXISTS policy_log (
 
 CREATE OR REPLACE FUNCTION policy_log_grants() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pg_advisory_xact_lock(1886350457);  -- serialise policy writers: seq follows commit order
     IF TG_OP = 'INSERT' THEN
         INSERT INTO policy_log (kind, op, a, b, c)
         VALUES ('grant', 'add', NEW.securable_id::text, NEW.principal, NEW.privilege);
@@ -54,6 +57,7 @@ END $$;
 
 CREATE OR REPLACE FUNCTION policy_log_groups() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pg_advisory_xact_lock(1886350457);  -- serialise policy writers: seq follows commit order
     IF TG_OP = 'INSERT' THEN
         INSERT INTO policy_log (kind, op, a, b, c) VALUES ('group', 'add', NEW.id::text, NEW.display_name, '');
         RETURN NEW;
@@ -64,6 +68,7 @@ END $$;
 
 CREATE OR REPLACE FUNCTION policy_log_members() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pg_advisory_xact_lock(1886350457);  -- serialise policy writers: seq follows commit order
     IF TG_OP = 'INSERT' THEN
         INSERT INTO policy_log (kind, op, a, b, c)
         VALUES ('member', 'add', NEW.group_id::text, NEW.member_type, NEW.member);

@@ -1,0 +1,146 @@
+"""Grants and effective permissions: validate, authorize, one repository call."""
+
+from __future__ import annotations
+
+from catalog.auth import Principal
+from catalog.context import Context
+from catalog.errors import InvalidParameter, NotFound
+from catalog.governance import repo
+from catalog.governance.actions import GRANTABLE, Privilege, action
+from catalog.governance.schemas import (
+    EffectivePermissionsList,
+    EffectivePrivilege,
+    EffectivePrivilegeAssignment,
+    PermissionsList,
+    PrivilegeAssignment,
+    UpdatePermissions,
+)
+from catalog.governance.securables import DEPTH, Securable, SecurableType
+from catalog.names import split_full_name
+from catalog.namespace.repo import locate
+from catalog.pagination import decode_token, encode_token, page_size
+
+MAX_CHANGES = 1000
+MAX_PRINCIPAL = 255
+
+
+def parse_securable_type(value: str) -> SecurableType:
+    try:
+        return SecurableType.parse(value)
+    except ValueError:
+        raise InvalidParameter(
+            "securable_type must be one of metastore, catalog, schema, memory_store", "securable_type"
+        ) from None
+
+
+async def resolve(
+    ctx: Context, principal: Principal, action_name: str, securable_type: str, full_name: str
+) -> Securable:
+    """Locate any securable by type and full name (the metastore's full name is its id),
+    authorize `action_name` on it, and insist that it exists."""
+    kind = parse_securable_type(securable_type)
+    if kind == SecurableType.METASTORE:
+        if full_name.lower() != ctx.metastore_id:
+            raise NotFound(f"metastore {full_name} does not exist")
+        parts: list[str] = []
+    else:
+        parts = split_full_name(full_name, DEPTH[kind])
+    securable = await locate(ctx.pool, ctx.metastore, kind, parts)
+    await ctx.authorizer.ensure(principal, action(action_name), securable)
+    if not securable.exists:
+        raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
+    return securable
+
+
+def _principal_name(value: str, field: str) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_PRINCIPAL:
+        raise InvalidParameter(
+            f"{field} must be a principal or group name of 1-{MAX_PRINCIPAL} characters", field
+        )
+    return value
+
+
+def _privilege(value: str, securable_type: SecurableType, field: str) -> str:
+    try:
+        privilege = Privilege.parse(value)
+    except ValueError:
+        raise InvalidParameter(f"unknown privilege {value[:60]!r}", field) from None
+    if privilege not in GRANTABLE[securable_type]:
+        allowed = ", ".join(GRANTABLE[securable_type])
+        raise InvalidParameter(
+            f"{privilege.value} cannot be granted on a {securable_type.value.lower()} (allowed: {allowed})",
+            field,
+        )
+    return privilege.value
+
+
+async def get_permissions(
+    ctx: Context,
+    principal: Principal,
+    securable_type: str,
+    full_name: str,
+    about: str | None,
+    max_results: int | None,
+    page_token: str | None,
+) -> PermissionsList:
+    size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
+    after = decode_token(page_token)
+    securable = await resolve(ctx, principal, "permissions.get", securable_type, full_name)
+    grants = await repo.list_grants(ctx.pool, securable.node.id, about)
+    names = [name for name in grants if after is None or name > after]
+    page = names[:size]
+    token = encode_token(page[-1]) if len(names) > size else None
+    return PermissionsList(
+        privilege_assignments=[PrivilegeAssignment(principal=name, privileges=grants[name]) for name in page],
+        next_page_token=token,
+    )
+
+
+async def update_permissions(
+    ctx: Context, principal: Principal, securable_type: str, full_name: str, body: UpdatePermissions
+) -> PermissionsList:
+    kind = parse_securable_type(securable_type)
+    if len(body.changes) > MAX_CHANGES:
+        raise InvalidParameter(f"at most {MAX_CHANGES} changes per request", "changes")
+    add: list[tuple[str, str]] = []
+    remove: list[tuple[str, str]] = []
+    for i, change in enumerate(body.changes):
+        who = _principal_name(change.principal, f"changes[{i}].principal")
+        add += [(who, _privilege(p, kind, f"changes[{i}].add")) for p in change.add]
+        remove += [(who, _privilege(p, kind, f"changes[{i}].remove")) for p in change.remove]
+    if both := set(add) & set(remove):
+        who, privilege = sorted(both)[0]
+        raise InvalidParameter(f"{privilege} for {who} is both added and removed", "changes")
+    securable = await resolve(ctx, principal, "permissions.update", securable_type, full_name)
+    async with ctx.pool.acquire() as conn:
+        await repo.change_grants(conn, securable, add=add, remove=remove, granted_by=principal.name)
+    if body.omit_permissions_in_response:
+        return PermissionsList()
+    grants = await repo.list_grants(ctx.pool, securable.node.id, None)
+    return PermissionsList(
+        privilege_assignments=[PrivilegeAssignment(principal=n, privileges=p) for n, p in grants.items()]
+    )
+
+
+async def get_effective_permissions(
+    ctx: Context, principal: Principal, securable_type: str, full_name: str, about: str | None
+) -> EffectivePermissionsList:
+    about = _principal_name(about, "principal") if about else principal.name
+    action_name = "effective_permissions.self" if about == principal.name else "effective_permissions.other"
+    securable = await resolve(ctx, principal, action_name, securable_type, full_name)
+    by_grantee: dict[str, list[EffectivePrivilege]] = {}
+    for holding in ctx.authorizer.holdings(about, securable):
+        inherited = holding.source.id != securable.node.id
+        by_grantee.setdefault(holding.grantee, []).append(
+            EffectivePrivilege(
+                privilege=holding.privilege,
+                inherited_from_type=holding.source.type.value if inherited else None,
+                inherited_from_name=holding.source.full_name if inherited else None,
+            )
+        )
+    return EffectivePermissionsList(
+        privilege_assignments=[
+            EffectivePrivilegeAssignment(principal=grantee, privileges=privileges)
+            for grantee, privileges in sorted(by_grantee.items())
+        ]
+    )

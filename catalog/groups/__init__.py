@@ -1,0 +1,1 @@
+"""Groups: the SCIM 2.0 subset, managed by the metastore admin."""

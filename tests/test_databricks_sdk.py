@@ -60,3 +60,41 @@ def test_sdk_sees_permission_denied(live):
     with pytest.raises(PermissionDenied):
         stranger.catalogs.create(name="not_yours")
     assert [c.name for c in stranger.catalogs.list()] == ["main"]  # account users may use main
+
+
+def test_grants_and_groups_through_the_sdk(live):
+    from databricks.sdk.service.catalog import PermissionsChange, Privilege
+    from databricks.sdk.service.iam import ComplexValue
+
+    admin = client_for(live, "admin")
+    admin.catalogs.create(name="gov")
+    admin.schemas.create(name="team", catalog_name="gov")
+    group = admin.groups.create(display_name="sdk_team", members=[ComplexValue(value="sally")])
+    assert group.id and group.display_name == "sdk_team"
+    assert [m.value for m in admin.groups.get(group.id).members] == ["sally"]
+
+    sally = client_for(live, "sally")
+    with pytest.raises(PermissionDenied):
+        sally.schemas.get("gov.team")
+    admin.grants.update(
+        "catalog",
+        "gov",
+        changes=[PermissionsChange(principal="sdk_team", add=[Privilege.USE_CATALOG, Privilege.USE_SCHEMA])],
+    )
+    assert sally.schemas.get("gov.team").name == "team"
+    listed = admin.grants.get("catalog", "gov")
+    assert [(a.principal, sorted(p.value for p in a.privileges)) for a in listed.privilege_assignments] == [
+        ("sdk_team", ["USE_CATALOG", "USE_SCHEMA"])
+    ]
+    effective = sally.grants.get_effective("schema", "gov.team")
+    (assignment,) = effective.privilege_assignments
+    assert assignment.principal == "sdk_team"
+    (use_schema,) = assignment.privileges
+    assert use_schema.privilege == Privilege.USE_SCHEMA
+    assert use_schema.inherited_from_type.value == "CATALOG" and use_schema.inherited_from_name == "gov"
+    admin.grants.update(
+        "catalog", "gov", changes=[PermissionsChange(principal="sdk_team", remove=[Privilege.USE_SCHEMA])]
+    )
+    with pytest.raises(PermissionDenied):
+        sally.schemas.get("gov.team")
+    admin.groups.delete(group.id)

@@ -35,6 +35,7 @@ from catalog.governance.securables import DEPTH, Node, Securable, SecurableType
 _USE = {1: (SecurableType.CATALOG, Privilege.USE_CATALOG), 2: (SecurableType.SCHEMA, Privilege.USE_SCHEMA)}
 ADMIN, OWNER = "ADMIN", "OWNER"
 _CACHE_LIMIT = 200_000
+_SYNC_BATCH = 5_000
 
 
 @dataclass(frozen=True)
@@ -92,13 +93,18 @@ class Authorizer:
         async with self._sync_lock:
             if revision is not None and revision <= self.policy.revision:
                 return
-            rows = await self.pool.fetch(
-                "SELECT seq, kind, op, a, b, c FROM policy_log WHERE seq > $1 ORDER BY seq",
-                self.policy.revision,
-            )
-            for row in rows:
-                self.apply(row["kind"], row["op"], row["a"], row["b"], row["c"])
-                self.policy.revision = row["seq"]
+            while True:
+                # the LIMIT keeps the plan on the primary key even as a generic prepared plan
+                rows = await self.pool.fetch(
+                    "SELECT seq, kind, op, a, b, c FROM policy_log WHERE seq > $1 ORDER BY seq LIMIT $2",
+                    self.policy.revision,
+                    _SYNC_BATCH,
+                )
+                for row in rows:
+                    self.apply(row["kind"], row["op"], row["a"], row["b"], row["c"])
+                    self.policy.revision = row["seq"]
+                if len(rows) < _SYNC_BATCH:
+                    break
 
     def apply(self, kind: str, op: str, a: str, b: str, c: str) -> None:
         """Apply one policy change; every cached decision is dropped."""

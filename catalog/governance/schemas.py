@@ -22,7 +22,7 @@ class PrivilegeAssignment(msgspec.Struct, kw_only=True):
 
 
 class PermissionsList(msgspec.Struct, omit_defaults=True, kw_only=True):
-    privilege_assignments: list[PrivilegeAssignment] = []
+    privilege_assignments: list[PrivilegeAssignment]
     next_page_token: str | None = None
 
 
@@ -38,5 +38,5 @@ class EffectivePrivilegeAssignment(msgspec.Struct, kw_only=True):
 
 
 class EffectivePermissionsList(msgspec.Struct, omit_defaults=True, kw_only=True):
-    privilege_assignments: list[EffectivePrivilegeAssignment] = []
+    privilege_assignments: list[EffectivePrivilegeAssignment]
     next_page_token: str | None = None

@@ -115,7 +115,7 @@ async def update_permissions(
     async with ctx.pool.acquire() as conn:
         await repo.change_grants(conn, securable, add=add, remove=remove, granted_by=principal.name)
     if body.omit_permissions_in_response:
-        return PermissionsList()
+        return PermissionsList(privilege_assignments=[])
     grants = await repo.list_grants(ctx.pool, securable.node.id, None)
     return PermissionsList(
         privilege_assignments=[PrivilegeAssignment(principal=n, privileges=p) for n, p in grants.items()]

@@ -1,0 +1,105 @@
+"""Every route in the OpenAPI document: without a token it is 401, with a token that holds no
+grant it is 403 (or 200 where CONTRACT.md opens it to every authenticated principal), and every
+authenticated call goes through the one authorization seam."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from catalog.governance.authorize import Authorizer
+
+UC = "/api/2.1/unity-catalog"
+SCIM = "/api/2.0/preview/scim/v2/Groups"
+
+OPEN_WITHOUT_TOKEN = {"health"}
+OPEN_TO_EVERYONE = {"getMetastoreSummary", "listCatalogs", "getEffectivePermissions", "listGroups"}
+
+BODIES = {
+    "createCatalog": {"name": "walk_new"},
+    "updateCatalog": {"comment": "x"},
+    "createSchema": {"name": "x", "catalog_name": "walk"},
+    "updateSchema": {"comment": "x"},
+    "createMemoryStore": {"name": "x", "catalog_name": "walk", "schema_name": "s"},
+    "updateMemoryStore": {"description": "x"},
+    "updatePermissions": {"changes": [{"principal": "nobody", "add": ["MANAGE"]}]},
+    "createGroup": {"displayName": "walkers"},
+    "patchGroup": {"Operations": [{"op": "add", "path": "members", "value": [{"value": "nobody"}]}]},
+}
+QUERIES = {
+    "listSchemas": {"catalog_name": "walk"},
+    "listMemoryStores": {"catalog_name": "walk", "schema_name": "s"},
+}
+
+
+@pytest.fixture(scope="module")
+def walk(client, token):
+    assert client.post(f"{UC}/catalogs", headers=token(), json={"name": "walk"}).status_code == 200
+    assert (
+        client.post(f"{UC}/schemas", headers=token(), json={"name": "s", "catalog_name": "walk"}).status_code
+        == 200
+    )
+    body = {"name": "m", "catalog_name": "walk", "schema_name": "s"}
+    assert client.post(f"{UC}/memory-stores", headers=token(), json=body).status_code == 200
+    group = client.post(SCIM, headers=token(), json={"displayName": "walk_group"}).json()
+    return {"group_id": group["id"]}
+
+
+def _operations(client):
+    doc = client.get("/openapi.json").json()
+    for path, item in doc["paths"].items():
+        for method, operation in item.items():
+            yield method.upper(), path, operation["operationId"]
+
+
+def _fill(path: str, walk: dict[str, str]) -> str:
+    values = {
+        "name": "walk",
+        "group_id": walk["group_id"],
+        "securable_type": "catalog",
+    }
+    if "/schemas/" in path:
+        values["full_name"] = "walk.s"
+    elif "/memory-stores/" in path:
+        values["full_name"] = "walk.s.m"
+    else:
+        values["full_name"] = "walk"
+    return re.sub(r"\{(\w+)\}", lambda m: values[m[1]], path)
+
+
+def test_every_route_refuses_strangers_and_asks_authorize(client, token, walk, monkeypatch):
+    calls: list[str] = []
+    original = Authorizer.check
+
+    async def spy(self, principal, action, securable):  # type: ignore[no-untyped-def]
+        calls.append(action.name)
+        return await original(self, principal, action, securable)
+
+    monkeypatch.setattr(Authorizer, "check", spy)
+    seen = set()
+    for method, path, operation_id in _operations(client):
+        seen.add(operation_id)
+        url = _fill(path, walk)
+        kwargs = {"params": QUERIES.get(operation_id, {})}
+        if method in ("POST", "PATCH"):
+            assert operation_id in BODIES, f"add a sample body for {operation_id}"
+            kwargs["json"] = BODIES[operation_id]
+        anonymous = client.request(method, url, **kwargs)
+        if operation_id in OPEN_WITHOUT_TOKEN:
+            assert anonymous.status_code == 200, operation_id
+            continue
+        assert anonymous.status_code == 401, (operation_id, anonymous.text)
+        calls.clear()
+        r = client.request(method, url, headers=token("nobody"), **kwargs)
+        expected = 200 if operation_id in OPEN_TO_EVERYONE else 403
+        assert r.status_code == expected, (operation_id, r.status_code, r.text)
+        assert calls, f"{operation_id} did not go through authorize"
+    assert {"createCatalog", "updatePermissions", "createGroup", "deleteMemoryStore"} <= seen
+
+
+def test_open_lists_show_a_stranger_nothing_private(client, token, walk):
+    catalogs = [c["name"] for c in client.get(f"{UC}/catalogs", headers=token("nobody")).json()["catalogs"]]
+    assert "walk" not in catalogs
+    groups = client.get(SCIM, headers=token("nobody")).json()
+    assert groups["Resources"] == [] and groups["totalResults"] == 0

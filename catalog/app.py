@@ -20,12 +20,14 @@ from litestar.openapi.spec import Components, SecurityScheme
 from catalog import __version__, namespace
 from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
 from catalog.context import Context
+from catalog.entries.routes import router as entries_router
 from catalog.errors import handle_exception
 from catalog.governance.routes import router as governance_router
 from catalog.groups.routes import router as groups_router
 from catalog.http import RequestContext
 from catalog.ops import databricks_config, healthz
 from catalog.runtime import Runtime
+from catalog.search.embedder import Encoder
 from catalog.settings import Settings
 
 
@@ -34,10 +36,12 @@ def _context(request: Request[Any, Any, Any]) -> Context:
     return context
 
 
-def create_app(settings: Settings) -> Litestar:
+def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
+    """The application; `encoder` replaces the ONNX model (tests use a fast stand-in)."""
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        runtime = await Runtime.start(settings)
+        runtime = await Runtime.start(settings, encoder)
         app.state.runtime = runtime
         app.state.verifier = runtime.verifier
         try:
@@ -46,7 +50,14 @@ def create_app(settings: Settings) -> Litestar:
             await runtime.close()
 
     app = Litestar(
-        route_handlers=[healthz, databricks_config, namespace.router, governance_router, groups_router],
+        route_handlers=[
+            healthz,
+            databricks_config,
+            namespace.router,
+            entries_router,
+            governance_router,
+            groups_router,
+        ],
         lifespan=[lifespan],
         dependencies={"ctx": Provide(_context, sync_to_thread=False)},
         middleware=[DefineMiddleware(JWTAuthMiddleware, exclude=AUTH_EXEMPT_PATHS)],

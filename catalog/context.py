@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from catalog.governance import Authorizer, Node
+from catalog.search import SearchEngine
 from catalog.settings import Settings
 
 
@@ -16,6 +17,7 @@ class Context:
     pool: asyncpg.Pool
     authorizer: Authorizer
     metastore: Node  # the root securable; its full name is the metastore id
+    search: SearchEngine | None = None  # None only in tools that never touch entries
 
     @property
     def metastore_id(self) -> str:

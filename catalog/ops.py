@@ -18,7 +18,9 @@ async def healthz(request: Request[Any, Any, Any], ctx: NamedDependency[Context]
         async with ctx.pool.acquire(timeout=5) as conn:
             await conn.fetchval("SELECT 1")
     except Exception:  # the database is unreachable: not ready
-        return Response({"status": "unavailable"}, status_code=503)
+        return Response({"status": "unavailable", "reason": "database"}, status_code=503)
+    if ctx.search is None or ctx.search.indexer.index is None:
+        return Response({"status": "unavailable", "reason": "search index"}, status_code=503)
     return Response({"status": "ok"}, status_code=200)
 
 

@@ -17,6 +17,10 @@ from catalog.context import Context
 from catalog.db import EmbeddedPostgres, apply_migrations, create_pool
 from catalog.governance import Authorizer, Node, SecurableType
 from catalog.namespace import bootstrap, get_metastore
+from catalog.search import SearchEngine
+from catalog.search.embedder import DIMENSIONS, Embedder, Encoder, ModelError, ModelFiles, OnnxEncoder
+from catalog.search.indexer import Indexer
+from catalog.search.repo import VectorSearch
 from catalog.settings import Settings
 
 log = logging.getLogger("catalog.runtime")
@@ -56,6 +60,27 @@ async def prepare_database(url: str, admin: str) -> None:
         await conn.close()
 
 
+def load_encoder(settings: Settings) -> Encoder:
+    if settings.embedding_model is not None and settings.embedding_tokenizer is not None:
+        files = ModelFiles(settings.embedding_model, settings.embedding_tokenizer, None, None)
+    else:
+        files = ModelFiles.default()
+    encoder = OnnxEncoder(files)
+    if encoder.dimensions != DIMENSIONS:
+        raise ModelError(
+            f"the embedding model gives {encoder.dimensions} dimensions; the catalog stores {DIMENSIONS}"
+        )
+    return encoder
+
+
+async def start_search(settings: Settings, pool: asyncpg.Pool, encoder: Encoder | None) -> SearchEngine:
+    if encoder is None:
+        encoder = await asyncio.to_thread(load_encoder, settings)
+    engine = SearchEngine(pool, Embedder(encoder), Indexer(pool, settings.index_dir), VectorSearch(pool))
+    await engine.start()
+    return engine
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -64,7 +89,7 @@ class Runtime:
     embedded: EmbeddedPostgres | None
 
     @classmethod
-    async def start(cls, settings: Settings) -> Runtime:
+    async def start(cls, settings: Settings, encoder: Encoder | None = None) -> Runtime:
         embedded = None
         url = settings.database_url
         if url is None:
@@ -79,14 +104,19 @@ class Runtime:
             metastore = Node(SecurableType.METASTORE, str(row["id"]), str(row["id"]), row["admin"])
             authorizer = Authorizer(row["admin"], metastore, pool)
             await authorizer.load()
+            search = await start_search(settings, pool, encoder)
         except BaseException:
             if embedded is not None:
                 await asyncio.to_thread(embedded.stop)
             raise
-        context = Context(settings=settings, pool=pool, authorizer=authorizer, metastore=metastore)
+        context = Context(
+            settings=settings, pool=pool, authorizer=authorizer, metastore=metastore, search=search
+        )
         return cls(settings, context, verifier, embedded)
 
     async def close(self) -> None:
+        if self.context.search is not None:
+            await self.context.search.close()
         await self.context.pool.close()
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)

@@ -32,6 +32,8 @@ class Settings:
     jwt_audience: str = DEV_AUDIENCE
     jwks_url: str | None = None
     jwt_public_key: str | None = None
+    embedding_model: Path | None = None  # another ONNX sentence model (384 dimensions)
+    embedding_tokenizer: Path | None = None  # its tokenizer.json
     host: str = "127.0.0.1"
     port: int = 8080
     max_body_bytes: int = MAX_BODY_BYTES
@@ -45,6 +47,10 @@ class Settings:
             raise SettingsError("CATALOG_ADMIN must not be empty")
         if not _TWO_PART.match(self.agents_schema):
             raise SettingsError("CATALOG_AGENTS_SCHEMA must be '<catalog>.<schema>'")
+        if (self.embedding_model is None) != (self.embedding_tokenizer is None):
+            raise SettingsError(
+                "set both CATALOG_EMBEDDING_MODEL and CATALOG_EMBEDDING_TOKENIZER, or neither"
+            )
         if not 0 <= self.port < 65536:
             raise SettingsError("port must be between 0 (any free port) and 65535")
 
@@ -65,6 +71,8 @@ class Settings:
             jwt_audience=get("CATALOG_JWT_AUDIENCE") or DEV_AUDIENCE,
             jwks_url=get("CATALOG_JWKS_URL"),
             jwt_public_key=get("CATALOG_JWT_PUBLIC_KEY"),
+            embedding_model=Path(m) if (m := get("CATALOG_EMBEDDING_MODEL")) else None,
+            embedding_tokenizer=Path(t) if (t := get("CATALOG_EMBEDDING_TOKENIZER")) else None,
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
         return replace(settings, **clean) if clean else settings  # type: ignore[arg-type]
@@ -81,6 +89,10 @@ class Settings:
     @property
     def postgres_dir(self) -> Path:
         return self.data_dir.resolve() / "postgres"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.data_dir.resolve() / "index"
 
     @property
     def keys_dir(self) -> Path:

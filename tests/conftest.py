@@ -26,6 +26,7 @@ from litestar.testing import TestClient
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.runtime import with_database
+from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,7 +83,9 @@ def settings(database_url: str, data_dir: Path) -> Settings:
 
 @pytest.fixture(scope="module")
 def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+    with TestClient(
+        create_app(settings, encoder=HashEncoder()), raise_server_exceptions=False
+    ) as test_client:
         yield test_client
 
 

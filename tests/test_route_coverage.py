@@ -25,11 +25,18 @@ BODIES = {
     "updateMemoryStore": {"description": "x"},
     "updatePermissions": {"changes": [{"principal": "nobody", "add": ["MANAGE"]}]},
     "createGroup": {"displayName": "walkers"},
+    "createEntry": {"path": "/notes.md", "contents": "x"},
+    "updateEntry": {"scope": "u", "path": "/notes.md", "append": {"text": "x"}},
+    "searchEntries": {"scope": "u", "query": "x"},
     "patchGroup": {"Operations": [{"op": "add", "path": "members", "value": [{"value": "nobody"}]}]},
 }
 QUERIES = {
     "listSchemas": {"catalog_name": "walk"},
     "listMemoryStores": {"catalog_name": "walk", "schema_name": "s"},
+    "createEntry": {"scope": "u"},
+    "getEntry": {"scope": "u", "path": "/notes.md"},
+    "listEntries": {"scope": "u"},
+    "deleteEntry": {"scope": "u", "path": "/notes.md"},
 }
 
 

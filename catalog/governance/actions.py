@@ -127,6 +127,13 @@ ACTIONS: dict[str, Action] = {
         _a("memory_store.get", _S.MEMORY_STORE, (_P.READ_MEMORY_STORE,), "read a memory store's metadata"),
         _a("memory_store.update", _S.MEMORY_STORE, (_P.MANAGE,), "update a memory store or its owner"),
         _a("memory_store.delete", _S.MEMORY_STORE, (_P.MANAGE,), "delete a memory store"),
+        _a(
+            "entries.read",
+            _S.MEMORY_STORE,
+            (_P.READ_MEMORY_STORE,),
+            "read or search a memory store's entries",
+        ),
+        _a("entries.write", _S.MEMORY_STORE, (_P.WRITE_MEMORY_STORE,), "write a memory store's entries"),
         _a("permissions.get", None, (), "read the grants on a securable", any_privilege=True),
         _a("permissions.update", None, (_P.MANAGE,), "grant or revoke privileges on a securable"),
         _a("effective_permissions.self", None, (), "read one's own effective privileges"),

@@ -1,0 +1,1 @@
+"""Memory entries: keyed by (store, scope, session, path), versioned, searchable."""

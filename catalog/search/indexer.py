@@ -1,0 +1,256 @@
+"""Keeps this process's Tantivy index in step with PostgreSQL by tailing `entry_changes`.
+
+Rules:
+- PostgreSQL is the truth; the index is derived. Each pass reads the change rows past the
+  watermark, fetches the current state of the entries they name, applies it (upsert or delete
+  by entry id, so replaying a row is harmless), commits, and only then moves the watermark, which
+  is saved beside the index. A crash anywhere loses nothing: the rows past the saved watermark are
+  replayed at the next start.
+- Sequence numbers are drawn before commit, so a row can become visible after a higher one (a
+  gap). The watermark never passes a gap younger than `gap_timeout` (a transaction still in
+  flight); older gaps are rolled-back writes. Rows past a gap are applied at once and remembered.
+- Every process has its own index directory (`<data dir>/index/slot-N`, the first whose writer
+  lock it can take), so several processes on one database each keep their own index current.
+- A missing or unreadable index is rebuilt from PostgreSQL at start.
+- Read-your-writes: `wait_fresh()` returns once a pass that started after the call has
+  committed, so everything committed before the call is searchable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import asyncpg
+
+from catalog.search.fulltext import FullTextIndex, IndexedEntry
+
+log = logging.getLogger("catalog.search")
+
+WATERMARK_FILE = "catalog-watermark.json"
+MAX_SLOTS = 16
+BATCH = 2000
+REBUILD_REWIND = 10_000  # after a rebuild, replay this many change rows (in-flight writers)
+
+
+def open_slot(root: Path) -> FullTextIndex:
+    """The first index slot whose writer lock is free; a corrupt slot is moved aside and rebuilt."""
+    root.mkdir(parents=True, exist_ok=True)
+    last_error: Exception | None = None
+    for n in range(MAX_SLOTS):
+        directory = root / f"slot-{n}"
+        try:
+            return FullTextIndex(directory)
+        except ValueError as exc:
+            if "LockBusy" in str(exc) or "lock" in str(exc).lower():
+                last_error = exc
+                continue
+            log.warning("index %s is unreadable (%s); rebuilding it", directory, exc)
+            shutil.move(
+                str(directory), str(directory.with_name(f"{directory.name}.corrupt-{int(time.time())}"))
+            )
+            return FullTextIndex(directory)
+    raise RuntimeError(f"every index slot under {root} is locked by another process: {last_error}")
+
+
+class Indexer:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        index_root: Path,
+        *,
+        poll_interval: float = 0.25,
+        gap_timeout: float = 30.0,
+    ) -> None:
+        self.pool = pool
+        self.index_root = index_root
+        self.poll_interval = poll_interval
+        self.gap_timeout = gap_timeout
+        self.index: FullTextIndex | None = None
+        self.watermark = 0
+        self._done_above: set[int] = set()
+        self._gaps: dict[int, float] = {}
+        self._wake = asyncio.Event()
+        self._passes_started = 0
+        self._passes_done = 0
+        self._pass_done = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def directory(self) -> Path:
+        assert self.index is not None
+        return self.index.directory
+
+    async def start(self, *, run: bool = True) -> None:
+        self.index = await asyncio.to_thread(open_slot, self.index_root)
+        saved = self._read_watermark()
+        if saved is None:
+            await self.rebuild()
+        else:
+            self.watermark = saved
+        await self.catch_up()
+        if run:
+            self._task = asyncio.create_task(self._loop(), name="indexer")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.index is not None:
+            await asyncio.to_thread(self.index.close)
+            self.index = None
+
+    # --- the watermark file ----------------------------------------------------------------------
+
+    def _read_watermark(self) -> int | None:
+        path = self.directory / WATERMARK_FILE
+        try:
+            value = json.loads(path.read_text())["seq"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return int(value) if isinstance(value, int) and value >= 0 else None
+
+    def _write_watermark(self) -> None:
+        path = self.directory / WATERMARK_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"seq": self.watermark, "written_at": time.time()}))
+        os.replace(tmp, path)
+
+    # --- passes ----------------------------------------------------------------------------------
+
+    async def rebuild(self) -> int:
+        """Index every entry afresh from PostgreSQL; returns how many."""
+        assert self.index is not None
+        index = self.index
+        async with self._lock:
+            head = int(await self.pool.fetchval("SELECT coalesce(max(seq), 0) FROM entry_changes"))
+            await asyncio.to_thread(index.clear)
+            count = 0
+            async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+                cursor = conn.cursor(
+                    "SELECT id::text, store_id::text, scope, session_id, path, "
+                    "coalesce(contents, '') AS contents, coalesce(description, '') AS description "
+                    "FROM entries"
+                )
+                batch: list[IndexedEntry] = []
+                async for row in cursor:
+                    batch.append(IndexedEntry(*row))
+                    if len(batch) >= BATCH:
+                        await asyncio.to_thread(index.upsert, batch)
+                        count += len(batch)
+                        batch = []
+                if batch:
+                    await asyncio.to_thread(index.upsert, batch)
+                    count += len(batch)
+            await asyncio.to_thread(index.commit)
+            self.watermark = max(0, head - REBUILD_REWIND)
+            self._done_above.clear()
+            self._gaps.clear()
+            await asyncio.to_thread(self._write_watermark)
+        log.info("full-text index rebuilt", extra={"entries": count, "index": str(index.directory)})
+        return count
+
+    async def catch_up(self) -> int:
+        """Run passes until nothing is left; returns how many change rows were applied."""
+        total = 0
+        while True:
+            applied, more = await self._pass()
+            total += applied
+            if not more:
+                return total
+
+    async def wait_fresh(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        """Return once everything committed before this call is in the index."""
+        async with self._pass_done:
+            target = self._passes_started + 1
+            self._wake.set()
+            await asyncio.wait_for(self._pass_done.wait_for(lambda: self._passes_done >= target), timeout)
+
+    def notify(self) -> None:
+        """A local write committed: index it soon."""
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+            self._wake.clear()
+            try:
+                _, more = await self._pass()
+                if more:
+                    self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("index pass failed; retrying")
+                await asyncio.sleep(1.0)
+
+    async def _pass(self) -> tuple[int, bool]:
+        assert self.index is not None
+        index = self.index
+        async with self._lock:
+            self._passes_started += 1
+            started = self._passes_started
+            try:
+                rows = await self.pool.fetch(
+                    "SELECT seq, entry_id::text AS entry_id, op FROM entry_changes "
+                    "WHERE seq > $1 ORDER BY seq LIMIT $2",
+                    self.watermark,
+                    BATCH,
+                )
+                fresh = [row for row in rows if row["seq"] not in self._done_above]
+                if fresh:
+                    ids = list({row["entry_id"] for row in fresh})
+                    current = await self.pool.fetch(
+                        "SELECT id::text, store_id::text, scope, session_id, path, coalesce(contents, ''), "
+                        "coalesce(description, '') FROM entries WHERE id = ANY($1::uuid[])",
+                        ids,
+                    )
+                    upserts = [IndexedEntry(*row) for row in current]
+                    present = {entry.entry_id for entry in upserts}
+                    deletes = [entry_id for entry_id in ids if entry_id not in present]
+
+                    def apply() -> None:
+                        index.delete(deletes)
+                        index.upsert(upserts)
+                        index.commit()
+
+                    await asyncio.to_thread(apply)
+                moved = self._advance([row["seq"] for row in rows])
+                if moved:
+                    await asyncio.to_thread(self._write_watermark)
+                return len(fresh), len(rows) == BATCH
+            finally:
+                async with self._pass_done:
+                    self._passes_done = max(self._passes_done, started)
+                    self._pass_done.notify_all()
+
+    def _advance(self, seen: list[int]) -> bool:
+        """Move the watermark over the contiguous applied rows and expired gaps."""
+        now = time.monotonic()
+        self._done_above.update(seen)
+        top = max(seen, default=self.watermark)
+        for seq in range(self.watermark + 1, top):
+            if seq not in self._done_above:
+                self._gaps.setdefault(seq, now)
+        before = self.watermark
+        while True:
+            nxt = self.watermark + 1
+            if nxt in self._done_above:
+                self._done_above.discard(nxt)
+            elif nxt in self._gaps and now - self._gaps[nxt] > self.gap_timeout:
+                del self._gaps[nxt]
+            else:
+                break
+            self.watermark = nxt
+        for seq in [s for s in self._gaps if s <= self.watermark]:
+            del self._gaps[seq]
+        return self.watermark != before

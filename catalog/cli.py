@@ -121,6 +121,13 @@ def cmd_db_url(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from catalog.reindex import reindex
+
+    settings = _settings(args)
+    return asyncio.run(reindex(settings, recompute_embeddings=args.embeddings))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="catalog", description="A governed memory catalog for AI agents.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -141,6 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
     db_url = commands.add_parser("db-url", help="print the PostgreSQL URL in use")
     db_url.add_argument("--data-dir")
     db_url.set_defaults(run=cmd_db_url)
+    reindex = commands.add_parser("reindex", help="rebuild the full-text and vector indexes from PostgreSQL")
+    reindex.add_argument("--data-dir")
+    reindex.add_argument(
+        "--embeddings",
+        action="store_true",
+        help="recompute every entry's vector too (after changing the model)",
+    )
+    reindex.set_defaults(run=cmd_reindex)
     return parser
 
 

@@ -140,24 +140,43 @@ async def by_ids(conn: Conn, ids: Sequence[str]) -> dict[str, asyncpg.Record]:
     return {str(row["id"]): row for row in rows}
 
 
-async def set_embedding(conn: Conn, entry_id: str, version: int, vector: np.ndarray) -> None:
-    await conn.execute(
-        "UPDATE entries SET embedding = $3, embedded_version = version WHERE id = $1 AND version = $2",
-        entry_id,
-        version,
-        vector,
-    )
-
-
 async def set_embeddings(conn: Conn, rows: Sequence[tuple[str, int, np.ndarray]]) -> None:
     await conn.executemany(
         "UPDATE entries SET embedding = $3, embedded_version = version WHERE id = $1 AND version = $2", rows
     )
 
 
-async def unembedded(conn: Conn, limit: int) -> list[asyncpg.Record]:
+async def count_unembedded(conn: Conn) -> int:
+    return int(
+        await conn.fetchval("SELECT count(*) FROM entries WHERE embedded_version IS DISTINCT FROM version")
+    )
+
+
+async def forget_embeddings(conn: Conn) -> None:
+    """Mark every vector stale (they are recomputed by the backfill or `catalog reindex`)."""
+    await conn.execute("UPDATE entries SET embedded_version = NULL")
+
+
+async def rebuild_vector_index(conn: Conn) -> None:
+    await conn.execute("REINDEX INDEX entries_embedding_hnsw")
+
+
+async def claim_unembedded(conn: asyncpg.Connection, limit: int) -> list[asyncpg.Record]:
+    """Lock (inside the caller's transaction) up to `limit` entries whose vector is stale,
+    skipping rows another worker holds."""
     return await conn.fetch(
         "SELECT id, version, contents, description FROM entries "
-        "WHERE embedded_version IS DISTINCT FROM version LIMIT $1",
+        "WHERE embedded_version IS DISTINCT FROM version LIMIT $1 FOR UPDATE SKIP LOCKED",
         limit,
+    )
+
+
+async def has_unembedded(conn: Conn, store_id: str, scopes: Sequence[str]) -> bool:
+    return bool(
+        await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM entries WHERE embedded_version IS DISTINCT FROM version "
+            "AND store_id = $1 AND scope = ANY($2::text[]))",
+            store_id,
+            list(scopes),
+        )
     )

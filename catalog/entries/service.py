@@ -33,7 +33,6 @@ from catalog.governance import Securable, SecurableType, action
 from catalog.names import split_full_name
 from catalog.namespace.repo import locate
 from catalog.pagination import decode_token, encode_token, page_size
-from catalog.search import embedding_text
 
 Key = tuple[str, str, str, str]
 
@@ -151,12 +150,10 @@ async def resolve_store(ctx: Context, principal: Principal, full_name: str, acti
     return securable
 
 
-async def after_write(ctx: Context, row: asyncpg.Record) -> None:
-    """Embed the entry's new version and wake the indexer, before the write is answered."""
+def after_write(ctx: Context) -> None:
+    """Wake the indexer and the embedding worker (a search waits for them: read-your-writes)."""
     assert ctx.search is not None
-    (vector,) = await ctx.search.embedder.embed([embedding_text(row["contents"], row["description"])])
-    await repo.set_embedding(ctx.pool, row["id"], row["version"], vector)
-    ctx.search.indexer.notify()
+    ctx.search.written()
 
 
 # --- operations --------------------------------------------------------------------------------------
@@ -196,7 +193,7 @@ async def create_entry(
             if row is None:
                 raise Aborted("the entry changed concurrently; retry")
             return to_entry(row)
-    await after_write(ctx, row)
+    after_write(ctx)
     return to_entry(row)
 
 
@@ -335,7 +332,7 @@ async def edit_entry(
             principal.name,
         )
     assert row is not None  # the row lock held the version
-    await after_write(ctx, row)
+    after_write(ctx)
     return to_entry(row)
 
 
@@ -356,5 +353,4 @@ async def delete_entry(
         if version is None:
             raise NotFound(f"no entry at {key_path} in scope {key_scope}")
         raise Aborted(f"the entry is at version {version}, not {expected}")
-    assert ctx.search is not None
-    ctx.search.indexer.notify()
+    after_write(ctx)

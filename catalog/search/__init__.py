@@ -1,10 +1,18 @@
-"""Search: local embeddings, the Tantivy index and pgvector, fused into one ranking."""
+"""Search: local embeddings, the Tantivy index and pgvector, fused into one ranking.
+
+Writes are answered once PostgreSQL has committed them; two background workers then bring the
+derived state up to date: the indexer (Tantivy) and the embedding worker (the `embedding` column,
+in large batches). Searches wait for both to have passed everything committed before them, so a
+search sent after a write's response sees that write (read-your-writes).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -12,9 +20,13 @@ import asyncpg
 from catalog.search.embedder import Embedder
 from catalog.search.fusion import FusionWeights
 from catalog.search.indexer import Indexer
+from catalog.search.passes import Passes
 from catalog.search.repo import VectorSearch
 
 log = logging.getLogger("catalog.search")
+
+EMBED_BATCH = 256
+FRESH_TIMEOUT = 10.0
 
 
 def embedding_text(contents: str | None, description: str | None) -> str:
@@ -30,48 +42,82 @@ class SearchEngine:
     indexer: Indexer
     vectors: VectorSearch
     weights: FusionWeights = field(default_factory=FusionWeights)
-    _backfill: asyncio.Task[None] | None = None
+    passes: Passes = field(default_factory=Passes)
+    _worker: asyncio.Task[None] | None = None
+    _stopping: bool = False
 
     async def start(self) -> None:
         self.embedder.start()
         await self.indexer.start()
-        await self.embed_missing()
-        self._backfill = asyncio.create_task(self._backfill_loop(), name="embedding-backfill")
+        self._worker = asyncio.create_task(self._embed_loop(), name="embedding-worker")
+        self.passes.wake.set()
 
     async def close(self) -> None:
-        if self._backfill is not None:
-            self._backfill.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._backfill
+        self._stopping = True
+        self.passes.wake.set()
+        if self._worker is not None:
+            try:
+                await asyncio.wait_for(self._worker, 30)
+            except TimeoutError:
+                self._worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._worker
         await self.indexer.close()
         await self.embedder.close()
 
-    async def embed_missing(self, batch: int = 256) -> int:
-        """Embed the entries whose vector is missing or older than their contents (a write that
-        crashed between its commit and its embedding, or a `catalog reindex`)."""
+    def written(self) -> None:
+        """A write committed: index and embed it soon."""
+        self.indexer.notify()
+        self.passes.wake.set()
+
+    # --- the embedding worker --------------------------------------------------------------------
+
+    async def embed_pass(self, limit: int = EMBED_BATCH) -> int:
+        """Embed up to `limit` entries whose vector is missing or older than their contents.
+        The rows are claimed with SKIP LOCKED, so several processes share the work."""
         from catalog.entries import repo
 
-        total = 0
-        while True:
-            rows = await repo.unembedded(self.pool, batch)
-            if not rows:
-                return total
-            vectors = await self.embedder.embed(
-                [embedding_text(r["contents"], r["description"]) for r in rows]
-            )
-            await repo.set_embeddings(
-                self.pool, [(r["id"], r["version"], v) for r, v in zip(rows, vectors, strict=True)]
-            )
-            total += len(rows)
-            if len(rows) < batch:
-                return total
+        async with self.pool.acquire() as conn, conn.transaction():
+            rows = await repo.claim_unembedded(conn, limit)
+            if rows:
+                texts = [embedding_text(r["contents"], r["description"]) for r in rows]
+                vectors = await self.embedder.embed(texts, background=True)
+                await repo.set_embeddings(
+                    conn, [(r["id"], r["version"], v) for r, v in zip(rows, vectors, strict=True)]
+                )
+        return len(rows)
 
-    async def _backfill_loop(self) -> None:
-        while True:
-            await asyncio.sleep(5.0)
+    async def _embed_loop(self) -> None:
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.passes.wake.wait(), 1.0)
+            self.passes.wake.clear()
+            if self._stopping:
+                return
+            number = self.passes.begin()
             try:
-                await self.embed_missing()
+                while await self.embed_pass() == EMBED_BATCH and not self._stopping:
+                    pass
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("embedding backfill failed; retrying")
+                log.exception("embedding pass failed; retrying")
+                await asyncio.sleep(1.0)
+            finally:
+                await self.passes.end(number)
+
+    async def vectors_fresh(self, store_id: str, scopes: Sequence[str]) -> None:
+        """Return once no entry of these scopes committed before the call lacks its vector."""
+        from catalog.entries import repo
+
+        deadline = time.monotonic() + FRESH_TIMEOUT
+        while await repo.has_unembedded(self.pool, store_id, scopes):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.warning("embeddings are behind; searching the vectors there are")
+                return
+            try:
+                await self.passes.wait_next(remaining)
+            except TimeoutError:
+                continue
+            await asyncio.sleep(0.01)  # rows another process holds: give it a moment

@@ -18,7 +18,7 @@ import hashlib
 import itertools
 import logging
 import re
-import time
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -137,21 +137,31 @@ class HashEncoder:
 
 
 class Embedder:
-    """Batches `embed()` calls from concurrent requests into one model run on a worker thread."""
+    """Batches `embed()` calls from concurrent requests into one model run on a worker thread.
 
-    def __init__(self, encoder: Encoder, *, max_batch: int = 64, max_wait: float = 0.003) -> None:
+    Urgent texts (search queries) go first; background texts (entries waiting for their vector)
+    fill the rest of a batch, in small batches, so that a query never waits behind a bulk load
+    for more than one short model run.
+    """
+
+    def __init__(
+        self, encoder: Encoder, *, max_batch: int = 64, background_batch: int = 32, max_wait: float = 0.003
+    ) -> None:
         self.encoder = encoder
         self.dimensions = encoder.dimensions
         self.max_batch = max_batch
+        self.background_batch = background_batch
         self.max_wait = max_wait
-        self._queue: asyncio.Queue[tuple[str, asyncio.Future[np.ndarray]]] | None = None
+        self._urgent: deque[tuple[str, asyncio.Future[np.ndarray]]] = deque()
+        self._background: deque[tuple[str, asyncio.Future[np.ndarray]]] = deque()
+        self._ready: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self.batches = 0
         self.texts = 0
 
     def start(self) -> None:
-        self._queue = asyncio.Queue()
+        self._ready = asyncio.Event()
         self._worker = asyncio.create_task(self._run(), name="embedder")
 
     async def close(self) -> None:
@@ -161,36 +171,46 @@ class Embedder:
                 await self._worker
         self._pool.shutdown(wait=True)
 
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+    async def embed(self, texts: Sequence[str], *, background: bool = False) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
-        if self._queue is None:  # not started (a command-line tool): run directly off the loop
-            return await asyncio.get_running_loop().run_in_executor(
-                self._pool, self.encoder.encode, list(texts)
-            )
         loop = asyncio.get_running_loop()
+        if self._ready is None:  # not started (a command-line tool): run directly off the loop
+            return await loop.run_in_executor(self._pool, self.encoder.encode, list(texts))
+        queue = self._background if background else self._urgent
         futures = []
         for text in texts:
             future: asyncio.Future[np.ndarray] = loop.create_future()
-            self._queue.put_nowait((text, future))
+            queue.append((text, future))
             futures.append(future)
+        self._ready.set()
         return np.stack(await asyncio.gather(*futures))
 
+    def _take(self) -> list[tuple[str, asyncio.Future[np.ndarray]]]:
+        batch: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        while self._urgent and len(batch) < self.max_batch:
+            batch.append(self._urgent.popleft())
+        limit = self.max_batch if batch else self.background_batch
+        while self._background and len(batch) < limit:
+            batch.append(self._background.popleft())
+        return batch
+
     async def _run(self) -> None:
-        assert self._queue is not None
+        assert self._ready is not None
         loop = asyncio.get_running_loop()
         while True:
-            batch = [await self._queue.get()]
-            deadline = time.monotonic() + self.max_wait
-            while len(batch) < self.max_batch:
-                timeout = deadline - time.monotonic()
-                if timeout <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), timeout))
-                except TimeoutError:
-                    break
+            await self._ready.wait()
+            if self._urgent and len(self._urgent) < self.max_batch:
+                await asyncio.sleep(self.max_wait)  # let concurrent requests join this batch
+            batch = self._take()
+            if not self._urgent and not self._background:
+                self._ready.clear()
+            if not batch:
+                continue
+            batch = [(text, future) for text, future in batch if not future.done()]
             texts = [text for text, _ in batch]
+            if not texts:
+                continue
             try:
                 vectors = await loop.run_in_executor(self._pool, self.encoder.encode, texts)
             except Exception as exc:  # hand the failure to every waiter

@@ -1,12 +1,16 @@
 """Hybrid ranking: how keyword (BM25) and semantic (cosine) results are combined.
 
-Reciprocal rank fusion throws the scores away; on conversational memory that loses to BM25 at
-rank 1 (see bench/locomo.py). Here each list keeps its scores:
-- BM25 scores are divided by the best BM25 score of the query, so the top keyword hit is 1;
-- cosine similarities are rescaled from [floor, best] to [0, 1], where floor is the similarity
-  of the last candidate (what an unrelated text scores against this query);
-- the hybrid score is `keyword_weight * bm25 + (1 - keyword_weight) * cosine`, a document
-  missing from one list scoring 0 there.
+Reciprocal rank fusion throws the scores away; on conversational memory it loses to BM25 at
+rank 1 (see bench/locomo.py). Here both lists keep their scores:
+- BM25 scores are min-max normalised over the query's keyword candidates (best = 1, the weakest
+  candidate = 0), since BM25 has no absolute scale;
+- cosine similarities are used as they are (clipped at 0): they are already on an absolute scale,
+  so a weak best semantic match stays weak instead of being stretched to 1;
+- hybrid score = `keyword_weight * bm25 + (1 - keyword_weight) * cosine`; a document missing from
+  one list scores 0 there.
+On the LoCoMo development conversations this gives R@1/5/10 of 0.337/0.556/0.634 against
+0.323/0.527/0.604 for BM25 alone and 0.161/0.390/0.511 for vectors alone (naive RRF: 0.252/0.488/0.579).
+The weight is the round 0.5: neighbouring weights score within 0.01, so nothing hangs on it.
 """
 
 from __future__ import annotations
@@ -22,19 +26,15 @@ class FusionWeights:
 def normalise_keyword(hits: list[tuple[str, float]]) -> dict[str, float]:
     if not hits:
         return {}
-    best = max(score for _, score in hits) or 1.0
-    return {doc: score / best for doc, score in hits}
+    best = max(score for _, score in hits)
+    low = min(score for _, score in hits) if len(hits) > 1 else 0.0
+    if best - low <= 1e-12:
+        return {doc: 1.0 for doc, _ in hits}
+    return {doc: (score - low) / (best - low) for doc, score in hits}
 
 
 def normalise_semantic(hits: list[tuple[str, float]]) -> dict[str, float]:
-    if not hits:
-        return {}
-    best = max(score for _, score in hits)
-    floor = min(score for _, score in hits)
-    span = best - floor
-    if span <= 1e-9:
-        return {doc: 1.0 for doc, _ in hits}
-    return {doc: (score - floor) / span for doc, score in hits}
+    return {doc: max(0.0, score) for doc, score in hits}
 
 
 def fuse(

@@ -30,6 +30,7 @@ from pathlib import Path
 import asyncpg
 
 from catalog.search.fulltext import FullTextIndex, IndexedEntry
+from catalog.search.passes import Passes
 
 log = logging.getLogger("catalog.search")
 
@@ -76,12 +77,10 @@ class Indexer:
         self.watermark = 0
         self._done_above: set[int] = set()
         self._gaps: dict[int, float] = {}
-        self._wake = asyncio.Event()
-        self._passes_started = 0
-        self._passes_done = 0
-        self._pass_done = asyncio.Condition()
+        self.passes = Passes()
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._stopping = False
 
     @property
     def directory(self) -> Path:
@@ -100,13 +99,21 @@ class Indexer:
             self._task = asyncio.create_task(self._loop(), name="indexer")
 
     async def close(self) -> None:
+        """Stop after the pass in progress (a pass's thread cannot be interrupted), then let the
+        writer finish its merges and release its lock."""
+        self._stopping = True
+        self.passes.wake.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        if self.index is not None:
-            await asyncio.to_thread(self.index.close)
-            self.index = None
+            try:
+                await asyncio.wait_for(self._task, 30)
+            except TimeoutError:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+        async with self._lock:
+            if self.index is not None:
+                await asyncio.to_thread(self.index.close)
+                self.index = None
 
     # --- the watermark file ----------------------------------------------------------------------
 
@@ -169,24 +176,23 @@ class Indexer:
 
     async def wait_fresh(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
         """Return once everything committed before this call is in the index."""
-        async with self._pass_done:
-            target = self._passes_started + 1
-            self._wake.set()
-            await asyncio.wait_for(self._pass_done.wait_for(lambda: self._passes_done >= target), timeout)
+        await self.passes.wait_next(timeout)
 
     def notify(self) -> None:
         """A local write committed: index it soon."""
-        self._wake.set()
+        self.passes.wake.set()
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
-            self._wake.clear()
+                await asyncio.wait_for(self.passes.wake.wait(), self.poll_interval)
+            self.passes.wake.clear()
+            if self._stopping:
+                return
             try:
                 _, more = await self._pass()
                 if more:
-                    self._wake.set()
+                    self.passes.wake.set()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -197,8 +203,7 @@ class Indexer:
         assert self.index is not None
         index = self.index
         async with self._lock:
-            self._passes_started += 1
-            started = self._passes_started
+            started = self.passes.begin()
             try:
                 rows = await self.pool.fetch(
                     "SELECT seq, entry_id::text AS entry_id, op FROM entry_changes "
@@ -229,9 +234,7 @@ class Indexer:
                     await asyncio.to_thread(self._write_watermark)
                 return len(fresh), len(rows) == BATCH
             finally:
-                async with self._pass_done:
-                    self._passes_done = max(self._passes_done, started)
-                    self._pass_done.notify_all()
+                await self.passes.end(started)
 
     def _advance(self, seen: list[int]) -> bool:
         """Move the watermark over the contiguous applied rows and expired gaps."""

@@ -61,7 +61,9 @@ async def semantic_hits(
     prefix: str | None,
 ) -> list[tuple[str, float]]:
     assert ctx.search is not None
-    (vector,) = await ctx.search.embedder.embed([query])
+    (vector,), _ = await asyncio.gather(
+        ctx.search.embedder.embed([query]), ctx.search.vectors_fresh(store_id, scopes)
+    )
     return await ctx.search.vectors.search(
         store_id, scopes, vector, limit, session_id=session, path_prefix=prefix
     )

@@ -1,0 +1,65 @@
+"""A server for benchmarks: `catalog serve` on a fresh data dir with the embedded PostgreSQL, or
+an already running one (--url with --token)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class BenchServer:
+    def __init__(self, data_dir: Path | None = None, env: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="catbench"))
+        self.port = free_port()
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+        self.env.update(CATALOG_DATA_DIR=str(self.data_dir), **(env or {}))
+        self.log = (self.data_dir / "server.log").open("a")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "catalog", "serve", "--port", str(self.port)],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            cwd=REPO,
+        )
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if line.startswith("listening on"):
+                break
+            if self.process.poll() is not None:
+                raise RuntimeError((self.data_dir / "server.log").read_text()[-2000:])
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def token(self, sub: str = "admin") -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "catalog", "token", "--sub", sub, "--ttl", "86400"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=True,
+        )
+        return out.stdout.strip()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()

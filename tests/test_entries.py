@@ -1,0 +1,374 @@
+"""Entries over HTTP: write modes, versions, edits, validation, scope isolation, search
+consistency (with the fast stand-in embedder; tests/test_search_quality.py uses the real model)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+UC = "/api/2.1/unity-catalog"
+STORE = f"{UC}/memory-stores/main.default.mem"
+ENTRIES = f"{STORE}/entries"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def store(client, token):
+    r = client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": "mem", "catalog_name": "main", "schema_name": "default"},
+    )
+    assert r.status_code == 200, r.text
+
+
+def post(client, token, scope, body, who="admin"):
+    return client.post(ENTRIES, headers=token(who), params={"scope": scope}, json=body)
+
+
+def search(client, token, body, who="admin"):
+    r = client.post(f"{STORE}/entries:search", headers=token(who), json=body)
+    assert r.status_code == 200, r.text
+    return r.json()["results"]
+
+
+def test_seed_flow(client, token):
+    r = post(
+        client,
+        token,
+        "user-123",
+        {
+            "path": "/memories/preferences.md",
+            "contents": "Prefers email over phone calls. Wants short answers, no small talk.",
+            "description": "Communication preferences",
+        },
+    )
+    assert r.status_code == 200, r.text
+    entry = r.json()
+    assert entry["scope"] == "user-123" and entry["path"] == "/memories/preferences.md"
+    assert entry["etag"] == "1" and r.headers["etag"] == '"1"'
+    assert entry["created_by"] == "admin" and "session_id" not in entry
+    post(
+        client,
+        token,
+        "user-123",
+        {"path": "/memories/food.md", "contents": "Likes sushi; allergic to peanuts"},
+    )
+    results = search(client, token, {"scope": "user-123", "query": "communication preferences"})
+    assert results[0]["memory_entry"]["path"] == "/memories/preferences.md"
+    assert results[0]["memory_entry"]["contents"].startswith("Prefers email")
+    assert isinstance(results[0]["score"], float)
+
+
+def test_exclusive_is_the_default_and_conflicts(client, token):
+    assert post(client, token, "u-ex", {"path": "/a.md", "contents": "one"}).status_code == 200
+    r = post(client, token, "u-ex", {"path": "/a.md", "contents": "two"})
+    assert r.status_code == 409 and r.json()["error_code"] == "ALREADY_EXISTS"
+    # another session is another key; so is another scope
+    assert (
+        post(client, token, "u-ex", {"path": "/a.md", "contents": "s", "session_id": "s1"}).status_code == 200
+    )
+    assert post(client, token, "u-ex2", {"path": "/a.md", "contents": "x"}).status_code == 200
+
+
+def test_body_form_with_memory_entry(client, token):
+    r = client.post(
+        ENTRIES,
+        headers=token(),
+        json={
+            "scope": "u-body",
+            "memory_entry": {"path": "/b.md", "contents": "hello", "source_type": "agent"},
+        },
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["source_type"] == "agent"
+    r = client.post(
+        ENTRIES,
+        headers=token(),
+        params={"scope": "other"},
+        json={"scope": "u-body", "memory_entry": {"path": "/c.md"}},
+    )
+    assert r.status_code == 400 and "scope" in r.json()["message"]
+
+
+def test_overwrite_and_append(client, token):
+    post(client, token, "u-wm", {"path": "/w.md", "contents": "first", "write_mode": "OVERWRITE"})
+    r = post(client, token, "u-wm", {"path": "/w.md", "contents": "second", "write_mode": "OVERWRITE"})
+    assert r.json()["contents"] == "second" and r.json()["etag"] == "2"
+    r = post(client, token, "u-wm", {"path": "/w.md", "contents": "line two", "write_mode": "APPEND"})
+    assert r.json()["contents"] == "second\nline two" and r.json()["etag"] == "3"
+    again = post(client, token, "u-wm", {"path": "/w.md", "contents": "line two", "write_mode": "APPEND"})
+    assert (
+        again.json()["contents"] == "second\nline two" and again.json()["etag"] == "3"
+    )  # a retry changes nothing
+    r = post(client, token, "u-wm", {"path": "/new.md", "contents": "created", "write_mode": "APPEND"})
+    assert r.json()["contents"] == "created" and r.json()["etag"] == "1"
+
+
+def test_concurrent_appends_lose_nothing(client, token):
+    def append(i: int) -> int:
+        return post(
+            client, token, "u-conc", {"path": "/log.md", "contents": f"event {i}", "write_mode": "APPEND"}
+        ).status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        assert set(pool.map(append, range(24))) == {200}
+    contents = client.get(
+        f"{STORE}/entries:get", headers=token(), params={"scope": "u-conc", "path": "/log.md"}
+    ).json()["contents"]
+    assert sorted(contents.split("\n")) == sorted(f"event {i}" for i in range(24))
+
+
+def test_concurrent_exclusive_creates_one_winner(client, token):
+    def create(i: int) -> int:
+        return post(client, token, "u-race", {"path": "/once.md", "contents": f"writer {i}"}).status_code
+
+    with ThreadPoolExecutor(6) as pool:
+        statuses = list(pool.map(create, range(6)))
+    assert statuses.count(200) == 1 and statuses.count(409) == 5
+
+
+def test_get_and_list(client, token):
+    for i in range(7):
+        post(
+            client,
+            token,
+            "u-list",
+            {"path": f"/notes/{i:02d}.md", "contents": f"note {i}", "description": f"d{i}"},
+        )
+    post(client, token, "u-list", {"path": "/other/x.md", "description": "described only"})
+    post(client, token, "u-list", {"path": "/notes/00.md", "contents": "session copy", "session_id": "s9"})
+    r = client.get(
+        f"{STORE}/entries:get", headers=token(), params={"scope": "u-list", "path": "/notes/03.md"}
+    )
+    assert r.json()["contents"] == "note 3"
+    r = client.get(
+        f"{STORE}/entries:get",
+        headers=token(),
+        params={"scope": "u-list", "path": "/notes/00.md", "session_id": "s9"},
+    )
+    assert r.json()["contents"] == "session copy" and r.json()["session_id"] == "s9"
+    r = client.get(f"{STORE}/entries:get", headers=token(), params={"scope": "u-list", "path": "/nope.md"})
+    assert r.status_code == 404
+    seen, page_token = [], None
+    while True:
+        params = {
+            "scope": "u-list",
+            "path_prefix": "/notes/",
+            "page_size": 3,
+            **({"page_token": page_token} if page_token else {}),
+        }
+        body = client.get(ENTRIES, headers=token(), params=params).json()
+        for e in body["entries"]:
+            assert "contents" not in e and e["has_contents"] is True
+        seen += [(e["path"], e.get("session_id")) for e in body["entries"]]
+        page_token = body.get("next_page_token")
+        if not page_token:
+            break
+    assert len(seen) == 8 and len(set(seen)) == 8  # 7 notes + the session copy
+    body = client.get(ENTRIES, headers=token(), params={"scope": "u-list", "session_id": "s9"}).json()
+    assert [e["path"] for e in body["entries"]] == ["/notes/00.md"]
+    body = client.get(ENTRIES, headers=token(), params={"scope": "u-list", "path_prefix": "/other"}).json()
+    assert (
+        body["entries"][0]["has_contents"] is False and body["entries"][0]["description"] == "described only"
+    )
+    r = client.get(ENTRIES, headers=token(), params={"scope": "u-list", "page_size": -1})
+    assert r.status_code == 400 and "page_size" in r.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        ({"str_replace": {"old_str": "beta", "new_str": "BETA"}}, "alpha\nBETA\ngamma"),
+        ({"insert": {"insert_text": "zero", "insert_line": 0}}, "zero\nalpha\nbeta\ngamma"),
+        ({"insert": {"insert_text": "end", "insert_line": 3}}, "alpha\nbeta\ngamma\nend"),
+        ({"replace_all": {"contents": "fresh"}}, "fresh"),
+        ({"append": {"text": "delta"}}, "alpha\nbeta\ngamma\ndelta"),
+    ],
+)
+def test_edit_operations(client, token, edit, expected):
+    path = f"/edit/{abs(hash(str(edit)))}.md"
+    post(client, token, "u-edit", {"path": path, "contents": "alpha\nbeta\ngamma"})
+    r = client.patch(ENTRIES, headers=token(), json={"scope": "u-edit", "path": path, **edit})
+    assert r.status_code == 200, r.text
+    assert r.json()["contents"] == expected and r.json()["etag"] == "2"
+
+
+def test_failed_edits_change_nothing(client, token):
+    post(client, token, "u-edit", {"path": "/fixed.md", "contents": "a a b"})
+    for edit, field in [
+        ({"str_replace": {"old_str": "a", "new_str": "x"}}, "occurs 2 times"),
+        ({"str_replace": {"old_str": "zzz", "new_str": "x"}}, "does not occur"),
+        ({"insert": {"insert_text": "x", "insert_line": 5}}, "insert_line"),
+        ({"append": {"text": "x"}, "replace_all": {"contents": "y"}}, "one of"),
+        ({}, "nothing to change"),
+    ]:
+        r = client.patch(ENTRIES, headers=token(), json={"scope": "u-edit", "path": "/fixed.md", **edit})
+        assert r.status_code == 400 and field in r.json()["message"], r.text
+    r = client.get(f"{STORE}/entries:get", headers=token(), params={"scope": "u-edit", "path": "/fixed.md"})
+    assert r.json()["contents"] == "a a b" and r.json()["etag"] == "1"
+
+
+def test_if_match_guards_edits_and_deletes(client, token):
+    post(client, token, "u-etag", {"path": "/e.md", "contents": "v1"})
+    r = client.patch(
+        ENTRIES,
+        headers={**token(), "If-Match": '"1"'},
+        json={"scope": "u-etag", "path": "/e.md", "replace_all": {"contents": "v2"}},
+    )
+    assert r.status_code == 200 and r.json()["etag"] == "2"
+    r = client.patch(
+        ENTRIES,
+        headers={**token(), "If-Match": '"1"'},
+        json={"scope": "u-etag", "path": "/e.md", "replace_all": {"contents": "lost"}},
+    )
+    assert r.status_code == 409 and r.json()["error_code"] == "ABORTED"
+    r = client.delete(
+        ENTRIES, headers={**token(), "If-Match": '"1"'}, params={"scope": "u-etag", "path": "/e.md"}
+    )
+    assert r.status_code == 409 and r.json()["error_code"] == "ABORTED"
+    r = client.delete(
+        ENTRIES, headers={**token(), "If-Match": '"2"'}, params={"scope": "u-etag", "path": "/e.md"}
+    )
+    assert r.status_code == 200 and r.json() == {}
+    assert (
+        client.delete(ENTRIES, headers=token(), params={"scope": "u-etag", "path": "/e.md"}).status_code
+        == 404
+    )
+
+
+@pytest.mark.parametrize(
+    ("scope", "body", "status", "field"),
+    [
+        ("u", {"path": "relative.md"}, 400, "path"),
+        ("u", {"path": "/a/../b"}, 400, "path"),
+        ("u", {"path": "/a//b"}, 400, "path"),
+        ("u", {"path": "/a/./b"}, 400, "path"),
+        ("u", {"path": "/trailing/"}, 400, "path"),
+        ("u", {"path": "/" + "x" * 1024}, 400, "path"),
+        ("", {"path": "/a"}, 400, "scope"),
+        ("x" * 257, {"path": "/a"}, 400, "scope"),
+        ("bad\u0007scope", {"path": "/a"}, 400, "scope"),
+        ("u", {"path": "/a", "session_id": ""}, 400, "session_id"),
+        ("u", {"path": "/a", "contents": "x" * (512 * 1024 + 1)}, 413, "contents"),
+        ("u", {"path": "/a", "description": "x" * 4097}, 413, "description"),
+        ("u", {"path": "/a", "owner": "me"}, 400, "owner"),
+        ("u", {"path": "/a", "write_mode": "SOMETIMES"}, 400, "write_mode"),
+        ("u", {"path": "/a", "write_mode": "APPEND"}, 400, "contents"),
+    ],
+)
+def test_validation_names_the_field(client, token, scope, body, status, field):
+    r = post(client, token, scope, body)
+    assert r.status_code == status, r.text
+    assert field in r.json()["message"]
+
+
+@pytest.mark.parametrize("top_k", [0, 101, -1])
+def test_top_k_bounds(client, token, top_k):
+    r = client.post(
+        f"{STORE}/entries:search", headers=token(), json={"scope": "u", "query": "x", "top_k": top_k}
+    )
+    assert r.status_code == 400 and "top_k" in r.json()["message"]
+
+
+def test_search_needs_a_query_and_a_scope(client, token):
+    r = client.post(f"{STORE}/entries:search", headers=token(), json={"scope": "u", "query": "   "})
+    assert r.status_code == 400 and "query" in r.json()["message"]
+    r = client.post(f"{STORE}/entries:search", headers=token(), json={"query": "x"})
+    assert r.status_code == 400 and "scope" in r.json()["message"]
+
+
+def test_scopes_never_cross(client, token):
+    post(client, token, "alice", {"path": "/secret.md", "contents": "alice loves quantum chromodynamics"})
+    post(client, token, "bob", {"path": "/secret.md", "contents": "bob loves quantum chromodynamics"})
+    for mode in ("hybrid", "keyword", "semantic"):
+        results = search(client, token, {"scope": "bob", "query": "quantum chromodynamics", "mode": mode})
+        assert {r["memory_entry"]["scope"] for r in results} == {"bob"}, mode
+    r = client.get(f"{STORE}/entries:get", headers=token(), params={"scope": "bob", "path": "/secret.md"})
+    assert r.json()["contents"].startswith("bob")
+    body = client.get(ENTRIES, headers=token(), params={"scope": "carol"}).json()
+    assert body["entries"] == []
+
+
+def test_read_your_writes_and_deletes_vanish_from_every_mode(client, token):
+    for i in range(5):
+        post(client, token, "u-ryw", {"path": f"/n{i}.md", "contents": f"ordinary note number {i}"})
+        results = search(
+            client, token, {"scope": "u-ryw", "query": f"ordinary note number {i}", "mode": "keyword"}
+        )
+        assert f"/n{i}.md" in [r["memory_entry"]["path"] for r in results]
+    client.delete(ENTRIES, headers=token(), params={"scope": "u-ryw", "path": "/n2.md"})
+    for mode in ("hybrid", "keyword", "semantic"):
+        results = search(client, token, {"scope": "u-ryw", "query": "ordinary note number 2", "mode": mode})
+        assert "/n2.md" not in [r["memory_entry"]["path"] for r in results], mode
+    # an edit is searchable by its new words at once, and not by the old ones
+    client.patch(
+        ENTRIES,
+        headers=token(),
+        json={"scope": "u-ryw", "path": "/n1.md", "replace_all": {"contents": "zebra migration"}},
+    )
+    assert (
+        search(client, token, {"scope": "u-ryw", "query": "zebra", "mode": "keyword"})[0]["memory_entry"][
+            "path"
+        ]
+        == "/n1.md"
+    )
+    stale = search(client, token, {"scope": "u-ryw", "query": "ordinary note number 1", "mode": "keyword"})
+    assert "/n1.md" not in [r["memory_entry"]["path"] for r in stale]
+
+
+def test_search_filters(client, token):
+    post(client, token, "u-filter", {"path": "/projects/a.md", "contents": "kayak trip planning"})
+    post(client, token, "u-filter", {"path": "/journal/a.md", "contents": "kayak trip memories"})
+    post(
+        client,
+        token,
+        "u-filter",
+        {"path": "/projects/b.md", "contents": "kayak trip budget", "session_id": "s1"},
+    )
+    for mode in ("hybrid", "keyword", "semantic"):
+        results = search(
+            client,
+            token,
+            {"scope": "u-filter", "query": "kayak trip", "path_prefix": "/projects/", "mode": mode},
+        )
+        assert {r["memory_entry"]["path"] for r in results} == {"/projects/a.md", "/projects/b.md"}, mode
+        results = search(
+            client, token, {"scope": "u-filter", "query": "kayak trip", "session_id": "s1", "mode": mode}
+        )
+        assert [r["memory_entry"]["path"] for r in results] == ["/projects/b.md"], mode
+    results = search(client, token, {"scope": "u-filter", "query": "kayak trip", "min_score": 2.0})
+    assert results == []
+    results = search(client, token, {"scope": "u-filter", "query": "kayak trip", "top_k": 1})
+    assert len(results) == 1
+
+
+def test_entries_need_their_privileges(client, token):
+    r = post(client, token, "u", {"path": "/x.md", "contents": "x"}, who="reader")
+    assert r.status_code == 403 and "WRITE_MEMORY_STORE" in r.json()["message"]
+    client.patch(
+        f"{UC}/permissions/memory_store/main.default.mem",
+        headers=token(),
+        json={"changes": [{"principal": "reader", "add": ["READ_MEMORY_STORE"]}]},
+    )
+    assert (
+        client.post(
+            f"{STORE}/entries:search", headers=token("reader"), json={"scope": "user-123", "query": "email"}
+        ).status_code
+        == 200
+    )
+    assert client.get(ENTRIES, headers=token("reader"), params={"scope": "user-123"}).status_code == 200
+    r = post(client, token, "u", {"path": "/x.md", "contents": "x"}, who="reader")
+    assert r.status_code == 403
+    client.patch(
+        f"{UC}/permissions/memory_store/main.default.mem",
+        headers=token(),
+        json={"changes": [{"principal": "writer", "add": ["WRITE_MEMORY_STORE"]}]},
+    )
+    assert (
+        post(client, token, "u-writer", {"path": "/x.md", "contents": "x"}, who="writer").status_code == 200
+    )
+    r = client.get(
+        f"{STORE}/entries:get", headers=token("writer"), params={"scope": "u-writer", "path": "/x.md"}
+    )
+    assert r.status_code == 403  # writing gives no reading

@@ -56,6 +56,11 @@ class BenchServer:
         )
         return out.stdout.strip()
 
+    def db_url(self) -> str:
+        out = subprocess.run([sys.executable, "-m", "catalog", "db-url"], env=self.env, capture_output=True,
+                             text=True, cwd=REPO, check=True)
+        return out.stdout.strip()
+
     def stop(self) -> None:
         self.process.terminate()
         try:

@@ -142,13 +142,13 @@ class HashEncoder:
 class Embedder:
     """Batches `embed()` calls from concurrent requests into one model run on a worker thread.
 
-    Urgent texts (search queries) go first; background texts (entries waiting for their vector)
-    fill the rest of a batch, in small batches, so that a query never waits behind a bulk load
-    for more than one short model run.
+    Urgent texts (search queries) go first and alone; background texts (entries waiting for their
+    vector) run in small batches, so that a query never waits behind a bulk load for more than
+    one short model run.
     """
 
     def __init__(
-        self, encoder: Encoder, *, max_batch: int = 64, background_batch: int = 32, max_wait: float = 0.003
+        self, encoder: Encoder, *, max_batch: int = 64, background_batch: int = 16, max_wait: float = 0.003
     ) -> None:
         self.encoder = encoder
         self.dimensions = encoder.dimensions
@@ -190,12 +190,12 @@ class Embedder:
         return np.stack(await asyncio.gather(*futures))
 
     def _take(self) -> list[tuple[str, asyncio.Future[np.ndarray]]]:
+        """Urgent texts alone when there are any; otherwise one small background batch."""
+        queue = self._urgent if self._urgent else self._background
+        limit = self.max_batch if self._urgent else self.background_batch
         batch: list[tuple[str, asyncio.Future[np.ndarray]]] = []
-        while self._urgent and len(batch) < self.max_batch:
-            batch.append(self._urgent.popleft())
-        limit = self.max_batch if batch else self.background_batch
-        while self._background and len(batch) < limit:
-            batch.append(self._background.popleft())
+        while queue and len(batch) < limit:
+            batch.append(queue.popleft())
         return batch
 
     async def _run(self) -> None:

@@ -1,0 +1,219 @@
+"""Search latency at scale (in-process and over HTTP) and ingest throughput.
+
+1. Ingest: entries written through the HTTP API by 16 concurrent clients, with the real ONNX
+   model: how fast writes are answered, and how fast they become searchable (embedded and
+   indexed: a search in their scope waits for both).
+2. Scales (10k and 100k by default; --million adds 1M): entries are bulk-loaded into PostgreSQL
+   with synthetic text (a 2,000-word vocabulary) and synthetic vectors (real embeddings of 2,000
+   sentences plus small noise, so that the HNSW graph has real structure); the HNSW index is built
+   and the Tantivy index rebuilt from PostgreSQL, both timed. Layout: one shared scope of
+   min(100k, N/10) entries, the rest spread over 10,000 user scopes (1,000 at 10k).
+3. Hybrid search, top_k=10, query embedding included: p50/p99 in-process (the service function)
+   and over HTTP (one client, sequential), in user scopes and in the shared scope.
+
+Run: .venv/bin/python bench/search.py [--million] [--queries N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.live import BenchServer  # noqa: E402
+from catalog.auth import Principal  # noqa: E402
+from catalog.db import EmbeddedPostgres, create_pool  # noqa: E402
+from catalog.entries.schemas import SearchRequest  # noqa: E402
+from catalog.runtime import EMBEDDED_DATABASE, Runtime, ensure_database, load_encoder  # noqa: E402
+from catalog.search.service import search_entries  # noqa: E402
+from catalog.settings import Settings  # noqa: E402
+
+UC = "/api/2.1/unity-catalog"
+STORE = "main.default.bench"
+RNG = random.Random(11)
+WORDS = [
+    "".join(RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(RNG.randint(3, 9))) for _ in range(2000)
+]
+
+
+def sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 20)))
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def ingest(server: BenchServer, n: int) -> tuple[float, float]:
+    token = server.token()
+    texts = [f"User note {i}: prefers " + sentence(RNG) for i in range(n)]
+    async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {token}"},
+                                 timeout=300) as client:
+        r = await client.post(f"{UC}/memory-stores", json={"name": "bench", "catalog_name": "main",
+                                                           "schema_name": "default"})
+        r.raise_for_status()
+        gate = asyncio.Semaphore(16)
+
+        async def put(i: int) -> None:
+            async with gate:
+                r = await client.post(f"{UC}/memory-stores/{STORE}/entries", params={"scope": "ingest"},
+                                      json={"path": f"/notes/{i}.md", "contents": texts[i]})
+                r.raise_for_status()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(put(i) for i in range(n)))
+        answered = time.perf_counter() - started
+        # searchable: every vector computed and the full-text index caught up
+        conn = await asyncpg.connect(server.db_url())
+        try:
+            while await conn.fetchval("SELECT count(*) FROM entries WHERE embedded_version IS DISTINCT FROM version"):
+                await asyncio.sleep(0.2)
+        finally:
+            await conn.close()
+        r = await client.post(f"{UC}/memory-stores/{STORE}/entries:search",
+                              json={"scope": "ingest", "query": texts[-1], "top_k": 1, "mode": "keyword"})
+        r.raise_for_status()
+        searchable = time.perf_counter() - started
+    return n / answered, n / searchable
+
+
+async def bulk_load(settings: Settings, total: int, have: int, base: np.ndarray) -> dict[str, float]:
+    """Grow the store from `have` to `total` entries; returns build timings."""
+    server = EmbeddedPostgres(settings.postgres_dir)
+    url = await ensure_database(await asyncio.to_thread(server.start), EMBEDDED_DATABASE)
+    pool = await create_pool(url, min_size=1, max_size=2)
+    timings = {}
+    try:
+        store_id = await pool.fetchval("SELECT id FROM memory_stores WHERE name = 'bench'")
+        shared = min(100_000, total // 10)
+        users = 10_000 if total >= 100_000 else 1_000
+        rng = np.random.default_rng(have + 1)
+        records = []
+        for i in range(have, total):
+            scope = "shared" if i % 10 == 0 and i // 10 < shared else f"user-{i % users}"
+            vector = base[i % len(base)] + rng.normal(0, 0.02, base.shape[1]).astype(np.float32)
+            vector /= np.linalg.norm(vector)
+            records.append((store_id, scope, "", f"/bulk/{i}.md", sentence(RNG), None, "bench", "bench",
+                            vector, 1, 1))
+        started = time.perf_counter()
+        async with pool.acquire() as conn:
+            await conn.execute("DROP INDEX IF EXISTS entries_embedding_hnsw")
+            await conn.execute("SET session_replication_role = replica")  # no change-log rows: rebuilt below
+            for chunk in range(0, len(records), 50_000):
+                await conn.copy_records_to_table(
+                    "entries", records=records[chunk:chunk + 50_000],
+                    columns=["store_id", "scope", "session_id", "path", "contents", "description", "created_by",
+                             "updated_by", "embedding", "version", "embedded_version"],
+                )
+            timings["copy_s"] = time.perf_counter() - started
+            started = time.perf_counter()
+            await conn.execute("SET maintenance_work_mem = '2GB'")
+            await conn.execute("SET max_parallel_maintenance_workers = 1")
+            await conn.execute("CREATE INDEX entries_embedding_hnsw ON entries USING hnsw (embedding vector_cosine_ops)")
+            timings["hnsw_s"] = time.perf_counter() - started
+            await conn.execute("ANALYZE entries")
+    finally:
+        await pool.close()
+        await asyncio.to_thread(server.stop)
+    shutil.rmtree(settings.index_dir, ignore_errors=True)  # the next start rebuilds Tantivy
+    return timings
+
+
+async def measure_in_process(settings: Settings, queries: list[tuple[str, str]]) -> tuple[float, dict]:
+    started = time.perf_counter()
+    runtime = await Runtime.start(settings)
+    start_s = time.perf_counter() - started
+    latencies: dict[str, list[float]] = {"user": [], "shared": []}
+    try:
+        admin = Principal("admin")
+        for kind, text in queries[:20]:  # warm-up
+            await search_entries(runtime.context, admin, STORE, SearchRequest(query=text, scope=_scope(kind)))
+        for kind, text in queries:
+            t0 = time.perf_counter()
+            await search_entries(runtime.context, admin, STORE, SearchRequest(query=text, scope=_scope(kind)))
+            latencies[kind].append((time.perf_counter() - t0) * 1000)
+    finally:
+        await runtime.close()
+    return start_s, latencies
+
+
+def _scope(kind: str) -> str:
+    return "shared" if kind == "shared" else f"user-{RNG.randrange(1000)}"
+
+
+async def measure_http(settings: Settings, queries: list[tuple[str, str]]) -> dict:
+    server = BenchServer(settings.data_dir)
+    latencies: dict[str, list[float]] = {"user": [], "shared": []}
+    try:
+        token = server.token()
+        async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {token}"},
+                                     timeout=60) as client:
+            for kind, text in queries[:20] + queries:
+                t0 = time.perf_counter()
+                r = await client.post(f"{UC}/memory-stores/{STORE}/entries:search",
+                                      json={"scope": _scope(kind), "query": text, "top_k": 10})
+                r.raise_for_status()
+                latencies[kind].append((time.perf_counter() - t0) * 1000)
+    finally:
+        server.stop()
+    return {k: v[20 // 2:] for k, v in latencies.items()}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description="search latency and ingest throughput")
+    parser.add_argument("--million", action="store_true", help="also measure at 1M entries (long)")
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--ingest", type=int, default=3000)
+    args = parser.parse_args()
+
+    data_dir = Path(f"/tmp/catbench-search-{uuid.uuid4().hex[:8]}")
+    data_dir.mkdir()
+    settings = Settings(data_dir=data_dir)
+    server = BenchServer(data_dir)
+    try:
+        answered, searchable = await ingest(server, args.ingest)
+    finally:
+        server.stop()
+    print(f"ingest over HTTP, 16 concurrent writers, real embeddings: {args.ingest} entries; "
+          f"writes answered at {answered:.0f}/s, searchable (embedded + indexed) at {searchable:.0f}/s\n")
+
+    encoder = await asyncio.to_thread(load_encoder, settings)
+    base = encoder.encode([sentence(RNG) for _ in range(2000)])
+    queries = [("user" if i % 2 else "shared", " ".join(RNG.sample(WORDS, 4))) for i in range(args.queries)]
+    scales = [10_000, 100_000] + ([1_000_000] if args.million else [])
+    rows = []
+    have = args.ingest
+    for total in scales:
+        timings = await bulk_load(settings, total, have, base)
+        have = total
+        start_s, inproc = await measure_in_process(settings, queries)
+        http = await measure_http(settings, queries)
+        rows.append((total, timings, start_s, inproc, http))
+        print(f"{total:,} entries: copy {timings['copy_s']:.0f} s, HNSW build {timings['hnsw_s']:.0f} s, "
+              f"start with Tantivy rebuild {start_s:.0f} s", flush=True)
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+    print("\nhybrid search, top_k=10, query embedding included (ms):\n")
+    print("| entries | where | in-process p50 | in-process p99 | HTTP p50 | HTTP p99 |")
+    print("|---|---|---|---|---|---|")
+    for total, _, _, inproc, http in rows:
+        for kind, label in (("user", "user scope"), ("shared", "shared scope")):
+            print(f"| {total:,} | {label} | {statistics.median(inproc[kind]):.1f} | {pct(inproc[kind], 0.99):.1f} "
+                  f"| {statistics.median(http[kind]):.1f} | {pct(http[kind], 0.99):.1f} |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -57,8 +57,14 @@ class BenchServer:
         return out.stdout.strip()
 
     def db_url(self) -> str:
-        out = subprocess.run([sys.executable, "-m", "catalog", "db-url"], env=self.env, capture_output=True,
-                             text=True, cwd=REPO, check=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "catalog", "db-url"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=True,
+        )
         return out.stdout.strip()
 
     def stop(self) -> None:

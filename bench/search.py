@@ -22,8 +22,8 @@ import random
 import shutil
 import statistics
 import sys
+import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import asyncpg
@@ -32,20 +32,37 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.live import BenchServer  # noqa: E402
-from catalog.auth import Principal  # noqa: E402
-from catalog.db import EmbeddedPostgres, create_pool  # noqa: E402
-from catalog.entries.schemas import SearchRequest  # noqa: E402
-from catalog.runtime import EMBEDDED_DATABASE, Runtime, ensure_database, load_encoder  # noqa: E402
-from catalog.search.service import search_entries  # noqa: E402
-from catalog.settings import Settings  # noqa: E402
+from bench.live import BenchServer
+from catalog.auth import Principal
+from catalog.db import EmbeddedPostgres, create_pool
+from catalog.entries.schemas import SearchRequest
+from catalog.runtime import EMBEDDED_DATABASE, Runtime, ensure_database, load_encoder
+from catalog.search.service import search_entries
+from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"
 STORE = "main.default.bench"
 RNG = random.Random(11)
-WORDS = [
-    "".join(RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(RNG.randint(3, 9))) for _ in range(2000)
-]
+# common English words: they tokenize like real notes (about one word piece a word)
+WORDS = """
+time year people way day man thing woman life child world school state family student group country
+problem hand part place case week company system program question work government number night
+point home water room mother area money story fact month lot right study book eye job word business
+issue side kind head house service friend father power hour game line end member law car city
+community name president team minute idea kid body information back parent face others level office
+door health person art war history party result change morning reason research girl guy moment air
+teacher force education foot boy age policy music market sense nation plan college interest death
+experience effect class control care field development role effort rate heart drug show leader
+light voice wife police mind price report decision son view relationship town road arm difference
+value building action model season society tax director position player record paper space ground
+form event official matter center couple site project activity star table need court oil situation
+cost industry figure street image phone data picture practice piece land product doctor wall
+patient worker news test movie north love support technology step baby computer type attention film
+tree source organization hair window evidence population site garden coffee email meeting trip
+dinner weekend allergy birthday hiking guitar recipe flight hotel train bicycle dog cat prefer like
+enjoy visit plan buy read write call send remember forget learn teach cook travel move work happy
+quiet early late busy short long new old small large important different local good great best
+""".split()  # noqa: SIM905
 
 
 def sentence(rng: random.Random) -> str:
@@ -60,17 +77,22 @@ def pct(values: list[float], q: float) -> float:
 async def ingest(server: BenchServer, n: int) -> tuple[float, float]:
     token = server.token()
     texts = [f"User note {i}: prefers " + sentence(RNG) for i in range(n)]
-    async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {token}"},
-                                 timeout=300) as client:
-        r = await client.post(f"{UC}/memory-stores", json={"name": "bench", "catalog_name": "main",
-                                                           "schema_name": "default"})
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=300
+    ) as client:
+        r = await client.post(
+            f"{UC}/memory-stores", json={"name": "bench", "catalog_name": "main", "schema_name": "default"}
+        )
         r.raise_for_status()
         gate = asyncio.Semaphore(16)
 
         async def put(i: int) -> None:
             async with gate:
-                r = await client.post(f"{UC}/memory-stores/{STORE}/entries", params={"scope": "ingest"},
-                                      json={"path": f"/notes/{i}.md", "contents": texts[i]})
+                r = await client.post(
+                    f"{UC}/memory-stores/{STORE}/entries",
+                    params={"scope": "ingest"},
+                    json={"path": f"/notes/{i}.md", "contents": texts[i]},
+                )
                 r.raise_for_status()
 
         started = time.perf_counter()
@@ -79,12 +101,16 @@ async def ingest(server: BenchServer, n: int) -> tuple[float, float]:
         # searchable: every vector computed and the full-text index caught up
         conn = await asyncpg.connect(server.db_url())
         try:
-            while await conn.fetchval("SELECT count(*) FROM entries WHERE embedded_version IS DISTINCT FROM version"):
+            while await conn.fetchval(  # noqa: ASYNC110 (polling another process's progress)
+                "SELECT count(*) FROM entries WHERE embedded_version IS DISTINCT FROM version"
+            ):
                 await asyncio.sleep(0.2)
         finally:
             await conn.close()
-        r = await client.post(f"{UC}/memory-stores/{STORE}/entries:search",
-                              json={"scope": "ingest", "query": texts[-1], "top_k": 1, "mode": "keyword"})
+        r = await client.post(
+            f"{UC}/memory-stores/{STORE}/entries:search",
+            json={"scope": "ingest", "query": texts[-1], "top_k": 1, "mode": "keyword"},
+        )
         r.raise_for_status()
         searchable = time.perf_counter() - started
     return n / answered, n / searchable
@@ -106,23 +132,38 @@ async def bulk_load(settings: Settings, total: int, have: int, base: np.ndarray)
             scope = "shared" if i % 10 == 0 and i // 10 < shared else f"user-{i % users}"
             vector = base[i % len(base)] + rng.normal(0, 0.02, base.shape[1]).astype(np.float32)
             vector /= np.linalg.norm(vector)
-            records.append((store_id, scope, "", f"/bulk/{i}.md", sentence(RNG), None, "bench", "bench",
-                            vector, 1, 1))
+            records.append(
+                (store_id, scope, "", f"/bulk/{i}.md", sentence(RNG), None, "bench", "bench", vector, 1, 1)
+            )
         started = time.perf_counter()
         async with pool.acquire() as conn:
             await conn.execute("DROP INDEX IF EXISTS entries_embedding_hnsw")
             await conn.execute("SET session_replication_role = replica")  # no change-log rows: rebuilt below
             for chunk in range(0, len(records), 50_000):
                 await conn.copy_records_to_table(
-                    "entries", records=records[chunk:chunk + 50_000],
-                    columns=["store_id", "scope", "session_id", "path", "contents", "description", "created_by",
-                             "updated_by", "embedding", "version", "embedded_version"],
+                    "entries",
+                    records=records[chunk : chunk + 50_000],
+                    columns=[
+                        "store_id",
+                        "scope",
+                        "session_id",
+                        "path",
+                        "contents",
+                        "description",
+                        "created_by",
+                        "updated_by",
+                        "embedding",
+                        "version",
+                        "embedded_version",
+                    ],
                 )
             timings["copy_s"] = time.perf_counter() - started
             started = time.perf_counter()
             await conn.execute("SET maintenance_work_mem = '2GB'")
             await conn.execute("SET max_parallel_maintenance_workers = 1")
-            await conn.execute("CREATE INDEX entries_embedding_hnsw ON entries USING hnsw (embedding vector_cosine_ops)")
+            await conn.execute(
+                "CREATE INDEX entries_embedding_hnsw ON entries USING hnsw (embedding vector_cosine_ops)"
+            )
             timings["hnsw_s"] = time.perf_counter() - started
             await conn.execute("ANALYZE entries")
     finally:
@@ -159,17 +200,20 @@ async def measure_http(settings: Settings, queries: list[tuple[str, str]]) -> di
     latencies: dict[str, list[float]] = {"user": [], "shared": []}
     try:
         token = server.token()
-        async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {token}"},
-                                     timeout=60) as client:
+        async with httpx.AsyncClient(
+            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ) as client:
             for kind, text in queries[:20] + queries:
                 t0 = time.perf_counter()
-                r = await client.post(f"{UC}/memory-stores/{STORE}/entries:search",
-                                      json={"scope": _scope(kind), "query": text, "top_k": 10})
+                r = await client.post(
+                    f"{UC}/memory-stores/{STORE}/entries:search",
+                    json={"scope": _scope(kind), "query": text, "top_k": 10},
+                )
                 r.raise_for_status()
                 latencies[kind].append((time.perf_counter() - t0) * 1000)
     finally:
         server.stop()
-    return {k: v[20 // 2:] for k, v in latencies.items()}
+    return {k: v[20 // 2 :] for k, v in latencies.items()}
 
 
 async def main() -> None:
@@ -179,16 +223,17 @@ async def main() -> None:
     parser.add_argument("--ingest", type=int, default=3000)
     args = parser.parse_args()
 
-    data_dir = Path(f"/tmp/catbench-search-{uuid.uuid4().hex[:8]}")
-    data_dir.mkdir()
+    data_dir = Path(tempfile.mkdtemp(prefix="catbench-search-"))
     settings = Settings(data_dir=data_dir)
     server = BenchServer(data_dir)
     try:
         answered, searchable = await ingest(server, args.ingest)
     finally:
         server.stop()
-    print(f"ingest over HTTP, 16 concurrent writers, real embeddings: {args.ingest} entries; "
-          f"writes answered at {answered:.0f}/s, searchable (embedded + indexed) at {searchable:.0f}/s\n")
+    print(
+        f"ingest over HTTP, 16 concurrent writers, real embeddings: {args.ingest} entries; "
+        f"writes answered at {answered:.0f}/s, searchable (embedded + indexed) at {searchable:.0f}/s\n"
+    )
 
     encoder = await asyncio.to_thread(load_encoder, settings)
     base = encoder.encode([sentence(RNG) for _ in range(2000)])
@@ -202,8 +247,11 @@ async def main() -> None:
         start_s, inproc = await measure_in_process(settings, queries)
         http = await measure_http(settings, queries)
         rows.append((total, timings, start_s, inproc, http))
-        print(f"{total:,} entries: copy {timings['copy_s']:.0f} s, HNSW build {timings['hnsw_s']:.0f} s, "
-              f"start with Tantivy rebuild {start_s:.0f} s", flush=True)
+        print(
+            f"{total:,} entries: copy {timings['copy_s']:.0f} s, HNSW build {timings['hnsw_s']:.0f} s, "
+            f"start with Tantivy rebuild {start_s:.0f} s",
+            flush=True,
+        )
     shutil.rmtree(data_dir, ignore_errors=True)
 
     print("\nhybrid search, top_k=10, query embedding included (ms):\n")
@@ -211,8 +259,11 @@ async def main() -> None:
     print("|---|---|---|---|---|---|")
     for total, _, _, inproc, http in rows:
         for kind, label in (("user", "user scope"), ("shared", "shared scope")):
-            print(f"| {total:,} | {label} | {statistics.median(inproc[kind]):.1f} | {pct(inproc[kind], 0.99):.1f} "
-                  f"| {statistics.median(http[kind]):.1f} | {pct(http[kind], 0.99):.1f} |")
+            local, remote = inproc[kind], http[kind]
+            print(
+                f"| {total:,} | {label} | {statistics.median(local):.1f} | {pct(local, 0.99):.1f} "
+                f"| {statistics.median(remote):.1f} | {pct(remote, 0.99):.1f} |"
+            )
 
 
 if __name__ == "__main__":

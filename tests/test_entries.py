@@ -372,3 +372,36 @@ def test_entries_need_their_privileges(client, token):
         f"{STORE}/entries:get", headers=token("writer"), params={"scope": "u-writer", "path": "/x.md"}
     )
     assert r.status_code == 403  # writing gives no reading
+
+
+def test_a_filtered_hnsw_search_never_loses_results(client, token, monkeypatch):
+    from catalog.search import repo as vector_repo
+
+    for i in range(40):
+        post(
+            client, token, "u-hnsw", {"path": f"/many/{i}.md", "contents": f"river delta sediment layer {i}"}
+        )
+    for i in range(3):
+        post(
+            client,
+            token,
+            "u-hnsw",
+            {"path": f"/rare/{i}.md", "contents": f"river delta note {i}", "session_id": "s-rare"},
+        )
+    # force the HNSW path with a tiny candidate list: the session filter leaves too few, so the
+    # exact scan must run after all
+    monkeypatch.setattr(vector_repo, "EXACT_LIMIT", 5)
+    monkeypatch.setattr(vector_repo, "MIN_CANDIDATES", 4)
+    monkeypatch.setattr(vector_repo, "OVERSAMPLE", 1)
+    results = search(
+        client,
+        token,
+        {
+            "scope": "u-hnsw",
+            "query": "river delta sediment",
+            "mode": "semantic",
+            "session_id": "s-rare",
+            "top_k": 3,
+        },
+    )
+    assert sorted(r["memory_entry"]["path"] for r in results) == ["/rare/0.md", "/rare/1.md", "/rare/2.md"]

@@ -145,7 +145,8 @@ class Indexer:
                 cursor = conn.cursor(
                     "SELECT id::text, store_id::text, scope, session_id, path, "
                     "coalesce(contents, '') AS contents, coalesce(description, '') AS description "
-                    "FROM entries"
+                    "FROM entries",
+                    prefetch=BATCH,
                 )
                 batch: list[IndexedEntry] = []
                 async for row in cursor:

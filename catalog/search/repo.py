@@ -1,8 +1,9 @@
 """Vector search in PostgreSQL (pgvector), exact where the filter is selective.
 
 pgvector 0.6 has no iterative index scans: an HNSW scan filtered by store and scope can return
-fewer rows than asked, silently. So: inside scopes of at most `EXACT_LIMIT` entries the search is
-an exact scan (fenced with OFFSET 0 so the planner cannot swap in the HNSW index); above that the
+fewer rows than asked, silently. So: inside scopes of at most `EXACT_LIMIT` entries, or scopes too
+small a share of the table for the HNSW candidates to hold enough of them, the search is an exact
+scan (fenced with OFFSET 0 so the planner cannot swap in the HNSW index); otherwise the
 HNSW index is read with oversampling, and if the filtered result is short, the exact scan runs
 after all. Results never go missing because of the filter.
 """
@@ -15,7 +16,10 @@ from collections.abc import Sequence
 import asyncpg
 import numpy as np
 
-EXACT_LIMIT = 20_000
+EXACT_LIMIT = 5_000
+OVERSAMPLE = 40
+MIN_CANDIDATES = 400
+MAX_CANDIDATES = 1000  # pgvector's hnsw.ef_search ceiling
 _COUNT_TTL = 30.0
 
 _FILTER = (
@@ -29,6 +33,20 @@ class VectorSearch:
         self.pool = pool
         self._sizes: dict[tuple[str, tuple[str, ...]], tuple[float, int]] = {}
         self.fallbacks = 0
+        self._rows = 0
+        self._rows_at = float("-inf")
+
+    async def _table_rows(self) -> int:
+        """The planner's estimate of the entries table's size (cheap, refreshed briefly)."""
+        now = time.monotonic()
+        if now - self._rows_at > _COUNT_TTL:
+            self._rows = int(
+                await self.pool.fetchval(
+                    "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'entries'::regclass"
+                )
+            )
+            self._rows_at = now
+        return self._rows
 
     async def _size(self, store_id: str, scopes: Sequence[str]) -> int:
         """How many entries the scopes hold, capped just above EXACT_LIMIT (cached briefly)."""
@@ -63,19 +81,24 @@ class VectorSearch:
     ) -> list[tuple[str, float]]:
         """(entry id, cosine similarity), best first."""
         args = (store_id, list(scopes), session_id, path_prefix, vector, limit)
-        if await self._size(store_id, scopes) <= EXACT_LIMIT:
+        size = await self._size(store_id, scopes)
+        candidates = min(max(limit * OVERSAMPLE, MIN_CANDIDATES), MAX_CANDIDATES)
+        # HNSW only pays off when the candidates it returns hold enough rows of these scopes
+        expected = candidates * size / max(await self._table_rows(), 1)
+        if size <= EXACT_LIMIT or expected < 3 * limit:
             return await self._exact(*args)
-        candidates = max(limit * 40, 400)
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(f"SET LOCAL hnsw.ef_search = {min(candidates, 1000)}")
+            # the limit is written into the statement (an int, never user text) and plans are custom,
+            # so that the planner always sees a small LIMIT and walks the HNSW index
+            await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+            await conn.execute(f"SET LOCAL hnsw.ef_search = {int(candidates)}")
             rows = await conn.fetch(
                 "SELECT id::text, 1 - d AS similarity FROM ("
                 "  SELECT id, store_id, scope, session_id, path, embedding, embedding <=> $5 AS d "
                 "  FROM entries "
-                "  ORDER BY embedding <=> $5 LIMIT $7) nearest "
+                f"  ORDER BY embedding <=> $5 LIMIT {int(candidates)}) nearest "
                 f"WHERE {_FILTER} ORDER BY d LIMIT $6",
                 *args,
-                min(candidates, 1000),
             )
         if len(rows) >= limit:
             return [(row[0], float(row[1])) for row in rows]

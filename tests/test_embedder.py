@@ -1,0 +1,103 @@
+"""The embedding model: the real ONNX model, its checks, and batching across requests."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from catalog.runtime import load_encoder
+from catalog.search.embedder import (
+    DIMENSIONS,
+    TOKENIZER_FILE,
+    Embedder,
+    HashEncoder,
+    ModelError,
+    ModelFiles,
+    OnnxEncoder,
+)
+from catalog.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def model() -> OnnxEncoder:
+    return OnnxEncoder(ModelFiles.default())
+
+
+def test_real_model_gives_normalised_384_dimension_vectors(model):
+    vectors = model.encode(
+        ["The user prefers email.", "Likes email rather than calls", "Quantum chromodynamics"]
+    )
+    assert vectors.shape == (3, DIMENSIONS)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+    similar, unrelated = float(vectors[0] @ vectors[1]), float(vectors[0] @ vectors[2])
+    assert similar > unrelated + 0.2
+
+
+def test_padding_to_the_batch_does_not_change_a_vector(model):
+    alone = model.encode(["short text"])[0]
+    batched = model.encode(["short text", "a much longer text " * 20])[0]
+    assert np.allclose(alone, batched, atol=1e-4)
+
+
+def test_an_altered_model_file_is_refused(tmp_path):
+    files = ModelFiles.default()
+    with pytest.raises(ModelError, match="sha256"):
+        OnnxEncoder(replace(files, model_sha256="0" * 64))
+    with pytest.raises(ModelError, match="does not exist"):
+        OnnxEncoder(replace(files, tokenizer=tmp_path / "missing.json"))
+
+
+def test_another_model_can_be_configured_by_path(tmp_path):
+    settings = Settings(
+        data_dir=tmp_path, embedding_model=ModelFiles.default().model, embedding_tokenizer=TOKENIZER_FILE
+    )
+    assert load_encoder(settings).dimensions == DIMENSIONS
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(Exception):  # noqa: B017 (onnxruntime's own error type)
+        load_encoder(replace(settings, embedding_model=bad))
+
+
+def test_concurrent_requests_share_batches():
+    embedder = Embedder(HashEncoder(), max_wait=0.01)
+
+    async def scenario() -> None:
+        embedder.start()
+        try:
+            vectors = await asyncio.gather(*(embedder.embed([f"text {i}"]) for i in range(20)))
+            assert all(v.shape == (1, DIMENSIONS) for v in vectors)
+            assert embedder.texts == 20 and embedder.batches < 5
+            # the same text always gives the same vector
+            again = await embedder.embed(["text 3"])
+            assert np.array_equal(again, vectors[3])
+        finally:
+            await embedder.close()
+
+    asyncio.run(scenario())
+
+
+def test_queries_go_before_background_work():
+    order: list[str] = []
+
+    class Recording(HashEncoder):
+        def encode(self, texts):  # type: ignore[no-untyped-def]
+            order.extend(texts)
+            return super().encode(texts)
+
+    embedder = Embedder(Recording(), background_batch=4)
+
+    async def scenario() -> None:
+        embedder.start()
+        try:
+            background = asyncio.create_task(embedder.embed([f"bg {i}" for i in range(16)], background=True))
+            await asyncio.sleep(0)
+            await embedder.embed(["query"])
+            await background
+        finally:
+            await embedder.close()
+
+    asyncio.run(scenario())
+    assert order.index("query") <= 4  # at most one background batch ran before it

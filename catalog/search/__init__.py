@@ -26,6 +26,9 @@ from catalog.search.repo import VectorSearch
 log = logging.getLogger("catalog.search")
 
 EMBED_BATCH = 256
+# two passes at once: while one writes its vectors (PostgreSQL maintains the HNSW graph), the
+# other keeps the model busy
+EMBED_LANES = 2
 FRESH_TIMEOUT = 10.0
 
 
@@ -96,8 +99,7 @@ class SearchEngine:
                 return
             number = self.passes.begin()
             try:
-                while await self.embed_pass() == EMBED_BATCH and not self._stopping:
-                    pass
+                await asyncio.gather(*(self._drain() for _ in range(EMBED_LANES)))
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -105,6 +107,10 @@ class SearchEngine:
                 await asyncio.sleep(1.0)
             finally:
                 await self.passes.end(number)
+
+    async def _drain(self) -> None:
+        while await self.embed_pass() == EMBED_BATCH and not self._stopping:
+            pass
 
     async def vectors_fresh(self, store_id: str, scopes: Sequence[str]) -> None:
         """Return once no entry of these scopes committed before the call lacks its vector."""

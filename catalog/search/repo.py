@@ -17,7 +17,7 @@ import asyncpg
 import numpy as np
 
 EXACT_LIMIT = 5_000
-OVERSAMPLE = 40
+OVERSAMPLE = 16
 MIN_CANDIDATES = 400
 MAX_CANDIDATES = 1000  # pgvector's hnsw.ef_search ceiling
 _COUNT_TTL = 30.0
@@ -31,7 +31,7 @@ _FILTER = (
 class VectorSearch:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
-        self._sizes: dict[tuple[str, tuple[str, ...]], tuple[float, int]] = {}
+        self._sizes: dict[tuple[str, tuple[str, ...], int], tuple[float, int]] = {}
         self.fallbacks = 0
         self._rows = 0
         self._rows_at = float("-inf")
@@ -48,9 +48,9 @@ class VectorSearch:
             self._rows_at = now
         return self._rows
 
-    async def _size(self, store_id: str, scopes: Sequence[str]) -> int:
-        """How many entries the scopes hold, capped just above EXACT_LIMIT (cached briefly)."""
-        key = (store_id, tuple(sorted(scopes)))
+    async def _size(self, store_id: str, scopes: Sequence[str], cap: int) -> int:
+        """How many entries the scopes hold, counted up to just above `cap` (cached briefly)."""
+        key = (store_id, tuple(sorted(scopes)), cap)
         cached = self._sizes.get(key)
         now = time.monotonic()
         if cached and now - cached[0] < _COUNT_TTL:
@@ -61,7 +61,7 @@ class VectorSearch:
                 "LIMIT $3) capped",
                 store_id,
                 list(scopes),
-                EXACT_LIMIT + 1,
+                cap + 1,
             )
         )
         if len(self._sizes) > 50_000:
@@ -81,11 +81,13 @@ class VectorSearch:
     ) -> list[tuple[str, float]]:
         """(entry id, cosine similarity), best first."""
         args = (store_id, list(scopes), session_id, path_prefix, vector, limit)
-        size = await self._size(store_id, scopes)
         candidates = min(max(limit * OVERSAMPLE, MIN_CANDIDATES), MAX_CANDIDATES)
-        # HNSW only pays off when the candidates it returns hold enough rows of these scopes
-        expected = candidates * size / max(await self._table_rows(), 1)
-        if size <= EXACT_LIMIT or expected < 3 * limit:
+        rows_total = max(await self._table_rows(), 1)
+        # HNSW only pays off when the candidates it returns hold enough rows of these scopes:
+        # count the scopes only as far as that decision needs
+        enough = max(EXACT_LIMIT, -(-3 * limit * rows_total // (2 * candidates)))
+        size = await self._size(store_id, scopes, enough)
+        if size <= enough:
             return await self._exact(*args)
         async with self.pool.acquire() as conn, conn.transaction():
             # the limit is written into the statement (an int, never user text) and plans are custom,

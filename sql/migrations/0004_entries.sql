@@ -21,7 +21,9 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE INDEX IF NOT EXISTS entries_scope_path ON entries (store_id, scope, path text_pattern_ops);
 CREATE INDEX IF NOT EXISTS entries_embedding_hnsw ON entries USING hnsw (embedding vector_cosine_ops);
-CREATE INDEX IF NOT EXISTS entries_unembedded ON entries (id) WHERE embedded_version IS DISTINCT FROM version;
+-- entries waiting for their vector: small, and what searches check for read-your-writes
+CREATE INDEX IF NOT EXISTS entries_unembedded ON entries (store_id, scope)
+    WHERE embedded_version IS DISTINCT FROM version;
 
 -- One row per change of an entry's searchable state (insert, new version, delete), written by
 -- trigger in the writing transaction, so that no write path (cascades included) is missed.

@@ -165,7 +165,7 @@ async def bulk_load(settings: Settings, total: int, have: int, base: np.ndarray)
                 "CREATE INDEX entries_embedding_hnsw ON entries USING hnsw (embedding vector_cosine_ops)"
             )
             timings["hnsw_s"] = time.perf_counter() - started
-            await conn.execute("ANALYZE entries")
+            await conn.execute("VACUUM (ANALYZE) entries")  # steady state: no autovacuum mid-measurement
     finally:
         await pool.close()
         await asyncio.to_thread(server.stop)

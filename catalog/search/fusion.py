@@ -7,7 +7,7 @@ rank 1 (see bench/locomo.py). Here both lists keep their scores:
   narrow band whose position varies from query to query;
 - hybrid score = `keyword_weight * bm25 + (1 - keyword_weight) * cosine`; a document missing from
   one list scores 0 there.
-On the LoCoMo development conversations (bench/locomo.py, 50 candidates a mode) BM25 alone gives
+On the LoCoMo development conversations (bench/locomo.py, 30-50 candidates a mode) BM25 alone gives
 R@1/5/10 = 0.367/0.556/0.640, vectors alone 0.161/0.390/0.511, and this fusion with keyword_weight
 0.75 gives 0.368/0.579/0.689 (naive RRF: 0.252/0.488/0.579). Weights 0.65-0.8 all land within
 0.01 of that, so nothing hangs on the exact value; the gain is at R@5 and R@10, while at R@1 the

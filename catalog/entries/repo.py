@@ -115,6 +115,7 @@ async def list_entries(
     path_prefix: str | None,
     after: tuple[str, str, str] | None,
     limit: int,
+    exact_path: str | None = None,
 ) -> list[asyncpg.Record]:
     """Ordered by (path, scope, session_id); `after` is the last key of the previous page."""
     after_path, after_scope, after_session = after or (None, None, None)
@@ -123,6 +124,7 @@ async def list_entries(
         "WHERE store_id = $1 AND scope = ANY($2::text[]) AND ($3::text IS NULL OR session_id = $3) "
         "AND ($4::text IS NULL OR starts_with(path, $4)) "
         "AND ($5::text IS NULL OR (path, scope, session_id) > ($5, $6, $7)) "
+        "AND ($9::text IS NULL OR path = $9) "
         "ORDER BY path, scope, session_id LIMIT $8",
         store_id,
         list(scopes),
@@ -132,7 +134,22 @@ async def list_entries(
         after_scope,
         after_session,
         limit,
+        exact_path,
     )
+
+
+async def get_by_id(conn: Conn, store_id: str, entry_id: str, *, for_update: bool = False):  # type: ignore[no-untyped-def]
+    lock = " FOR UPDATE" if for_update else ""
+    return await conn.fetchrow(
+        f"SELECT {COLUMNS} FROM entries WHERE store_id = $1 AND id = $2{lock}", store_id, entry_id
+    )
+
+
+async def delete_by_id(conn: Conn, store_id: str, entry_id: str) -> bool:
+    status: str = await conn.execute(
+        "DELETE FROM entries WHERE store_id = $1 AND id = $2", store_id, entry_id
+    )
+    return status.endswith(" 1")
 
 
 async def by_ids(conn: Conn, ids: Sequence[str]) -> dict[str, asyncpg.Record]:

@@ -162,6 +162,13 @@ def after_write(ctx: Context) -> None:
 async def create_entry(
     ctx: Context, principal: Principal, full_name: str, scope: str | None, body: EntryCreate
 ) -> Entry:
+    return to_entry(await write_entry(ctx, principal, full_name, scope, body))
+
+
+async def write_entry(
+    ctx: Context, principal: Principal, full_name: str, scope: str | None, body: EntryCreate
+) -> asyncpg.Record:
+    """Create (or overwrite, or append to) an entry; the stored row."""
     fields_body: EntryFields = body
     if body.memory_entry is not None:
         if body.path is not None or body.contents is not None:
@@ -192,9 +199,9 @@ async def create_entry(
             row = await repo.get(ctx.pool, key)
             if row is None:
                 raise Aborted("the entry changed concurrently; retry")
-            return to_entry(row)
+            return row
     after_write(ctx)
-    return to_entry(row)
+    return row
 
 
 async def get_entry(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import asyncpg
+
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import repo
@@ -73,6 +75,16 @@ async def semantic_hits(
 async def search_entries(
     ctx: Context, principal: Principal, full_name: str, body: SearchRequest
 ) -> SearchResponse:
+    hits = await search_rows(ctx, principal, full_name, body)
+    return SearchResponse(
+        results=[SearchResult(memory_entry=to_entry(row), score=score) for row, score in hits]
+    )
+
+
+async def search_rows(
+    ctx: Context, principal: Principal, full_name: str, body: SearchRequest
+) -> list[tuple[asyncpg.Record, float]]:
+    """The hits, best first: the current rows from PostgreSQL with their scores."""
     scopes = validate_scopes(body.scope, body.scopes)
     query = body.query.strip()
     if not query:
@@ -99,7 +111,7 @@ async def search_entries(
 
     if body.min_score is not None:
         ranked = [(doc, score) for doc, score in ranked if score >= body.min_score]
-    results: list[SearchResult] = []
+    results: list[tuple[asyncpg.Record, float]] = []
     first, rest = ranked[: body.top_k * 2], ranked[body.top_k * 2 :]
     for chunk in (first, rest):
         if len(results) == body.top_k or not chunk:
@@ -110,7 +122,7 @@ async def search_entries(
             # a hit deleted or moved since it was indexed is dropped; the entry shown is the current one
             if row is None or str(row["store_id"]) != store_id or row["scope"] not in scopes:
                 continue
-            results.append(SearchResult(memory_entry=to_entry(row), score=round(score, 6)))
+            results.append((row, round(score, 6)))
             if len(results) == body.top_k:
                 break
-    return SearchResponse(results=results)
+    return results

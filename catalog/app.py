@@ -18,6 +18,7 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from catalog import __version__, namespace
+from catalog.agents.routes import router as agents_router
 from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
 from catalog.context import Context
 from catalog.entries.routes import router as entries_router
@@ -57,6 +58,7 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             entries_router,
             governance_router,
             groups_router,
+            agents_router,
         ],
         lifespan=[lifespan],
         dependencies={"ctx": Provide(_context, sync_to_thread=False)},

@@ -14,7 +14,13 @@ UC = "/api/2.1/unity-catalog"
 SCIM = "/api/2.0/preview/scim/v2/Groups"
 
 OPEN_WITHOUT_TOKEN = {"health"}
-OPEN_TO_EVERYONE = {"getMetastoreSummary", "listCatalogs", "getEffectivePermissions", "listGroups"}
+OPEN_TO_EVERYONE = {
+    "getMetastoreSummary",
+    "listCatalogs",
+    "getEffectivePermissions",
+    "listGroups",
+    "agentsListMemoryStores",
+}
 
 BODIES = {
     "createCatalog": {"name": "walk_new"},
@@ -28,6 +34,15 @@ BODIES = {
     "createEntry": {"path": "/notes.md", "contents": "x"},
     "updateEntry": {"scope": "u", "path": "/notes.md", "append": {"text": "x"}},
     "searchEntries": {"scope": "u", "query": "x"},
+    "agentsCreateMemoryStore": {"display_name": "walk-new"},
+    "agentsUpdateMemoryStore": {"description": "x"},
+    "agentsGrantMemoryStorePermission": {
+        "principal": {"type": "USER", "name": "nobody"},
+        "permission": "READ",
+    },
+    "agentsCreateMemoryEntry": {"actor_id": "u", "path": "/a.md", "content": "x"},
+    "agentsUpdateMemoryEntry": {"content": "x"},
+    "agentsSearchMemoryEntries": {"actor_id": "u", "query": "x"},
     "patchGroup": {"Operations": [{"op": "add", "path": "members", "value": [{"value": "nobody"}]}]},
 }
 QUERIES = {
@@ -37,6 +52,8 @@ QUERIES = {
     "getEntry": {"scope": "u", "path": "/notes.md"},
     "listEntries": {"scope": "u"},
     "deleteEntry": {"scope": "u", "path": "/notes.md"},
+    "agentsCreateMemoryStore": {"managed_memory_store_id": "walk-new"},
+    "agentsListMemoryEntries": {"actor_id": "u"},
 }
 
 
@@ -50,6 +67,13 @@ def walk(client, token):
     body = {"name": "m", "catalog_name": "walk", "schema_name": "s"}
     assert client.post(f"{UC}/memory-stores", headers=token(), json=body).status_code == 200
     group = client.post(SCIM, headers=token(), json={"displayName": "walk_group"}).json()
+    r = client.post(
+        "/api/2.0/agents/memory-stores",
+        headers=token(),
+        params={"managed_memory_store_id": "walk-store"},
+        json={"display_name": "walk-store"},
+    )
+    assert r.status_code == 200, r.text
     return {"group_id": group["id"]}
 
 
@@ -65,6 +89,8 @@ def _fill(path: str, walk: dict[str, str]) -> str:
         "name": "walk",
         "group_id": walk["group_id"],
         "securable_type": "catalog",
+        "store_id": "walk-store",
+        "entry_id": "00000000-0000-4000-8000-000000000000",
     }
     if "/schemas/" in path:
         values["full_name"] = "walk.s"

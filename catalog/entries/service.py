@@ -113,6 +113,11 @@ def _fields(body: EntryFields) -> dict[str, Any]:
     }
 
 
+def check_sizes(contents: str | None, description: str | None) -> None:
+    _text(contents, "contents", MAX_CONTENTS)
+    _text(description, "description", MAX_DESCRIPTION)
+
+
 def parse_if_match(value: str | None) -> int | None:
     if value is None or value.strip() in ("", "*"):
         return None

@@ -1,0 +1,323 @@
+"""The agent-memory dialect on top of the same securables and entries.
+
+A store id `x` is the Unity Catalog memory store `<CATALOG_AGENTS_SCHEMA>.x`, so both dialects,
+the grants API and every privilege rule see one securable. An actor id is a scope. Entries are
+named `memory-stores/<store>/entries/<entry uuid>`.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime
+
+import asyncpg
+
+from catalog.agents.schemas import (
+    AgentEntry,
+    AgentEntryList,
+    AgentSearchHit,
+    AgentSearchResult,
+    AgentStore,
+    AgentStoreList,
+    EntryCreate,
+    EntryUpdate,
+    GrantRequest,
+    SearchBody,
+    StoreCreate,
+    StoreUpdate,
+)
+from catalog.auth import Principal
+from catalog.context import Context
+from catalog.entries import repo
+from catalog.entries import schemas as uc
+from catalog.entries import service as entries
+from catalog.errors import InvalidParameter, NotFound
+from catalog.governance import service as governance
+from catalog.governance.schemas import PermissionsChange, UpdatePermissions
+from catalog.namespace import service as namespace
+from catalog.namespace.schemas import MemoryStoreCreate, MemoryStoreInfo, MemoryStoreUpdate
+from catalog.pagination import decode_token, encode_token
+from catalog.search.service import search_rows
+
+_STORE_ID = re.compile(r"^[a-z][a-z0-9-]{1,54}[a-z0-9]$")
+_ENTRY_FIELDS = {
+    "actor_id",
+    "path",
+    "session_id",
+    "content",
+    "description",
+    "source_type",
+    "create_time",
+    "update_time",
+}
+MAX_PAGE = 100
+DISPLAY_NAME = "display_name"
+
+
+def rfc3339(epoch_ms: int) -> str:
+    return (
+        datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def store_id(value: str, field: str = "managed_memory_store_id") -> str:
+    if not isinstance(value, str) or not _STORE_ID.match(value):
+        raise InvalidParameter(
+            f"{field} must be 3-56 lowercase letters, digits or hyphens, start with a letter and end "
+            "with a letter or digit",
+            field,
+        )
+    return value
+
+
+def _full_name(ctx: Context, sid: str) -> str:
+    return f"{ctx.settings.agents_schema}.{store_id(sid, 'memory_store')}"
+
+
+def to_store(info: MemoryStoreInfo) -> AgentStore:
+    return AgentStore(
+        name=f"memory-stores/{info.name}",
+        display_name=info.properties.get(DISPLAY_NAME, info.name),
+        description=info.description,
+        owner_user_id=info.owner,
+        create_time=rfc3339(info.created_at),
+        update_time=rfc3339(info.updated_at),
+    )
+
+
+def _mask(value: str | None, field: str) -> set[str] | None:
+    if not value:
+        return None
+    fields = {f.strip() for f in value.split(",") if f.strip()}
+    unknown = fields - _ENTRY_FIELDS - {"name"}
+    if unknown:
+        raise InvalidParameter(f"{field} names unknown fields: {', '.join(sorted(unknown))}", field)
+    return fields
+
+
+def to_entry(sid: str, row: asyncpg.Record, mask: set[str] | None = None) -> AgentEntry:
+    def keep(name: str) -> bool:
+        return mask is None or name in mask
+
+    return AgentEntry(
+        name=f"memory-stores/{sid}/entries/{row['id']}",
+        actor_id=row["scope"],
+        path=row["path"],
+        session_id=(row["session_id"] or None) if keep("session_id") else None,
+        content=row["contents"] if keep("content") else None,
+        description=row["description"] if keep("description") else None,
+        source_type=row["source_type"] if keep("source_type") else None,
+        create_time=rfc3339(row["created_at"]) if keep("create_time") else None,
+        update_time=rfc3339(row["updated_at"]) if keep("update_time") else None,
+    )
+
+
+def _entry_id(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise NotFound(f"memory entry {value[:80]} does not exist") from None
+
+
+# --- stores --------------------------------------------------------------------------------------
+
+
+async def create_store(ctx: Context, principal: Principal, sid: str | None, body: StoreCreate) -> AgentStore:
+    sid = store_id(sid or body.display_name or "")
+    catalog_name, schema_name = ctx.settings.agents_schema.split(".")
+    info = await namespace.create_store(
+        ctx,
+        principal,
+        MemoryStoreCreate(
+            name=sid,
+            catalog_name=catalog_name,
+            schema_name=schema_name,
+            description=body.description,
+            properties={DISPLAY_NAME: body.display_name or sid},
+        ),
+    )
+    return to_store(info)
+
+
+async def get_store(ctx: Context, principal: Principal, sid: str) -> AgentStore:
+    return to_store(await namespace.get_store(ctx, principal, _full_name(ctx, sid)))
+
+
+async def list_stores(
+    ctx: Context, principal: Principal, page_size: int | None, page_token: str | None
+) -> AgentStoreList:
+    if page_size is not None and not 0 <= page_size <= MAX_PAGE:
+        raise InvalidParameter(f"page_size must be between 1 and {MAX_PAGE}", "page_size")
+    catalog_name, schema_name = ctx.settings.agents_schema.split(".")
+    listed = await namespace.list_stores(ctx, principal, catalog_name, schema_name, page_size, page_token)
+    return AgentStoreList(
+        managed_memory_stores=[to_store(s) for s in listed.memory_stores],
+        next_page_token=listed.next_page_token,
+    )
+
+
+async def update_store(
+    ctx: Context, principal: Principal, sid: str, update_mask: str | None, body: StoreUpdate
+) -> AgentStore:
+    fields = {f.strip() for f in (update_mask or "").split(",") if f.strip()} or {
+        name for name in ("display_name", "description") if getattr(body, name) is not None
+    }
+    if not fields or fields - {"display_name", "description"}:
+        raise InvalidParameter("update_mask must name display_name and/or description", "update_mask")
+    full_name = _full_name(ctx, sid)
+    info = await namespace.update_store(
+        ctx,
+        principal,
+        full_name,
+        MemoryStoreUpdate(description=body.description if "description" in fields else None),
+    )
+    if "display_name" in fields and body.display_name:
+        properties = {**info.properties, DISPLAY_NAME: body.display_name}
+        info = await namespace.update_store(
+            ctx, principal, full_name, MemoryStoreUpdate(properties=properties)
+        )
+    return to_store(info)
+
+
+async def delete_store(ctx: Context, principal: Principal, sid: str) -> None:
+    await namespace.delete_store(ctx, principal, _full_name(ctx, sid))
+
+
+async def grant(ctx: Context, principal: Principal, sid: str, body: GrantRequest) -> None:
+    privileges = (
+        ["READ_MEMORY_STORE"] if body.permission == "READ" else ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]
+    )
+    await governance.update_permissions(
+        ctx,
+        principal,
+        "memory_store",
+        _full_name(ctx, sid),
+        UpdatePermissions(
+            changes=[PermissionsChange(principal=body.principal.name, add=privileges)],
+            omit_permissions_in_response=True,
+        ),
+    )
+
+
+# --- entries -------------------------------------------------------------------------------------
+
+
+async def create_entry(ctx: Context, principal: Principal, sid: str, body: EntryCreate) -> AgentEntry:
+    row = await entries.write_entry(
+        ctx,
+        principal,
+        _full_name(ctx, sid),
+        body.actor_id,
+        uc.EntryCreate(
+            path=body.path,
+            contents=body.content,
+            description=body.description,
+            session_id=body.session_id,
+            source_type=body.source_type,
+        ),
+    )
+    return to_entry(sid, row)
+
+
+async def get_entry(
+    ctx: Context, principal: Principal, sid: str, entry_id: str, read_mask: str | None
+) -> AgentEntry:
+    mask = _mask(read_mask, "read_mask")
+    store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.read")
+    row = await repo.get_by_id(ctx.pool, store.node.id, _entry_id(entry_id))
+    if row is None:
+        raise NotFound(f"memory entry {entry_id} does not exist")
+    return to_entry(sid, row, mask)
+
+
+async def list_entries(
+    ctx: Context,
+    principal: Principal,
+    sid: str,
+    actor_id: str | None,
+    path_prefix: str | None,
+    path: str | None,
+    session_id: str | None,
+    page_size: int | None,
+    page_token: str | None,
+    read_mask: str | None,
+) -> AgentEntryList:
+    scope = entries.validate_scope(actor_id, "actor_id")
+    prefix = entries.validate_path_prefix(path_prefix)
+    exact = entries.validate_path(path) if path else None
+    session = entries.validate_session(session_id) if session_id is not None else None
+    if page_size is not None and not 0 <= page_size <= MAX_PAGE:
+        raise InvalidParameter(f"page_size must be between 1 and {MAX_PAGE}", "page_size")
+    limit = page_size or MAX_PAGE
+    mask = _mask(read_mask, "read_mask")
+    after = decode_token(page_token)
+    if after is not None and not (isinstance(after, list) and len(after) == 3):
+        raise InvalidParameter("page_token is not a valid page token", "page_token")
+    store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.read")
+    rows = await repo.list_entries(
+        ctx.pool, store.node.id, [scope], session, prefix, tuple(after) if after else None, limit + 1, exact
+    )
+    page = rows[:limit]
+    token = (
+        encode_token([page[-1]["path"], page[-1]["scope"], page[-1]["session_id"]])
+        if len(rows) > limit
+        else None
+    )
+    return AgentEntryList(
+        managed_memory_entries=[to_entry(sid, r, mask) for r in page], next_page_token=token
+    )
+
+
+async def update_entry(
+    ctx: Context, principal: Principal, sid: str, entry_id: str, update_mask: str | None, body: EntryUpdate
+) -> AgentEntry:
+    fields = {f.strip() for f in (update_mask or "").split(",") if f.strip()} or {
+        name for name in ("content", "description") if getattr(body, name) is not None
+    }
+    if not fields or fields - {"content", "description"}:
+        raise InvalidParameter("update_mask must name content and/or description", "update_mask")
+    store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.write")
+    async with ctx.pool.acquire() as conn, conn.transaction():
+        current = await repo.get_by_id(conn, store.node.id, _entry_id(entry_id), for_update=True)
+        if current is None:
+            raise NotFound(f"memory entry {entry_id} does not exist")
+        content = body.content if "content" in fields else current["contents"]
+        description = body.description if "description" in fields else current["description"]
+        entries.check_sizes(content, description)
+        row = await repo.update_contents(
+            conn, current["id"], current["version"], content, description, principal.name
+        )
+    entries.after_write(ctx)
+    return to_entry(sid, row)
+
+
+async def delete_entry(ctx: Context, principal: Principal, sid: str, entry_id: str) -> None:
+    store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.write")
+    if not await repo.delete_by_id(ctx.pool, store.node.id, _entry_id(entry_id)):
+        raise NotFound(f"memory entry {entry_id} does not exist")
+    entries.after_write(ctx)
+
+
+async def search(ctx: Context, principal: Principal, sid: str, body: SearchBody) -> AgentSearchResult:
+    top_k = body.page_size or body.limit or 10
+    mask = _mask(body.read_mask, "read_mask")
+    hits = await search_rows(
+        ctx,
+        principal,
+        _full_name(ctx, sid),
+        uc.SearchRequest(
+            query=body.query,
+            scope=body.actor_id,
+            top_k=top_k,
+            path_prefix=body.path_prefix,
+            session_id=body.session_id,
+        ),
+    )
+    return AgentSearchResult(
+        results=[
+            AgentSearchHit(managed_memory_entry=to_entry(sid, row, mask), score=score) for row, score in hits
+        ]
+    )

@@ -230,6 +230,7 @@ async def get_entry(
     row = await repo.get_by_id(ctx.pool, store.node.id, _entry_id(entry_id))
     if row is None:
         raise NotFound(f"memory entry {entry_id} does not exist")
+    await entries.check_binding(ctx, principal, store, [row["scope"]])
     return to_entry(sid, row, mask)
 
 
@@ -256,7 +257,7 @@ async def list_entries(
     after = decode_token(page_token)
     if after is not None and not (isinstance(after, list) and len(after) == 3):
         raise InvalidParameter("page_token is not a valid page token", "page_token")
-    store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.read")
+    store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.read", [scope])
     rows = await repo.list_entries(
         ctx.pool, store.node.id, [scope], session, prefix, tuple(after) if after else None, limit + 1, exact
     )
@@ -284,6 +285,7 @@ async def update_entry(
         current = await repo.get_by_id(conn, store.node.id, _entry_id(entry_id), for_update=True)
         if current is None:
             raise NotFound(f"memory entry {entry_id} does not exist")
+        await entries.check_binding(ctx, principal, store, [current["scope"]])
         content = body.content if "content" in fields else current["contents"]
         description = body.description if "description" in fields else current["description"]
         entries.check_sizes(content, description)
@@ -296,7 +298,10 @@ async def update_entry(
 
 async def delete_entry(ctx: Context, principal: Principal, sid: str, entry_id: str) -> None:
     store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.write")
-    if not await repo.delete_by_id(ctx.pool, store.node.id, _entry_id(entry_id)):
+    row = await repo.get_by_id(ctx.pool, store.node.id, _entry_id(entry_id))
+    if row is not None:
+        await entries.check_binding(ctx, principal, store, [row["scope"]])
+    if row is None or not await repo.delete_by_id(ctx.pool, store.node.id, row["id"]):
         raise NotFound(f"memory entry {entry_id} does not exist")
     entries.after_write(ctx)
 

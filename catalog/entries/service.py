@@ -6,6 +6,7 @@ bumps `version`, answered as the ETag; `If-Match` with a stale version is 409 AB
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -28,10 +29,17 @@ from catalog.entries.schemas import (
     EntrySummary,
     ListEntriesResponse,
 )
-from catalog.errors import Aborted, AlreadyExists, InvalidParameter, NotFound, PayloadTooLarge
+from catalog.errors import (
+    Aborted,
+    AlreadyExists,
+    InvalidParameter,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+)
 from catalog.governance import Securable, SecurableType, action
 from catalog.names import split_full_name
-from catalog.namespace.repo import locate
+from catalog.namespace.repo import locate, store_binding
 from catalog.pagination import decode_token, encode_token, page_size
 
 Key = tuple[str, str, str, str]
@@ -146,13 +154,35 @@ def to_entry(row: asyncpg.Record) -> Entry:
 # --- the store ---------------------------------------------------------------------------------------
 
 
-async def resolve_store(ctx: Context, principal: Principal, full_name: str, action_name: str) -> Securable:
+async def resolve_store(
+    ctx: Context, principal: Principal, full_name: str, action_name: str, scopes: Sequence[str] | None = None
+) -> Securable:
+    """Authorize `action_name` on the store, then hold the scopes to its scope binding."""
     parts = split_full_name(full_name, 3)
     securable = await locate(ctx.pool, ctx.metastore, SecurableType.MEMORY_STORE, parts)
     await ctx.authorizer.ensure(principal, action(action_name), securable)
     if not securable.exists:
         raise NotFound(f"memory store {securable.full_name} does not exist")
+    if scopes is not None:
+        await check_binding(ctx, principal, securable, scopes)
     return securable
+
+
+async def check_binding(ctx: Context, principal: Principal, store: Securable, scopes: Sequence[str]) -> None:
+    """With `scope_binding = end_user`, a request may only touch the scope equal to its verified
+    end user (the token's `on_behalf_of`, else its subject), composite scopes `<user>:...`, and
+    the store's shared scopes."""
+    binding, shared = await store_binding(ctx.pool, store.node.id)
+    if binding != "end_user":
+        return
+    identity = principal.on_behalf_of or principal.name
+    for scope in scopes:
+        if scope == identity or scope.startswith(f"{identity}:") or scope in shared:
+            continue
+        raise PermissionDenied(
+            f"memory store {store.full_name} binds scopes to the end user: {identity} may use scope "
+            f"'{identity}', scopes starting with '{identity}:' and the store's shared scopes, not '{scope}'"
+        )
 
 
 def after_write(ctx: Context) -> None:
@@ -190,7 +220,7 @@ async def write_entry(
     mode = fields_body.write_mode or "EXCLUSIVE"
     if mode == "APPEND" and not fields["contents"]:
         raise InvalidParameter("write_mode APPEND needs contents to append", "contents")
-    store = await resolve_store(ctx, principal, full_name, "entries.write")
+    store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
     key: Key = (store.node.id, key_scope, session, path)
     if mode == "EXCLUSIVE":
         row = await repo.insert_exclusive(ctx.pool, key, fields, principal.name)
@@ -218,7 +248,7 @@ async def get_entry(
     session_id: str | None,
 ) -> Entry:
     key_scope, key_path, session = validate_scope(scope), validate_path(path), validate_session(session_id)
-    store = await resolve_store(ctx, principal, full_name, "entries.read")
+    store = await resolve_store(ctx, principal, full_name, "entries.read", [key_scope])
     row = await repo.get(ctx.pool, (store.node.id, key_scope, session, key_path))
     if row is None:
         raise NotFound(f"no entry at {key_path} in scope {key_scope}")
@@ -243,7 +273,7 @@ async def list_entries(
         isinstance(after, list) and len(after) == 3 and all(isinstance(a, str) for a in after)
     ):
         raise InvalidParameter("page_token is not a valid page token", "page_token")
-    store = await resolve_store(ctx, principal, full_name, "entries.read")
+    store = await resolve_store(ctx, principal, full_name, "entries.read", scopes)
     rows = await repo.list_entries(
         ctx.pool, store.node.id, scopes, session, prefix, tuple(after) if after else None, limit + 1
     )
@@ -325,7 +355,7 @@ async def edit_entry(
         and description is None
     ):
         raise InvalidParameter("nothing to change: give description or one edit operation", "description")
-    store = await resolve_store(ctx, principal, full_name, "entries.write")
+    store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
     key: Key = (store.node.id, key_scope, session, key_path)
     async with ctx.pool.acquire() as conn, conn.transaction():
         current = await repo.get(conn, key, for_update=True)
@@ -359,7 +389,7 @@ async def delete_entry(
 ) -> None:
     key_scope, key_path, session = validate_scope(scope), validate_path(path), validate_session(session_id)
     expected = parse_if_match(if_match)
-    store = await resolve_store(ctx, principal, full_name, "entries.write")
+    store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
     deleted, version = await repo.delete(ctx.pool, (store.node.id, key_scope, session, key_path), expected)
     if not deleted:
         if version is None:

@@ -239,7 +239,7 @@ async def count_stores(conn: Conn, schema_id: str) -> int:
 
 _STORE_SELECT = (
     "SELECT m.id, m.name, s.name AS schema_name, c.name AS catalog_name, m.description, "
-    f"{_audit_columns('m')} "
+    f"m.scope_binding, m.shared_scopes, {_audit_columns('m')} "
     "FROM memory_stores m JOIN schemas s ON s.id = m.schema_id JOIN catalogs c ON c.id = s.catalog_id"
 )
 
@@ -255,10 +255,29 @@ def _store(row: asyncpg.Record, metastore_id: str) -> MemoryStoreInfo:
         owner=row["owner"],
         properties=row["properties"],
         description=row["description"],
+        scope_binding=row["scope_binding"],
+        shared_scopes=list(row["shared_scopes"]),
         created_at=row["created_at"],
         created_by=row["created_by"],
         updated_at=row["updated_at"],
         updated_by=row["updated_by"],
+    )
+
+
+async def store_binding(conn: Conn, store_id: str) -> tuple[str, list[str]]:
+    row = await conn.fetchrow(
+        "SELECT scope_binding, shared_scopes FROM memory_stores WHERE id = $1", store_id
+    )
+    return (row["scope_binding"], list(row["shared_scopes"])) if row else ("caller", [])
+
+
+async def set_store_binding(conn: Conn, store_id: str, binding: str | None, shared: list[str] | None) -> None:
+    await conn.execute(
+        "UPDATE memory_stores SET scope_binding = coalesce($2, scope_binding), "
+        "shared_scopes = coalesce($3, shared_scopes) WHERE id = $1",
+        store_id,
+        binding,
+        shared,
     )
 
 
@@ -271,17 +290,21 @@ async def insert_store(
     description: str | None,
     properties: dict[str, str],
     owner: str,
+    scope_binding: str = "caller",
+    shared_scopes: list[str] | None = None,
 ) -> MemoryStoreInfo:
     try:
         store_id = await conn.fetchval(
             "INSERT INTO memory_stores "
-            "(schema_id, name, description, properties, owner, created_by, updated_by) "
-            "VALUES ($1, $2, $3, $4, $5, $5, $5) RETURNING id",
+            "(schema_id, name, description, properties, owner, created_by, updated_by, scope_binding, "
+            "shared_scopes) VALUES ($1, $2, $3, $4, $5, $5, $5, $6, $7) RETURNING id",
             schema_id,
             name,
             description,
             properties,
             owner,
+            scope_binding,
+            shared_scopes or [],
         )
     except asyncpg.UniqueViolationError as exc:
         raise AlreadyExists(f"memory store {name} already exists") from exc

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 MAX_COMMENT = 4096
@@ -44,18 +46,25 @@ class SchemaUpdate(_Input, kw_only=True):
     owner: str | None = None
 
 
+ScopeBinding = Literal["caller", "end_user"]
+
+
 class MemoryStoreCreate(_Input, kw_only=True):
     name: str
     catalog_name: str
     schema_name: str
     description: str | None = None
     properties: dict[str, str] | None = None
+    scope_binding: ScopeBinding = "caller"
+    shared_scopes: list[str] | None = None
 
 
 class MemoryStoreUpdate(_Input, kw_only=True):
     description: str | None = None
     properties: dict[str, str] | None = None
     owner: str | None = None
+    scope_binding: ScopeBinding | None = None
+    shared_scopes: list[str] | None = None
 
 
 class CatalogInfo(_Output, kw_only=True):
@@ -99,6 +108,8 @@ class MemoryStoreInfo(_Output, kw_only=True):
     owner: str
     properties: dict[str, str] = {}
     description: str | None = None
+    scope_binding: str = "caller"
+    shared_scopes: list[str] = []
     created_at: int
     created_by: str
     updated_at: int

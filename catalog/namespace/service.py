@@ -240,6 +240,7 @@ async def create_store(ctx: Context, principal: Principal, body: MemoryStoreCrea
     name = validate_name(body.name)
     description = _text(body.description, "description")
     properties = _properties(body.properties) or {}
+    shared = _shared_scopes(body.shared_scopes)
     parent = await _resolve(ctx, principal, "memory_store.create", SCHEMA, [catalog_name, schema_name])
     return await repo.insert_store(
         ctx.pool,
@@ -249,7 +250,23 @@ async def create_store(ctx: Context, principal: Principal, body: MemoryStoreCrea
         description=description,
         properties=properties,
         owner=principal.name,
+        scope_binding=body.scope_binding,
+        shared_scopes=shared,
     )
+
+
+MAX_SHARED_SCOPES = 100
+
+
+def _shared_scopes(value: list[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    if len(value) > MAX_SHARED_SCOPES:
+        raise InvalidParameter(f"at most {MAX_SHARED_SCOPES} shared scopes", "shared_scopes")
+    for scope in value:
+        if not scope or len(scope) > 256 or not scope.isprintable():
+            raise InvalidParameter("shared scopes must be 1-256 printable characters", "shared_scopes")
+    return list(dict.fromkeys(value))
 
 
 async def get_store(ctx: Context, principal: Principal, full_name: str) -> MemoryStoreInfo:
@@ -298,8 +315,11 @@ async def update_store(
     parts = split_full_name(full_name, 3)
     description = _text(body.description, "description")
     properties, owner = _properties(body.properties), _owner(body.owner)
+    shared = _shared_scopes(body.shared_scopes)
     securable = await _resolve(ctx, principal, "memory_store.update", STORE, parts)
     await _update(ctx, principal, securable, description, properties, owner)
+    if body.scope_binding is not None or shared is not None:
+        await repo.set_store_binding(ctx.pool, securable.node.id, body.scope_binding, shared)
     return await _must(
         repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
     )

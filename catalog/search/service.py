@@ -95,7 +95,7 @@ async def search_rows(
         raise InvalidParameter(f"top_k must be between 1 and {MAX_TOP_K}", "top_k")
     prefix = validate_path_prefix(body.path_prefix)
     session = validate_session(body.session_id) if body.session_id is not None else None
-    store = await resolve_store(ctx, principal, full_name, "entries.read")
+    store = await resolve_store(ctx, principal, full_name, "entries.read", scopes)
     assert ctx.search is not None
     store_id = store.node.id
     candidates = max(MIN_CANDIDATES, body.top_k * 3)

@@ -22,6 +22,7 @@ from catalog.agents.routes import router as agents_router
 from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
 from catalog.context import Context
 from catalog.entries.routes import router as entries_router
+from catalog.entries.routes import system_router
 from catalog.errors import handle_exception
 from catalog.governance.routes import router as governance_router
 from catalog.groups.routes import router as groups_router
@@ -59,6 +60,7 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             governance_router,
             groups_router,
             agents_router,
+            system_router,
         ],
         lifespan=[lifespan],
         dependencies={"ctx": Provide(_context, sync_to_thread=False)},

@@ -43,6 +43,7 @@ BODIES = {
     "agentsCreateMemoryEntry": {"actor_id": "u", "path": "/a.md", "content": "x"},
     "agentsUpdateMemoryEntry": {"content": "x"},
     "agentsSearchMemoryEntries": {"actor_id": "u", "query": "x"},
+    "eraseScope": {"scope": "u"},
     "patchGroup": {"Operations": [{"op": "add", "path": "members", "value": [{"value": "nobody"}]}]},
 }
 QUERIES = {

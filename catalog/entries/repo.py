@@ -152,6 +152,24 @@ async def delete_by_id(conn: Conn, store_id: str, entry_id: str) -> bool:
     return status.endswith(" 1")
 
 
+async def delete_scope(conn: Conn, store_id: str, scope: str) -> int:
+    status: str = await conn.execute(
+        "DELETE FROM entries WHERE store_id = $1 AND scope = $2", store_id, scope
+    )
+    return int(status.split()[-1])
+
+
+async def erase_scope(conn: Conn, scope: str) -> list[asyncpg.Record]:
+    """Delete a scope's entries from every store; how many went from which store."""
+    return await conn.fetch(
+        "WITH gone AS (DELETE FROM entries WHERE scope = $1 RETURNING store_id) "
+        "SELECT c.name || '.' || s.name || '.' || m.name AS memory_store, count(*) AS deleted "
+        "FROM gone g JOIN memory_stores m ON m.id = g.store_id JOIN schemas s ON s.id = m.schema_id "
+        "JOIN catalogs c ON c.id = s.catalog_id GROUP BY 1 ORDER BY 1",
+        scope,
+    )
+
+
 async def by_ids(conn: Conn, ids: Sequence[str]) -> dict[str, asyncpg.Record]:
     rows = await conn.fetch(f"SELECT {COLUMNS} FROM entries WHERE id = ANY($1::uuid[])", list(ids))
     return {str(row["id"]): row for row in rows}

@@ -14,10 +14,13 @@ from catalog.entries.schemas import (
     Entry,
     EntryCreate,
     EntryEdit,
+    EraseRequest,
+    EraseResult,
     ListEntriesResponse,
     SearchRequest,
     SearchResponse,
 )
+from catalog.errors import InvalidParameter
 from catalog.search.service import search_entries
 
 Req = Request[Any, Any, Any]
@@ -96,8 +99,14 @@ async def delete_entry(
     entry_scope: ScopeParam = None,
     path: FromQuery[str | None] = None,
     session_id: FromQuery[str | None] = None,
+    all_: Annotated[str | None, QueryParameter(name="all")] = None,
     if_match: IfMatch = None,
 ) -> dict[str, Any]:
+    if all_ is not None and all_.lower() in ("true", "1"):
+        if path is not None:
+            raise InvalidParameter("give path or all=true, not both", "path")
+        await service.delete_scope(ctx, request.user, full_name, entry_scope)
+        return {}
     await service.delete_entry(ctx, request.user, full_name, entry_scope, path, session_id, if_match)
     return {}
 
@@ -109,8 +118,16 @@ async def search(
     return await search_entries(ctx, request.user, full_name, data)
 
 
+@post("/erase-scope", status_code=200, operation_id="eraseScope")
+async def erase_scope(
+    request: Req, ctx: NamedDependency[Context], data: JSONBody[EraseRequest]
+) -> EraseResult:
+    return await service.erase_scope(ctx, request.user, data.scope)
+
+
 router = Router(
     path="/api/2.1/unity-catalog/memory-stores",
     route_handlers=[create_entry, get_entry, list_entries, update_entry, delete_entry, search],
     tags=["entries"],
 )
+system_router = Router(path="/api/2.1/unity-catalog/system", route_handlers=[erase_scope], tags=["system"])

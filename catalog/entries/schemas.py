@@ -116,3 +116,18 @@ class SearchResult(msgspec.Struct, kw_only=True):
 
 class SearchResponse(msgspec.Struct, kw_only=True):
     results: list[SearchResult]
+
+
+class EraseRequest(_Input, kw_only=True):
+    scope: str
+
+
+class ErasedStore(msgspec.Struct, kw_only=True):
+    memory_store: str
+    deleted: int
+
+
+class EraseResult(msgspec.Struct, kw_only=True):
+    scope: str
+    deleted: int
+    stores: list[ErasedStore]

@@ -27,6 +27,8 @@ from catalog.entries.schemas import (
     EntryEdit,
     EntryFields,
     EntrySummary,
+    ErasedStore,
+    EraseResult,
     ListEntriesResponse,
 )
 from catalog.errors import (
@@ -376,6 +378,26 @@ async def edit_entry(
     assert row is not None  # the row lock held the version
     after_write(ctx)
     return to_entry(row)
+
+
+async def delete_scope(ctx: Context, principal: Principal, full_name: str, scope: str | None) -> int:
+    """Erase every entry of one scope in one store (right to be forgotten)."""
+    key_scope = validate_scope(scope)
+    store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
+    deleted = await repo.delete_scope(ctx.pool, store.node.id, key_scope)
+    after_write(ctx)
+    return deleted
+
+
+async def erase_scope(ctx: Context, principal: Principal, scope: str) -> EraseResult:
+    """Erase a scope from every store (metastore admin)."""
+    key_scope = validate_scope(scope)
+    securable = await locate(ctx.pool, ctx.metastore, SecurableType.METASTORE, [])
+    await ctx.authorizer.ensure(principal, action("system.erase_scope"), securable)
+    rows = await repo.erase_scope(ctx.pool, key_scope)
+    after_write(ctx)
+    stores = [ErasedStore(memory_store=row["memory_store"], deleted=row["deleted"]) for row in rows]
+    return EraseResult(scope=key_scope, deleted=sum(s.deleted for s in stores), stores=stores)
 
 
 async def delete_entry(

@@ -19,6 +19,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from catalog import __version__, namespace
 from catalog.agents.routes import router as agents_router
+from catalog.audit.routes import router as audit_router
 from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
 from catalog.context import Context
 from catalog.entries.routes import router as entries_router
@@ -61,6 +62,7 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             groups_router,
             agents_router,
             system_router,
+            audit_router,
         ],
         lifespan=[lifespan],
         dependencies={"ctx": Provide(_context, sync_to_thread=False)},

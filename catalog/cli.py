@@ -128,6 +128,32 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return asyncio.run(reindex(settings, recompute_embeddings=args.embeddings))
 
 
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from catalog.audit.service import verify_chain
+    from catalog.db import create_pool
+    from catalog.runtime import database_url_for_tools
+
+    settings = _settings(args)
+
+    async def run() -> int:
+        url, stop = await database_url_for_tools(settings)
+        try:
+            pool = await create_pool(url, min_size=1, max_size=1)
+            try:
+                result = await verify_chain(pool)
+            finally:
+                await pool.close()
+        finally:
+            await stop()
+        if result.ok:
+            print(f"ok {result.checked} events")
+            return 0
+        print(f"broken at seq {result.first_broken_seq} ({result.checked} events verified before it)")
+        return 1
+
+    return asyncio.run(run())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="catalog", description="A governed memory catalog for AI agents.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -156,6 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="recompute every entry's vector too (after changing the model)",
     )
     reindex.set_defaults(run=cmd_reindex)
+
+    audit = commands.add_parser("audit", help="the audit log")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True)
+    audit_verify = audit_commands.add_parser("verify", help="verify the audit hash chain")
+    audit_verify.add_argument("--data-dir")
+    audit_verify.set_defaults(run=cmd_audit_verify)
     return parser
 
 

@@ -8,8 +8,11 @@ import logging
 import time
 import uuid
 from typing import Any
+from urllib.parse import unquote_plus
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+from catalog.audit.writer import AuditContext, current
 
 request_log = logging.getLogger("catalog.request")
 
@@ -45,7 +48,23 @@ def configure_logging(level: int = logging.INFO) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+UNAUDITED = {"/healthz", "/openapi.json", "/docs"}
+
+
+def _params(scope: Scope) -> dict[str, Any]:
+    """What the audit event keeps of a request: path and query parameters, never bodies."""
+    params: dict[str, Any] = {str(k): str(v) for k, v in (scope.get("path_params") or {}).items()}
+    for pair in (scope.get("query_string") or b"").decode(errors="replace").split("&"):
+        if pair:
+            key, _, value = pair.partition("=")
+            params.setdefault(unquote_plus(key), unquote_plus(value)[:1024])
+    return params
+
+
 class RequestContext:
+    """The outermost wrapper: request id, log line, and the audit event, written (and committed)
+    before the response starts, so that no answered request lacks its event."""
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
@@ -58,6 +77,8 @@ class RequestContext:
         state["request_id"] = request_id
         started = time.perf_counter()
         status = 500
+        audit = AuditContext()
+        token = current.set(audit)
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -66,11 +87,13 @@ class RequestContext:
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
                 message["headers"] = headers  # type: ignore[typeddict-unknown-key]
+                await self._audit(scope, state, audit, request_id, status)
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            current.reset(token)
             route = scope.get("path_template") or scope.get("path")
             request_log.info(
                 "request",
@@ -83,3 +106,38 @@ class RequestContext:
                     "request_id": request_id,
                 },
             )
+
+    async def _audit(
+        self, scope: Scope, state: dict[str, Any], audit: AuditContext, request_id: str, status: int
+    ) -> None:
+        path = scope.get("path", "")
+        runtime = getattr(scope["app"].state, "runtime", None) if "app" in scope else None  # type: ignore[typeddict-item]
+        if path in UNAUDITED or path.startswith("/docs") or runtime is None:
+            return
+        route = scope.get("path_template") or path
+        decision = audit.decision
+        if status == 401:
+            decision = "unauthenticated"
+        elif decision is None:
+            decision = "deny" if status == 403 else "allow"
+        headers = dict(scope.get("headers") or [])
+        client = scope.get("client")
+        await runtime.audit.record(
+            request_id=request_id,
+            principal=state.get("principal"),
+            on_behalf_of=state.get("on_behalf_of"),
+            source_ip=client[0] if client else None,
+            user_agent=headers.get(b"user-agent", b"").decode(errors="replace")[:512] or None,
+            action_name=audit.action_name or f"http.{str(scope.get('method', '')).lower()} {route}",
+            securable_type=audit.securable_type,
+            securable_full_name=audit.securable_full_name,
+            securable_id=audit.securable_id,
+            privilege=audit.privilege,
+            decision=decision,
+            reason=audit.reason or (state.get("error_code") if status >= 400 else None),
+            status_code=status,
+            error_code=state.get("error_code"),
+            request_params=_params(scope),
+            result_count=audit.result_count,
+            policy_revision=audit.policy_revision,
+        )

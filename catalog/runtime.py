@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from dataclasses import dataclass
 
 import asyncpg
 
+from catalog.audit.writer import AuditWriter
 from catalog.auth import TokenVerifier
 from catalog.context import Context
 from catalog.db import EmbeddedPostgres, apply_migrations, create_pool
@@ -48,16 +50,26 @@ def with_database(url: str, database: str) -> str:
     return f"{base}/{database}" + (f"?{query}" if query else "")
 
 
-async def prepare_database(url: str, admin: str) -> None:
+async def prepare_database(url: str, admin: str) -> list[dict[str, object]]:
+    """Migrate and bootstrap; returns the system events to audit."""
+    events: list[dict[str, object]] = []
     conn = await asyncpg.connect(url)
     try:
         applied = await apply_migrations(conn)
         for migration in applied:
             log.info("migration applied", extra={"version": migration.version, "migration": migration.name})
+            events.append(
+                {
+                    "action_name": "system.migrate",
+                    "request_params": {"version": migration.version, "name": migration.name},
+                }
+            )
         if await bootstrap(conn, admin):
             log.info("bootstrap: metastore, main and main.default created", extra={"admin": admin})
+            events.append({"action_name": "system.bootstrap", "request_params": {"admin": admin}})
     finally:
         await conn.close()
+    return events
 
 
 def load_encoder(settings: Settings) -> Encoder:
@@ -81,12 +93,37 @@ async def start_search(settings: Settings, pool: asyncpg.Pool, encoder: Encoder 
     return engine
 
 
+async def database_url_for_tools(settings: Settings):  # type: ignore[no-untyped-def]
+    """The database URL for a command-line tool, and how to let go of it afterwards: the server's
+    PostgreSQL when one runs on the data dir (never a second one), else the embedded one started
+    for the tool and stopped after."""
+    from catalog.db import running_url
+
+    async def nothing() -> None:
+        return None
+
+    if settings.database_url:
+        return settings.database_url, nothing
+    url = running_url(settings.postgres_dir, EMBEDDED_DATABASE)
+    if url is not None:
+        return url, nothing
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    embedded = EmbeddedPostgres(settings.postgres_dir)
+    url = await ensure_database(await asyncio.to_thread(embedded.start), EMBEDDED_DATABASE)
+
+    async def stop() -> None:
+        await asyncio.to_thread(embedded.stop)
+
+    return url, stop
+
+
 @dataclass
 class Runtime:
     settings: Settings
     context: Context
     verifier: TokenVerifier
     embedded: EmbeddedPostgres | None
+    audit: AuditWriter
 
     @classmethod
     async def start(cls, settings: Settings, encoder: Encoder | None = None) -> Runtime:
@@ -98,8 +135,12 @@ class Runtime:
             url = await ensure_database(server_url, EMBEDDED_DATABASE)
         try:
             verifier = TokenVerifier(settings)
-            await prepare_database(url, settings.admin)
+            system_events = await prepare_database(url, settings.admin)
             pool = await create_pool(url)
+            audit = AuditWriter(pool)
+            for event in system_events:
+                await audit.record(request_id=f"system-{uuid.uuid4().hex}", decision="system", **event)
+            audit.start()
             row = await get_metastore(pool)
             metastore = Node(SecurableType.METASTORE, str(row["id"]), str(row["id"]), row["admin"])
             authorizer = Authorizer(row["admin"], metastore, pool)
@@ -112,9 +153,10 @@ class Runtime:
         context = Context(
             settings=settings, pool=pool, authorizer=authorizer, metastore=metastore, search=search
         )
-        return cls(settings, context, verifier, embedded)
+        return cls(settings, context, verifier, embedded, audit)
 
     async def close(self) -> None:
+        await self.audit.close()
         if self.context.search is not None:
             await self.context.search.close()
         await self.context.pool.close()

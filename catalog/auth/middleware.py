@@ -22,4 +22,5 @@ class JWTAuthMiddleware(AbstractAuthenticationMiddleware):
         verifier = connection.app.state.verifier
         principal = await verifier.verify(token.strip())
         connection.scope["state"]["principal"] = principal.name
+        connection.scope["state"]["on_behalf_of"] = principal.on_behalf_of
         return AuthenticationResult(user=principal, auth=None)

@@ -141,6 +141,7 @@ ACTIONS: dict[str, Action] = {
             "effective_permissions.other", None, (_P.MANAGE,), "read another principal's effective privileges"
         ),
         _a("groups.manage", _S.METASTORE, (METASTORE_ADMIN,), "create, change or delete groups"),
+        _a("audit.read", _S.METASTORE, (_P.READ_AUDIT,), "read the audit log"),
         _a("system.erase_scope", _S.METASTORE, (METASTORE_ADMIN,), "erase a scope from every memory store"),
         _a("groups.list", _S.METASTORE, (), "list the groups the caller belongs to"),
     ]

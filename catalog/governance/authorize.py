@@ -25,6 +25,7 @@ from typing import Any
 
 import asyncpg
 
+from catalog.audit.writer import note_decision
 from catalog.auth.principal import Principal
 from catalog.errors import PermissionDenied
 from catalog.governance.actions import EFFECTIVE, METASTORE_ADMIN, Action, Privilege
@@ -196,7 +197,9 @@ class Authorizer:
 
     async def check(self, principal: Principal, action: Action, securable: Securable) -> Decision:
         await self.sync(securable.revision)
-        return self.authorize(principal, action, securable)
+        decision = self.authorize(principal, action, securable)
+        note_decision(action.name, securable, decision)  # for the request's audit event
+        return decision
 
     async def ensure(self, principal: Principal, action: Action, securable: Securable) -> Decision:
         decision = await self.check(principal, action, securable)

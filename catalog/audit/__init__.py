@@ -1,0 +1,1 @@
+"""The audit log: one chained event per request, readable by auditors."""

@@ -1,0 +1,52 @@
+"""SQL for reading the audit log."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+import asyncpg
+
+from catalog.audit.writer import COLUMNS
+
+
+async def rows_in_order(conn: asyncpg.Connection, batch: int = 5000) -> AsyncIterator[asyncpg.Record]:
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        async for row in conn.cursor(
+            f"SELECT {', '.join(COLUMNS)} FROM audit_events ORDER BY seq", prefetch=batch
+        ):
+            yield row
+
+
+async def list_events(
+    pool: asyncpg.Pool,
+    *,
+    start: datetime | None,
+    end: datetime | None,
+    principal: str | None,
+    action_name: str | None,
+    securable_full_name: str | None,
+    decision: str | None,
+    status_code: int | None,
+    after_seq: int | None,
+    ascending: bool,
+    limit: int,
+) -> list[asyncpg.Record]:
+    order, compare = ("ASC", ">") if ascending else ("DESC", "<")
+    return await pool.fetch(
+        f"SELECT {', '.join(COLUMNS)} FROM audit_events WHERE "
+        "($1::timestamptz IS NULL OR event_time >= $1) AND ($2::timestamptz IS NULL OR event_time < $2) "
+        "AND ($3::text IS NULL OR principal = $3) AND ($4::text IS NULL OR action_name = $4) "
+        "AND ($5::text IS NULL OR securable_full_name = $5) AND ($6::text IS NULL OR decision = $6) "
+        "AND ($7::int IS NULL OR status_code = $7) "
+        f"AND ($8::bigint IS NULL OR seq {compare} $8) ORDER BY seq {order} LIMIT $9",
+        start,
+        end,
+        principal,
+        action_name,
+        securable_full_name,
+        decision,
+        status_code,
+        after_seq,
+        limit,
+    )

@@ -1,0 +1,55 @@
+"""Auditor routes, base `/api/2.1/unity-catalog/system`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Router, get
+from litestar.di import NamedDependency
+from litestar.params import FromQuery
+
+from catalog.audit import service
+from catalog.context import Context
+
+Req = Request[Any, Any, Any]
+
+
+@get("/audit", operation_id="listAuditEvents")
+async def list_audit(
+    request: Req,
+    ctx: NamedDependency[Context],
+    start_time: FromQuery[int | None] = None,
+    end_time: FromQuery[int | None] = None,
+    principal: FromQuery[str | None] = None,
+    action_name: FromQuery[str | None] = None,
+    securable_full_name: FromQuery[str | None] = None,
+    decision: FromQuery[str | None] = None,
+    status_code: FromQuery[int | None] = None,
+    order: FromQuery[str | None] = None,
+    page_size: FromQuery[int | None] = None,
+    page_token: FromQuery[str | None] = None,
+) -> service.AuditEvents:
+    return await service.list_events(
+        ctx,
+        request.user,
+        start_time=start_time,
+        end_time=end_time,
+        who=principal,
+        action_name=action_name,
+        securable_full_name=securable_full_name,
+        decision=decision,
+        status_code=status_code,
+        order=order,
+        size=page_size,
+        page_token=page_token,
+    )
+
+
+@get("/audit:verify", operation_id="verifyAuditEvents")
+async def verify_audit(request: Req, ctx: NamedDependency[Context]) -> service.VerifyResult:
+    return await service.verify_events(ctx, request.user)
+
+
+router = Router(
+    path="/api/2.1/unity-catalog/system", route_handlers=[list_audit, verify_audit], tags=["audit"]
+)

@@ -1,0 +1,129 @@
+"""Reading and verifying the audit log (READ_AUDIT on the metastore)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import msgspec
+
+from catalog.audit import repo
+from catalog.audit.chain import Verification, verify
+from catalog.auth import Principal
+from catalog.context import Context
+from catalog.errors import InvalidParameter
+from catalog.governance import SecurableType, action
+from catalog.namespace.repo import locate
+from catalog.pagination import decode_token, encode_token, page_size
+
+
+class AuditEvent(msgspec.Struct, omit_defaults=False, kw_only=True):
+    seq: int
+    event_id: str
+    event_time: int
+    request_id: str
+    principal: str | None
+    on_behalf_of: str | None
+    source_ip: str | None
+    user_agent: str | None
+    service_name: str
+    action_name: str
+    securable_type: str | None
+    securable_full_name: str | None
+    securable_id: str | None
+    privilege: str | None
+    decision: str
+    reason: str | None
+    status_code: int | None
+    error_code: str | None
+    request_params: dict[str, Any]
+    result_count: int | None
+    policy_revision: int | None
+    prev_hash: str
+    hash: str
+
+
+class AuditEvents(msgspec.Struct, omit_defaults=True, kw_only=True):
+    events: list[AuditEvent]
+    next_page_token: str | None = None
+
+
+class VerifyResult(msgspec.Struct, kw_only=True):
+    ok: bool
+    checked: int
+    first_broken_seq: int | None
+
+
+def _event(row: asyncpg.Record) -> AuditEvent:
+    data = dict(row)
+    data["event_id"] = str(data["event_id"])
+    data["event_time"] = int(data["event_time"].timestamp() * 1000)
+    return AuditEvent(**data)
+
+
+def _time(value: int | None, field: str) -> datetime | None:
+    if value is None:
+        return None
+    if value < 0:
+        raise InvalidParameter(f"{field} must be epoch milliseconds", field)
+    return datetime.fromtimestamp(value / 1000, tz=UTC)
+
+
+async def _authorize(ctx: Context, principal: Principal) -> None:
+    securable = await locate(ctx.pool, ctx.metastore, SecurableType.METASTORE, [])
+    await ctx.authorizer.ensure(principal, action("audit.read"), securable)
+
+
+async def list_events(
+    ctx: Context,
+    principal: Principal,
+    *,
+    start_time: int | None,
+    end_time: int | None,
+    who: str | None,
+    action_name: str | None,
+    securable_full_name: str | None,
+    decision: str | None,
+    status_code: int | None,
+    order: str | None,
+    size: int | None,
+    page_token: str | None,
+) -> AuditEvents:
+    if decision is not None and decision not in ("allow", "deny", "unauthenticated", "system"):
+        raise InvalidParameter("decision must be allow, deny, unauthenticated or system", "decision")
+    if order not in (None, "asc", "desc"):
+        raise InvalidParameter("order must be asc or desc", "order")
+    limit = page_size(size, default=ctx.settings.page_default, cap=ctx.settings.page_cap, field="page_size")
+    after = decode_token(page_token)
+    if after is not None and not isinstance(after, int):
+        raise InvalidParameter("page_token is not a valid page token", "page_token")
+    await _authorize(ctx, principal)
+    rows = await repo.list_events(
+        ctx.pool,
+        start=_time(start_time, "start_time"),
+        end=_time(end_time, "end_time"),
+        principal=who,
+        action_name=action_name,
+        securable_full_name=securable_full_name,
+        decision=decision,
+        status_code=status_code,
+        after_seq=after,
+        ascending=order == "asc",
+        limit=limit + 1,
+    )
+    page = rows[:limit]
+    token = encode_token(page[-1]["seq"]) if len(rows) > limit else None
+    return AuditEvents(events=[_event(r) for r in page], next_page_token=token)
+
+
+async def verify_chain(pool: asyncpg.Pool) -> Verification:
+    async with pool.acquire() as conn:
+        rows = [row async for row in repo.rows_in_order(conn)]
+    return verify(rows)
+
+
+async def verify_events(ctx: Context, principal: Principal) -> VerifyResult:
+    await _authorize(ctx, principal)
+    result = await verify_chain(ctx.pool)
+    return VerifyResult(ok=result.ok, checked=result.checked, first_broken_seq=result.first_broken_seq)

@@ -1,0 +1,175 @@
+"""The audit log: an event for every request, nothing secret in it, READ_AUDIT, and a hash chain
+that names the first broken event after tampering by a superuser."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+UC = "/api/2.1/unity-catalog"
+AUDIT = f"{UC}/system/audit"
+SECRET = "zanzibar-7781-confidential"
+
+
+def sql(url: str, statement: str, *args):  # type: ignore[no-untyped-def]
+    async def run():  # type: ignore[no-untyped-def]
+        conn = await asyncpg.connect(url)
+        try:
+            return await conn.fetch(statement, *args)
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def event_for(client, token, request_id):  # type: ignore[no-untyped-def]
+    events = client.get(AUDIT, headers=token(), params={"page_size": 50}).json()["events"]
+    return next(e for e in events if e["request_id"] == request_id)
+
+
+def test_every_outcome_is_one_event(client, token):
+    client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": "aud", "catalog_name": "main", "schema_name": "default"},
+    )
+    cases = [
+        (client.get(f"{UC}/memory-stores/main.default.aud", headers=token()), "allow", "memory_store.get"),
+        (
+            client.get(f"{UC}/memory-stores/main.default.aud", headers=token("eve")),
+            "deny",
+            "memory_store.get",
+        ),
+        (client.get(f"{UC}/memory-stores/main.default.aud"), "unauthenticated", None),
+        (client.get(f"{UC}/memory-stores/main.default.nope", headers=token()), "allow", "memory_store.get"),
+        (client.post(f"{UC}/catalogs", headers=token(), json={"name": "bad name"}), "allow", None),
+    ]
+    for response, decision, action_name in cases:
+        event = event_for(client, token, response.headers["x-request-id"])
+        assert event["decision"] == decision, event
+        assert event["status_code"] == response.status_code
+        assert event["action_name"], event
+        if action_name:
+            assert event["action_name"] == action_name
+    denied = event_for(client, token, cases[1][0].headers["x-request-id"])
+    assert denied["principal"] == "eve" and "requires" in denied["reason"]
+    assert denied["securable_full_name"] == "main.default.aud" and denied["error_code"] == "PERMISSION_DENIED"
+    assert event_for(client, token, cases[2][0].headers["x-request-id"])["principal"] is None
+
+
+def test_no_contents_or_tokens_in_the_log(client, token, database_url):
+    headers = token()
+    client.post(
+        f"{UC}/memory-stores/main.default.aud/entries",
+        headers=headers,
+        params={"scope": "u"},
+        json={"path": "/s.md", "contents": SECRET, "description": SECRET},
+    )
+    client.post(
+        f"{UC}/memory-stores/main.default.aud/entries:search",
+        headers=headers,
+        json={"scope": "u", "query": SECRET},
+    )
+    jwt = headers["Authorization"].split()[1]
+    for needle in (SECRET, jwt[:40]):
+        rows = sql(
+            database_url,
+            "SELECT count(*) FROM audit_events WHERE audit_events::text LIKE '%' || $1 || '%'",
+            needle,
+        )
+        assert rows[0][0] == 0, needle
+
+
+def test_read_audit_is_needed(client, token):
+    assert client.get(AUDIT, headers=token("auditor")).status_code == 403
+    ms = client.get(f"{UC}/metastore_summary", headers=token()).json()["metastore_id"]
+    client.patch(
+        f"{UC}/permissions/metastore/{ms}",
+        headers=token(),
+        json={"changes": [{"principal": "auditor", "add": ["READ_AUDIT"]}]},
+    )
+    r = client.get(AUDIT, headers=token("auditor"), params={"principal": "eve", "decision": "deny"})
+    assert r.status_code == 200 and {e["principal"] for e in r.json()["events"]} == {"eve"}
+    assert client.get(f"{AUDIT}:verify", headers=token("auditor")).json()["ok"] is True
+
+
+def test_pagination_and_order(client, token):
+    seen, page_token = [], None
+    for _ in range(3):
+        params = {"page_size": 4, "order": "asc", **({"page_token": page_token} if page_token else {})}
+        body = client.get(AUDIT, headers=token(), params=params).json()
+        seen += [e["seq"] for e in body["events"]]
+        page_token = body["next_page_token"]
+    assert seen == list(range(1, 13))
+    newest = client.get(AUDIT, headers=token(), params={"page_size": 2}).json()["events"]
+    assert newest[0]["seq"] > newest[1]["seq"]
+    assert client.get(AUDIT, headers=token(), params={"decision": "maybe"}).status_code == 400
+
+
+def test_system_events_are_chained_too(client, token):
+    first = client.get(AUDIT, headers=token(), params={"order": "asc", "page_size": 1}).json()["events"][0]
+    assert first["seq"] == 1 and first["action_name"] == "system.migrate" and first["decision"] == "system"
+    assert first["prev_hash"] == "0" * 64
+
+
+def test_the_app_cannot_change_the_log(database_url):
+    with pytest.raises(asyncpg.PostgresError, match="append-only"):
+        sql(database_url, "UPDATE audit_events SET reason = 'x' WHERE seq = 1")
+    with pytest.raises(asyncpg.PostgresError, match="append-only"):
+        sql(database_url, "DELETE FROM audit_events WHERE seq = 1")
+
+
+def _verify_cli(settings, database_url):  # type: ignore[no-untyped-def]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+    env.update(CATALOG_DATA_DIR=str(settings.data_dir), CATALOG_DATABASE_URL=database_url)
+    return subprocess.run(
+        [sys.executable, "-m", "catalog", "audit", "verify"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=60,
+    )
+
+
+def test_tampering_by_a_superuser_is_named(client, token, settings, database_url):
+    ok = _verify_cli(settings, database_url)
+    assert ok.returncode == 0 and ok.stdout.startswith("ok ") and ok.stdout.strip().endswith("events")
+
+    def tamper(statement: str, *args) -> int:  # type: ignore[no-untyped-def]
+        sql(database_url, "ALTER TABLE audit_events DISABLE TRIGGER audit_events_no_change")
+        try:
+            sql(database_url, statement, *args)
+        finally:
+            sql(database_url, "ALTER TABLE audit_events ENABLE TRIGGER audit_events_no_change")
+        return client.get(f"{AUDIT}:verify", headers=token()).json()
+
+    original = sql(database_url, "SELECT reason FROM audit_events WHERE seq = 5")[0][0]
+    result = tamper("UPDATE audit_events SET reason = 'nothing to see' WHERE seq = 5")
+    assert result["ok"] is False and result["first_broken_seq"] == 5
+    broken = _verify_cli(settings, database_url)
+    assert broken.returncode == 1 and "seq 5" in broken.stdout
+    assert tamper("UPDATE audit_events SET reason = $1 WHERE seq = 5", original)["ok"] is True
+
+    saved = sql(database_url, "SELECT * FROM audit_events WHERE seq = 7")[0]
+    assert tamper("DELETE FROM audit_events WHERE seq = 7")["first_broken_seq"] == 7
+    columns = list(saved.keys())
+    placeholders = ", ".join(f"${i + 1}" for i in range(len(columns)))
+    assert tamper(
+        f"INSERT INTO audit_events ({', '.join(columns)}) VALUES ({placeholders})", *saved.values()
+    )["ok"]
+
+    # swap the contents of two events (keeping their numbers)
+    assert (
+        tamper("""
+        UPDATE audit_events a SET action_name = b.action_name, request_id = b.request_id
+        FROM audit_events b WHERE (a.seq, b.seq) IN ((3, 4), (4, 3))
+    """)["first_broken_seq"]
+        == 3
+    )

@@ -106,7 +106,7 @@ def cmd_db_url(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     if settings.database_url:
-        print(settings.database_url)
+        print(with_role(settings.database_url, args.role) if args.role else settings.database_url)
         return 0
     url = running_url(settings.postgres_dir, EMBEDDED_DATABASE)
     if url is None:
@@ -117,8 +117,18 @@ def cmd_db_url(args: argparse.Namespace) -> int:
             f"started the embedded PostgreSQL in {settings.postgres_dir}; `catalog serve` will reuse it",
             file=sys.stderr,
         )
-    print(url)
+    print(with_role(url, args.role) if args.role else url)
     return 0
+
+
+def with_role(url: str, role: str) -> str:
+    """The same database as another user (the embedded server trusts local socket connections;
+    an external one will ask for that role's password)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, f"{role}@{host}", parts.path, parts.query, parts.fragment))
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
@@ -173,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     db_url = commands.add_parser("db-url", help="print the PostgreSQL URL in use")
     db_url.add_argument("--data-dir")
+    db_url.add_argument("--role", choices=["catalog_auditor"], help="a URL for this database role instead")
     db_url.set_defaults(run=cmd_db_url)
     reindex = commands.add_parser("reindex", help="rebuild the full-text and vector indexes from PostgreSQL")
     reindex.add_argument("--data-dir")

@@ -173,3 +173,20 @@ def test_tampering_by_a_superuser_is_named(client, token, settings, database_url
     """)["first_broken_seq"]
         == 3
     )
+
+
+def test_the_auditor_role_reads_the_views_and_nothing_else(client, token, database_url):
+    from catalog.cli import with_role
+
+    auditor = with_role(database_url, "catalog_auditor")
+    client.get(f"{UC}/memory-stores/main.default.aud/entries", headers=token(), params={"scope": "u"})
+    assert sql(auditor, "SELECT count(*) FROM system.audit")[0][0] > 10
+    lineage = sql(
+        auditor, "SELECT direction, entry_count FROM system.lineage WHERE memory_store = 'main.default.aud'"
+    )
+    assert ("write", 1) in [tuple(r) for r in lineage] and ("read", 1) in [tuple(r) for r in lineage]
+    for table in ("entries", "grants", "audit_events", "group_members"):
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            sql(auditor, f"SELECT * FROM public.{table} LIMIT 1")
+    with pytest.raises(asyncpg.PostgresError):
+        sql(auditor, "DELETE FROM system.audit")

@@ -88,6 +88,13 @@ def note_decision(action_name: str, securable: Any, decision: Any) -> None:
         context.policy_revision = securable.revision
 
 
+def note_result(count: int) -> None:
+    """How many entries the request read or wrote (request lineage)."""
+    context = current.get()
+    if context is not None:
+        context.result_count = count
+
+
 class AuditWriter:
     def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 500) -> None:
         self.pool = pool

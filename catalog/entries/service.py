@@ -11,6 +11,7 @@ from typing import Any
 
 import asyncpg
 
+from catalog.audit.writer import note_result
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import repo
@@ -236,8 +237,10 @@ async def write_entry(
             row = await repo.get(ctx.pool, key)
             if row is None:
                 raise Aborted("the entry changed concurrently; retry")
+            note_result(1)
             return row
     after_write(ctx)
+    note_result(1)
     return row
 
 
@@ -254,6 +257,7 @@ async def get_entry(
     row = await repo.get(ctx.pool, (store.node.id, key_scope, session, key_path))
     if row is None:
         raise NotFound(f"no entry at {key_path} in scope {key_scope}")
+    note_result(1)
     return to_entry(row)
 
 
@@ -377,6 +381,7 @@ async def edit_entry(
         )
     assert row is not None  # the row lock held the version
     after_write(ctx)
+    note_result(1)
     return to_entry(row)
 
 
@@ -386,6 +391,7 @@ async def delete_scope(ctx: Context, principal: Principal, full_name: str, scope
     store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
     deleted = await repo.delete_scope(ctx.pool, store.node.id, key_scope)
     after_write(ctx)
+    note_result(deleted)
     return deleted
 
 
@@ -418,3 +424,4 @@ async def delete_entry(
             raise NotFound(f"no entry at {key_path} in scope {key_scope}")
         raise Aborted(f"the entry is at version {version}, not {expected}")
     after_write(ctx)
+    note_result(1)

@@ -12,6 +12,7 @@ import logging
 
 import asyncpg
 
+from catalog.audit.writer import note_result
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import repo
@@ -125,4 +126,5 @@ async def search_rows(
             results.append((row, round(score, 6)))
             if len(results) == body.top_k:
                 break
+    note_result(len(results))
     return results

@@ -34,7 +34,7 @@ run: $(VENV)/.installed-run ## start the server on http://127.0.0.1:8080 (embedd
 test: $(VENV)/.installed-dev ## run the whole test suite against a real PostgreSQL with pgvector
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-BENCHES := authz locomo search
+BENCHES := authz locomo search audit
 
 bench: $(VENV)/.installed-dev ## run the benchmarks in bench/ and print their tables (a few minutes)
 	@set -e; for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py; echo; done

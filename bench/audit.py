@@ -52,8 +52,11 @@ async def main() -> None:
     headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
     results: dict[tuple[str, bool], list[float]] = {}
     async with AsyncTestClient(app, timeout=60) as client:
-        r = await client.post(f"{UC}/memory-stores", headers=headers,
-                              json={"name": "audit_bench", "catalog_name": "main", "schema_name": "default"})
+        r = await client.post(
+            f"{UC}/memory-stores",
+            headers=headers,
+            json={"name": "audit_bench", "catalog_name": "main", "schema_name": "default"},
+        )
         r.raise_for_status()
         audit = app.state.runtime.audit
         n = args.requests
@@ -63,23 +66,33 @@ async def main() -> None:
                 tag = f"{round_}-{int(enabled)}"
 
                 def write(i: int, tag: str = tag):  # type: ignore[no-untyped-def]
-                    return lambda: client.post(f"{STORE}/entries", headers=headers, params={"scope": f"u{i % 50}"},
-                                               json={"path": f"/{tag}/{i}.md", "contents": f"note {i}"})
+                    return lambda: client.post(
+                        f"{STORE}/entries",
+                        headers=headers,
+                        params={"scope": f"u{i % 50}"},
+                        json={"path": f"/{tag}/{i}.md", "contents": f"note {i}"},
+                    )
 
                 def read(i: int, tag: str = tag):  # type: ignore[no-untyped-def]
-                    return lambda: client.get(f"{STORE}/entries:get", headers=headers,
-                                              params={"scope": f"u{i % 50}", "path": f"/{tag}/{i}.md"})
+                    return lambda: client.get(
+                        f"{STORE}/entries:get",
+                        headers=headers,
+                        params={"scope": f"u{i % 50}", "path": f"/{tag}/{i}.md"},
+                    )
 
                 results.setdefault(("write", enabled), []).append(await rate([write(i) for i in range(n)]))
                 results.setdefault(("get", enabled), []).append(await rate([read(i) for i in range(n)]))
         audit.enabled = True
-    print(f"audit cost: {args.requests} requests per measurement, 16 concurrent clients, in-process, "
-          f"median of {args.rounds} rounds\n")
+    print(
+        f"audit cost: {args.requests} requests per measurement, 16 concurrent clients, in-process, "
+        f"median of {args.rounds} rounds\n"
+    )
     print("| operation | audited (req/s) | not audited (req/s) | cost |")
     print("|---|---|---|---|")
     for op in ("get", "write"):
         on, off = statistics.median(results[(op, True)]), statistics.median(results[(op, False)])
-        print(f"| entries:{op if op == 'get' else 'write'} | {on:.0f} | {off:.0f} | {(1 - on / off) * 100:.1f}% |")
+        label = "entries:get" if op == "get" else "entries write"
+        print(f"| {label} | {on:.0f} | {off:.0f} | {(1 - on / off) * 100:.1f}% |")
 
 
 if __name__ == "__main__":

@@ -19,37 +19,13 @@ from typing import Any
 
 import asyncpg
 
-from catalog.audit.chain import GENESIS, chain_hash
+from catalog.audit.chain import GENESIS, HASHED_COLUMNS, chain_hash
 
 log = logging.getLogger("catalog.audit")
 
 AUDIT_LOCK = 0x61756474  # "audt"
 SERVICE_NAME = "memory-catalog"
-COLUMNS = (
-    "seq",
-    "event_id",
-    "event_time",
-    "request_id",
-    "principal",
-    "on_behalf_of",
-    "source_ip",
-    "user_agent",
-    "service_name",
-    "action_name",
-    "securable_type",
-    "securable_full_name",
-    "securable_id",
-    "privilege",
-    "decision",
-    "reason",
-    "status_code",
-    "error_code",
-    "request_params",
-    "result_count",
-    "policy_revision",
-    "prev_hash",
-    "hash",
-)
+COLUMNS = (*HASHED_COLUMNS, "prev_hash", "hash")
 
 
 @dataclass

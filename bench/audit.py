@@ -18,12 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from litestar.testing import AsyncTestClient  # noqa: E402
+from litestar.testing import AsyncTestClient
 
-from catalog.app import create_app  # noqa: E402
-from catalog.auth import mint_dev_token  # noqa: E402
-from catalog.search.embedder import HashEncoder  # noqa: E402
-from catalog.settings import Settings  # noqa: E402
+from catalog.app import create_app
+from catalog.auth import mint_dev_token
+from catalog.search.embedder import HashEncoder
+from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.audit_bench"

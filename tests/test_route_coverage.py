@@ -55,6 +55,7 @@ QUERIES = {
     "deleteEntry": {"scope": "u", "path": "/notes.md"},
     "agentsCreateMemoryStore": {"managed_memory_store_id": "walk-new"},
     "agentsListMemoryEntries": {"actor_id": "u"},
+    "getLineage": {"securable_full_name": "walk.s.m"},
 }
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Request, Router, get
 from litestar.di import NamedDependency
-from litestar.params import FromQuery
+from litestar.params import FromQuery, QueryParameter
 
 from catalog.audit import service
 from catalog.context import Context
+from catalog.lineage import service as lineage_service
 
 Req = Request[Any, Any, Any]
 
@@ -50,6 +51,24 @@ async def verify_audit(request: Req, ctx: NamedDependency[Context]) -> service.V
     return await service.verify_events(ctx, request.user)
 
 
+@get("/lineage", operation_id="getLineage")
+async def get_lineage(
+    request: Req,
+    ctx: NamedDependency[Context],
+    securable_full_name: FromQuery[str | None] = None,
+    direction: FromQuery[str | None] = None,
+    entry_scope: Annotated[str | None, QueryParameter(name="scope")] = None,
+    path: FromQuery[str | None] = None,
+    session_id: FromQuery[str | None] = None,
+    depth: FromQuery[int | None] = None,
+) -> dict[str, Any]:
+    return await lineage_service.lineage(
+        ctx, request.user, securable_full_name, direction, entry_scope, path, session_id, depth
+    )
+
+
 router = Router(
-    path="/api/2.1/unity-catalog/system", route_handlers=[list_audit, verify_audit], tags=["audit"]
+    path="/api/2.1/unity-catalog/system",
+    route_handlers=[list_audit, verify_audit, get_lineage],
+    tags=["audit"],
 )

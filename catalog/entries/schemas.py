@@ -24,6 +24,15 @@ class _Input(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pass
 
 
+class SourceRef(_Input, kw_only=True):
+    """An entry this one was derived from."""
+
+    memory_store: str
+    scope: str
+    path: str
+    session_id: str | None = None
+
+
 class EntryFields(_Input, kw_only=True):
     path: str
     contents: str | None = None
@@ -31,6 +40,7 @@ class EntryFields(_Input, kw_only=True):
     session_id: str | None = None
     source_type: str | None = None
     write_mode: WriteMode | None = None
+    derived_from: list[SourceRef] | None = None
 
 
 class EntryCreate(EntryFields, kw_only=True):

@@ -41,6 +41,7 @@ from catalog.errors import (
     PermissionDenied,
 )
 from catalog.governance import Securable, SecurableType, action
+from catalog.lineage import service as lineage
 from catalog.names import split_full_name
 from catalog.namespace.repo import locate, store_binding
 from catalog.pagination import decode_token, encode_token, page_size
@@ -224,6 +225,7 @@ async def write_entry(
     if mode == "APPEND" and not fields["contents"]:
         raise InvalidParameter("write_mode APPEND needs contents to append", "contents")
     store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
+    sources = await lineage.resolve_sources(ctx, principal, fields_body.derived_from)
     key: Key = (store.node.id, key_scope, session, path)
     if mode == "EXCLUSIVE":
         row = await repo.insert_exclusive(ctx.pool, key, fields, principal.name)
@@ -239,6 +241,7 @@ async def write_entry(
                 raise Aborted("the entry changed concurrently; retry")
             note_result(1)
             return row
+    await lineage.record(ctx, principal, row, sources)
     after_write(ctx)
     note_result(1)
     return row

@@ -1,0 +1,1 @@
+"""Lineage: which entries were derived from which, and which requests read or wrote which stores."""

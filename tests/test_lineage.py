@@ -121,3 +121,22 @@ def test_lineage_needs_read_audit_and_valid_parameters(client, token):
         client.get(LINEAGE, headers=token(), params={"securable_full_name": "main.default.gone"}).status_code
         == 404
     )
+
+
+def test_request_lineage_as_openlineage_run_events(client, token):
+    write(client, token, "raw", "u2", "/x.md", "a note")
+    client.get(f"{UC}/memory-stores/main.default.raw/entries", headers=token(), params={"scope": "u2"})
+    r = client.get(f"{LINEAGE}/openlineage", headers=token(), params={"page_size": 1000})
+    assert r.status_code == 200
+    events = r.json()["events"]
+    writes = [
+        e for e in events if e["outputs"] == [{"namespace": "memory-catalog", "name": "main.default.raw"}]
+    ]
+    reads = [
+        e for e in events if e["inputs"] == [{"namespace": "memory-catalog", "name": "main.default.raw"}]
+    ]
+    assert writes and reads
+    event = writes[-1]
+    assert event["eventType"] == "COMPLETE" and event["job"]["name"] == "entries.write"
+    assert event["run"]["facets"]["catalog"]["principal"] == "admin" and event["eventTime"].endswith("Z")
+    assert client.get(f"{LINEAGE}/openlineage", headers=token("someone")).status_code == 403

@@ -67,8 +67,19 @@ async def get_lineage(
     )
 
 
+@get("/lineage/openlineage", operation_id="exportOpenLineage")
+async def export_openlineage(
+    request: Req,
+    ctx: NamedDependency[Context],
+    start_time: FromQuery[int | None] = None,
+    end_time: FromQuery[int | None] = None,
+    page_size: FromQuery[int | None] = None,
+) -> dict[str, Any]:
+    return await lineage_service.openlineage_events(ctx, request.user, start_time, end_time, page_size)
+
+
 router = Router(
     path="/api/2.1/unity-catalog/system",
-    route_handlers=[list_audit, verify_audit, get_lineage],
+    route_handlers=[list_audit, verify_audit, get_lineage, export_openlineage],
     tags=["audit"],
 )

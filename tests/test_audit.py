@@ -165,14 +165,13 @@ def test_tampering_by_a_superuser_is_named(client, token, settings, database_url
         f"INSERT INTO audit_events ({', '.join(columns)}) VALUES ({placeholders})", *saved.values()
     )["ok"]
 
-    # swap the contents of two events (keeping their numbers)
-    assert (
-        tamper("""
+    # swap the contents of two events (keeping their numbers), then swap them back
+    swap = """
         UPDATE audit_events a SET action_name = b.action_name, request_id = b.request_id
         FROM audit_events b WHERE (a.seq, b.seq) IN ((3, 4), (4, 3))
-    """)["first_broken_seq"]
-        == 3
-    )
+    """
+    assert tamper(swap)["first_broken_seq"] == 3
+    assert tamper(swap)["ok"] is True
 
 
 def test_the_auditor_role_reads_the_views_and_nothing_else(client, token, database_url):
@@ -190,3 +189,26 @@ def test_the_auditor_role_reads_the_views_and_nothing_else(client, token, databa
             sql(auditor, f"SELECT * FROM public.{table} LIMIT 1")
     with pytest.raises(asyncpg.PostgresError):
         sql(auditor, "DELETE FROM system.audit")
+
+
+def test_one_chain_across_two_processes_and_a_restart(client, token, database_url, tmp_path, live_server):
+    import httpx
+
+    other = live_server(tmp_path / "second", env={"CATALOG_DATABASE_URL": database_url})
+    try:
+        headers = {"Authorization": f"Bearer {other.cli('token', '--sub', 'admin').stdout.strip()}"}
+        for _ in range(5):
+            assert httpx.get(f"{other.url}{UC}/catalogs/main", headers=headers).status_code == 200
+            assert client.get(f"{UC}/catalogs/main", headers=token()).status_code == 200
+    finally:
+        other.stop()
+    again = live_server(tmp_path / "second", env={"CATALOG_DATABASE_URL": database_url})
+    try:
+        headers = {"Authorization": f"Bearer {again.cli('token', '--sub', 'admin').stdout.strip()}"}
+        assert httpx.get(f"{again.url}{UC}/catalogs/main", headers=headers).status_code == 200
+    finally:
+        again.stop()
+    rows = sql(database_url, "SELECT seq FROM audit_events ORDER BY seq")
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    verified = client.get(f"{AUDIT}:verify", headers=token()).json()
+    assert verified["ok"] is True and verified["checked"] >= len(rows)

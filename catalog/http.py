@@ -78,6 +78,12 @@ class RequestContext:
         started = time.perf_counter()
         status = 500
         audit = AuditContext()
+        runtime = self._runtime(scope)
+        if runtime is not None and _audited(scope):
+            audit.enabled = runtime.audit.enabled
+            audit.describe = lambda status: request_event(scope, state, audit, request_id, status)
+        else:
+            audit.enabled = False
         token = current.set(audit)
 
         async def send_with_id(message: Message) -> None:
@@ -110,34 +116,49 @@ class RequestContext:
     async def _audit(
         self, scope: Scope, state: dict[str, Any], audit: AuditContext, request_id: str, status: int
     ) -> None:
-        path = scope.get("path", "")
-        runtime = getattr(scope["app"].state, "runtime", None) if "app" in scope else None  # type: ignore[typeddict-item]
-        if path in UNAUDITED or path.startswith("/docs") or runtime is None:
+        runtime = self._runtime(scope)
+        if runtime is None or not _audited(scope) or audit.committed:
             return
-        route = scope.get("path_template") or path
-        decision = audit.decision
-        if status == 401:
-            decision = "unauthenticated"
-        elif decision is None:
-            decision = "deny" if status == 403 else "allow"
-        headers = dict(scope.get("headers") or [])
-        client = scope.get("client")
-        await runtime.audit.record(
-            request_id=request_id,
-            principal=state.get("principal"),
-            on_behalf_of=state.get("on_behalf_of"),
-            source_ip=client[0] if client else None,
-            user_agent=headers.get(b"user-agent", b"").decode(errors="replace")[:512] or None,
-            action_name=audit.action_name or f"http.{str(scope.get('method', '')).lower()} {route}",
-            securable_type=audit.securable_type,
-            securable_full_name=audit.securable_full_name,
-            securable_id=audit.securable_id,
-            privilege=audit.privilege,
-            decision=decision,
-            reason=audit.reason or (state.get("error_code") if status >= 400 else None),
-            status_code=status,
-            error_code=state.get("error_code"),
-            request_params=_params(scope),
-            result_count=audit.result_count,
-            policy_revision=audit.policy_revision,
-        )
+        await runtime.audit.record(**request_event(scope, state, audit, request_id, status))
+
+    @staticmethod
+    def _runtime(scope: Scope) -> Any:
+        return getattr(scope["app"].state, "runtime", None) if "app" in scope else None  # type: ignore[typeddict-item]
+
+
+def _audited(scope: Scope) -> bool:
+    path = scope.get("path", "")
+    return path not in UNAUDITED and not path.startswith("/docs")
+
+
+def request_event(
+    scope: Scope, state: dict[str, Any], audit: AuditContext, request_id: str, status: int
+) -> dict[str, Any]:
+    """The request's audit event, as far as the request has got."""
+    route = scope.get("path_template") or scope.get("path", "")
+    decision = audit.decision
+    if status == 401:
+        decision = "unauthenticated"
+    elif decision is None:
+        decision = "deny" if status == 403 else "allow"
+    headers = dict(scope.get("headers") or [])
+    client = scope.get("client")
+    return {
+        "request_id": request_id,
+        "principal": state.get("principal"),
+        "on_behalf_of": state.get("on_behalf_of"),
+        "source_ip": client[0] if client else None,
+        "user_agent": headers.get(b"user-agent", b"").decode(errors="replace")[:512] or None,
+        "action_name": audit.action_name or f"http.{str(scope.get('method', '')).lower()} {route}",
+        "securable_type": audit.securable_type,
+        "securable_full_name": audit.securable_full_name,
+        "securable_id": audit.securable_id,
+        "privilege": audit.privilege,
+        "decision": decision,
+        "reason": audit.reason or (state.get("error_code") if status >= 400 else None),
+        "status_code": status,
+        "error_code": state.get("error_code") if status >= 400 else None,
+        "request_params": _params(scope),
+        "result_count": audit.result_count,
+        "policy_revision": audit.policy_revision,
+    }

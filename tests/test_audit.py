@@ -212,3 +212,40 @@ def test_one_chain_across_two_processes_and_a_restart(client, token, database_ur
     assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
     verified = client.get(f"{AUDIT}:verify", headers=token()).json()
     assert verified["ok"] is True and verified["checked"] >= len(rows)
+
+
+def test_a_change_commits_with_its_event_or_not_at_all(client, token, monkeypatch):
+    import catalog.audit.writer as writer
+
+    original = writer.append_on
+
+    async def failing(conn, events):  # type: ignore[no-untyped-def]
+        if any(e.get("action_name") == "entries.write" and e.get("status_code") == 200 for e in events):
+            raise RuntimeError("the audit log is unavailable")
+        return await original(conn, events)
+
+    monkeypatch.setattr(writer, "append_on", failing)
+    r = client.post(
+        f"{UC}/memory-stores/main.default.aud/entries",
+        headers=token(),
+        params={"scope": "tx"},
+        json={"path": "/lost.md", "contents": "never committed"},
+    )
+    assert r.status_code == 500
+    monkeypatch.setattr(writer, "append_on", original)
+    r = client.get(
+        f"{UC}/memory-stores/main.default.aud/entries:get",
+        headers=token(),
+        params={"scope": "tx", "path": "/lost.md"},
+    )
+    assert r.status_code == 404  # the change rolled back with its event
+    ok = client.post(
+        f"{UC}/memory-stores/main.default.aud/entries",
+        headers=token(),
+        params={"scope": "tx"},
+        json={"path": "/kept.md", "contents": "committed"},
+    )
+    event = event_for(client, token, ok.headers["x-request-id"])
+    assert (
+        event["action_name"] == "entries.write" and event["status_code"] == 200 and event["result_count"] == 1
+    )

@@ -27,6 +27,7 @@ from catalog.agents.schemas import (
     StoreCreate,
     StoreUpdate,
 )
+from catalog.audit.writer import audited
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import repo
@@ -281,7 +282,7 @@ async def update_entry(
     if not fields or fields - {"content", "description"}:
         raise InvalidParameter("update_mask must name content and/or description", "update_mask")
     store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.write")
-    async with ctx.pool.acquire() as conn, conn.transaction():
+    async with audited(ctx.pool) as conn:
         current = await repo.get_by_id(conn, store.node.id, _entry_id(entry_id), for_update=True)
         if current is None:
             raise NotFound(f"memory entry {entry_id} does not exist")
@@ -301,8 +302,11 @@ async def delete_entry(ctx: Context, principal: Principal, sid: str, entry_id: s
     row = await repo.get_by_id(ctx.pool, store.node.id, _entry_id(entry_id))
     if row is not None:
         await entries.check_binding(ctx, principal, store, [row["scope"]])
-    if row is None or not await repo.delete_by_id(ctx.pool, store.node.id, row["id"]):
+    if row is None:
         raise NotFound(f"memory entry {entry_id} does not exist")
+    async with audited(ctx.pool) as conn:
+        if not await repo.delete_by_id(conn, store.node.id, row["id"]):
+            raise NotFound(f"memory entry {entry_id} does not exist")
     entries.after_write(ctx)
 
 

@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,6 +44,9 @@ class AuditContext:
     policy_revision: int | None = None
     result_count: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    describe: Callable[[int], dict[str, Any]] | None = None  # the request's event for a status
+    enabled: bool = True
+    committed: bool = False  # a change already committed the request's event with itself
 
 
 current: ContextVar[AuditContext | None] = ContextVar("audit_context", default=None)
@@ -93,10 +98,7 @@ class AuditWriter:
     async def record(self, **event: Any) -> None:
         if not self.enabled:
             return
-        event.setdefault("event_id", uuid.uuid4())
-        event.setdefault("event_time", datetime.now(UTC))
-        event.setdefault("service_name", SERVICE_NAME)
-        event.setdefault("request_params", {})
+        complete(event)
         if self._task is None:  # not started (start-up events): append directly
             await append(self.pool, [event])
             return
@@ -126,19 +128,47 @@ class AuditWriter:
 
 async def append(pool: asyncpg.Pool, events: list[dict[str, Any]]) -> None:
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", AUDIT_LOCK)
-        head = await conn.fetchrow("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
-        seq, prev = (head["seq"], head["hash"]) if head else (0, GENESIS)
-        records = []
-        for event in events:
-            seq += 1
-            row = {column: event.get(column) for column in COLUMNS}
-            row["seq"] = seq
-            row["prev_hash"] = prev
-            row["hash"] = prev = chain_hash(prev, row)
-            row["request_params"] = row["request_params"] or {}
-            records.append(tuple(row[column] for column in COLUMNS))
-        placeholders = ", ".join(f"${i}" for i in range(1, len(COLUMNS) + 1))
-        await conn.executemany(
-            f"INSERT INTO audit_events ({', '.join(COLUMNS)}) VALUES ({placeholders})", records
-        )
+        await append_on(conn, events)
+
+
+def complete(event: dict[str, Any]) -> dict[str, Any]:
+    event.setdefault("event_id", uuid.uuid4())
+    event.setdefault("event_time", datetime.now(UTC))
+    event.setdefault("service_name", SERVICE_NAME)
+    event.setdefault("request_params", {})
+    return event
+
+
+async def append_on(conn: asyncpg.Connection, events: list[dict[str, Any]]) -> None:
+    """Append events inside the caller's transaction (the chain's lock is held until it ends)."""
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", AUDIT_LOCK)
+    head = await conn.fetchrow("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+    seq, prev = (head["seq"], head["hash"]) if head else (0, GENESIS)
+    records = []
+    for event in events:
+        seq += 1
+        row = {column: event.get(column) for column in COLUMNS}
+        row["seq"] = seq
+        row["prev_hash"] = prev
+        row["hash"] = prev = chain_hash(prev, row)
+        row["request_params"] = row["request_params"] or {}
+        records.append(tuple(row[column] for column in COLUMNS))
+    placeholders = ", ".join(f"${i}" for i in range(1, len(COLUMNS) + 1))
+    await conn.executemany(
+        f"INSERT INTO audit_events ({', '.join(COLUMNS)}) VALUES ({placeholders})", records
+    )
+
+
+@asynccontextmanager
+async def audited(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """A transaction for a change: the request's audit event commits in it, or neither does.
+    (If the change fails, the request's error is audited the usual way.)"""
+    context = current.get()
+    describe = context.describe if context is not None and context.enabled and not context.committed else None
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            yield conn
+            if describe is not None:
+                await append_on(conn, [complete(describe(200))])
+        if context is not None and describe is not None:
+            context.committed = True

@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from catalog.audit.writer import note_result
+from catalog.audit.writer import audited, note_result
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import repo
@@ -227,23 +227,23 @@ async def write_entry(
     store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
     sources = await lineage.resolve_sources(ctx, principal, fields_body.derived_from)
     key: Key = (store.node.id, key_scope, session, path)
-    if mode == "EXCLUSIVE":
-        row = await repo.insert_exclusive(ctx.pool, key, fields, principal.name)
-        if row is None:
-            raise AlreadyExists(f"an entry already exists at {path} in scope {key_scope}")
-    elif mode == "OVERWRITE":
-        row = await repo.upsert_overwrite(ctx.pool, key, fields, principal.name)
-    else:
-        row = await repo.upsert_append(ctx.pool, key, fields, principal.name)
-        if row is None:  # the lines were already there: nothing changed
-            row = await repo.get(ctx.pool, key)
+    async with audited(ctx.pool) as conn:
+        note_result(1)
+        if mode == "EXCLUSIVE":
+            row = await repo.insert_exclusive(conn, key, fields, principal.name)
             if row is None:
-                raise Aborted("the entry changed concurrently; retry")
-            note_result(1)
-            return row
-    await lineage.record(ctx, principal, row, sources)
+                raise AlreadyExists(f"an entry already exists at {path} in scope {key_scope}")
+        elif mode == "OVERWRITE":
+            row = await repo.upsert_overwrite(conn, key, fields, principal.name)
+        else:
+            row = await repo.upsert_append(conn, key, fields, principal.name)
+            if row is None:  # the lines were already there: nothing changed
+                row = await repo.get(conn, key)
+                if row is None:
+                    raise Aborted("the entry changed concurrently; retry")
+                return row
+        await lineage.record(conn, principal, row, sources)
     after_write(ctx)
-    note_result(1)
     return row
 
 
@@ -366,7 +366,8 @@ async def edit_entry(
         raise InvalidParameter("nothing to change: give description or one edit operation", "description")
     store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
     key: Key = (store.node.id, key_scope, session, key_path)
-    async with ctx.pool.acquire() as conn, conn.transaction():
+    async with audited(ctx.pool) as conn:
+        note_result(1)
         current = await repo.get(conn, key, for_update=True)
         if current is None:
             raise NotFound(f"no entry at {key_path} in scope {key_scope}")
@@ -384,7 +385,6 @@ async def edit_entry(
         )
     assert row is not None  # the row lock held the version
     after_write(ctx)
-    note_result(1)
     return to_entry(row)
 
 
@@ -392,9 +392,10 @@ async def delete_scope(ctx: Context, principal: Principal, full_name: str, scope
     """Erase every entry of one scope in one store (right to be forgotten)."""
     key_scope = validate_scope(scope)
     store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
-    deleted = await repo.delete_scope(ctx.pool, store.node.id, key_scope)
+    async with audited(ctx.pool) as conn:
+        deleted = await repo.delete_scope(conn, store.node.id, key_scope)
+        note_result(deleted)
     after_write(ctx)
-    note_result(deleted)
     return deleted
 
 
@@ -403,7 +404,9 @@ async def erase_scope(ctx: Context, principal: Principal, scope: str) -> EraseRe
     key_scope = validate_scope(scope)
     securable = await locate(ctx.pool, ctx.metastore, SecurableType.METASTORE, [])
     await ctx.authorizer.ensure(principal, action("system.erase_scope"), securable)
-    rows = await repo.erase_scope(ctx.pool, key_scope)
+    async with audited(ctx.pool) as conn:
+        rows = await repo.erase_scope(conn, key_scope)
+        note_result(sum(row["deleted"] for row in rows))
     after_write(ctx)
     stores = [ErasedStore(memory_store=row["memory_store"], deleted=row["deleted"]) for row in rows]
     return EraseResult(scope=key_scope, deleted=sum(s.deleted for s in stores), stores=stores)
@@ -421,10 +424,11 @@ async def delete_entry(
     key_scope, key_path, session = validate_scope(scope), validate_path(path), validate_session(session_id)
     expected = parse_if_match(if_match)
     store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
-    deleted, version = await repo.delete(ctx.pool, (store.node.id, key_scope, session, key_path), expected)
-    if not deleted:
-        if version is None:
-            raise NotFound(f"no entry at {key_path} in scope {key_scope}")
-        raise Aborted(f"the entry is at version {version}, not {expected}")
+    async with audited(ctx.pool) as conn:
+        note_result(1)
+        deleted, version = await repo.delete(conn, (store.node.id, key_scope, session, key_path), expected)
+        if not deleted:
+            if version is None:
+                raise NotFound(f"no entry at {key_path} in scope {key_scope}")
+            raise Aborted(f"the entry is at version {version}, not {expected}")
     after_write(ctx)
-    note_result(1)

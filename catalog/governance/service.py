@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from catalog.audit.writer import audited
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound
@@ -112,7 +113,7 @@ async def update_permissions(
         who, privilege = sorted(both)[0]
         raise InvalidParameter(f"{privilege} for {who} is both added and removed", "changes")
     securable = await resolve(ctx, principal, "permissions.update", securable_type, full_name)
-    async with ctx.pool.acquire() as conn:
+    async with audited(ctx.pool) as conn:
         await repo.change_grants(conn, securable, add=add, remove=remove, granted_by=principal.name)
     if body.omit_permissions_in_response:
         return PermissionsList(privilege_assignments=[])

@@ -12,6 +12,7 @@ import re
 import uuid
 from collections import defaultdict
 
+from catalog.audit.writer import audited
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound, PermissionDenied
@@ -108,7 +109,7 @@ async def _with_members(ctx: Context, rows: list) -> list[Group]:  # type: ignor
 async def create_group(ctx: Context, principal: Principal, body: GroupCreate) -> Group:
     name = _display_name(body.display_name)
     await _authorize(ctx, principal, "groups.manage")
-    async with ctx.pool.acquire() as conn, conn.transaction():
+    async with audited(ctx.pool) as conn:
         await repo.lock_policy(conn)
         await ctx.authorizer.sync()
         members = _members(ctx, body.members, "members")
@@ -160,7 +161,7 @@ async def patch_group(ctx: Context, principal: Principal, group_id: str, body: G
     await _authorize(ctx, principal, "groups.manage")
     if not body.operations:
         raise InvalidParameter("Operations must not be empty", "Operations")
-    async with ctx.pool.acquire() as conn, conn.transaction():
+    async with audited(ctx.pool) as conn:
         await repo.lock_policy(conn)
         await ctx.authorizer.sync()
         if group_id not in ctx.authorizer.policy.group_names:
@@ -208,6 +209,6 @@ def _refs(value: object, field: str) -> list[MemberRef]:
 async def delete_group(ctx: Context, principal: Principal, group_id: str) -> None:
     group_id = _group_id(group_id)
     await _authorize(ctx, principal, "groups.manage")
-    async with ctx.pool.acquire() as conn, conn.transaction():
+    async with audited(ctx.pool) as conn:
         if await repo.delete_group(conn, group_id) is None:
             raise NotFound(f"group {group_id} does not exist")

@@ -47,10 +47,11 @@ async def resolve_sources(
 
 
 async def record(
-    ctx: Context, principal: Principal, target: asyncpg.Record, sources: list[asyncpg.Record]
+    conn: asyncpg.Connection, principal: Principal, target: asyncpg.Record, sources: list[asyncpg.Record]
 ) -> None:
+    """Within the write's transaction."""
     if sources:
-        await repo.add_edges(ctx.pool, target, sources, principal.name)
+        await repo.add_edges(conn, target, sources, principal.name)
 
 
 def _end(row: asyncpg.Record, side: str) -> dict[str, Any]:

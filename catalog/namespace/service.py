@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from catalog.audit.writer import audited
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound
@@ -104,9 +105,10 @@ async def create_catalog(ctx: Context, principal: Principal, body: CatalogCreate
     comment = _text(body.comment, "comment")
     properties = _properties(body.properties) or {}
     await _resolve(ctx, principal, "catalog.create", SecurableType.METASTORE, [])
-    return await repo.insert_catalog(
-        ctx.pool, ctx.metastore_id, name=name, comment=comment, properties=properties, owner=principal.name
-    )
+    async with audited(ctx.pool) as conn:
+        return await repo.insert_catalog(
+            conn, ctx.metastore_id, name=name, comment=comment, properties=properties, owner=principal.name
+        )
 
 
 async def get_catalog(ctx: Context, principal: Principal, name: str) -> CatalogInfo:
@@ -165,15 +167,16 @@ async def create_schema(ctx: Context, principal: Principal, body: SchemaCreate) 
     comment = _text(body.comment, "comment")
     properties = _properties(body.properties) or {}
     parent = await _resolve(ctx, principal, "schema.create", CATALOG, [catalog_name])
-    return await repo.insert_schema(
-        ctx.pool,
-        ctx.metastore_id,
-        catalog_id=parent.node.id,
-        name=name,
-        comment=comment,
-        properties=properties,
-        owner=principal.name,
-    )
+    async with audited(ctx.pool) as conn:
+        return await repo.insert_schema(
+            conn,
+            ctx.metastore_id,
+            catalog_id=parent.node.id,
+            name=name,
+            comment=comment,
+            properties=properties,
+            owner=principal.name,
+        )
 
 
 async def get_schema(ctx: Context, principal: Principal, full_name: str) -> SchemaInfo:
@@ -242,17 +245,18 @@ async def create_store(ctx: Context, principal: Principal, body: MemoryStoreCrea
     properties = _properties(body.properties) or {}
     shared = _shared_scopes(body.shared_scopes)
     parent = await _resolve(ctx, principal, "memory_store.create", SCHEMA, [catalog_name, schema_name])
-    return await repo.insert_store(
-        ctx.pool,
-        ctx.metastore_id,
-        schema_id=parent.node.id,
-        name=name,
-        description=description,
-        properties=properties,
-        owner=principal.name,
-        scope_binding=body.scope_binding,
-        shared_scopes=shared,
-    )
+    async with audited(ctx.pool) as conn:
+        return await repo.insert_store(
+            conn,
+            ctx.metastore_id,
+            schema_id=parent.node.id,
+            name=name,
+            description=description,
+            properties=properties,
+            owner=principal.name,
+            scope_binding=body.scope_binding,
+            shared_scopes=shared,
+        )
 
 
 MAX_SHARED_SCOPES = 100
@@ -317,9 +321,7 @@ async def update_store(
     properties, owner = _properties(body.properties), _owner(body.owner)
     shared = _shared_scopes(body.shared_scopes)
     securable = await _resolve(ctx, principal, "memory_store.update", STORE, parts)
-    await _update(ctx, principal, securable, description, properties, owner)
-    if body.scope_binding is not None or shared is not None:
-        await repo.set_store_binding(ctx.pool, securable.node.id, body.scope_binding, shared)
+    await _update(ctx, principal, securable, description, properties, owner, (body.scope_binding, shared))
     return await _must(
         repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
     )
@@ -341,23 +343,28 @@ async def _update(
     text: str | None,
     properties: dict[str, str] | None,
     owner: str | None,
+    binding: tuple[str | None, list[str] | None] = (None, None),
 ) -> None:
-    found = await repo.update_object(
-        ctx.pool,
-        securable.type,
-        securable.node.id,
-        text=text,
-        properties=properties,
-        owner=owner,
-        updated_by=principal.name,
-    )
-    if not found:
-        raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
+    async with audited(ctx.pool) as conn:
+        found = await repo.update_object(
+            conn,
+            securable.type,
+            securable.node.id,
+            text=text,
+            properties=properties,
+            owner=owner,
+            updated_by=principal.name,
+        )
+        if not found:
+            raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
+        if binding != (None, None):
+            await repo.set_store_binding(conn, securable.node.id, *binding)
 
 
 async def _delete(ctx: Context, securable: Securable) -> None:
-    if not await repo.delete_object(ctx.pool, securable.type, securable.node.id):
-        raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
+    async with audited(ctx.pool) as conn:
+        if not await repo.delete_object(conn, securable.type, securable.node.id):
+            raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
 
 
 async def _must(result, what: str):  # type: ignore[no-untyped-def]

@@ -15,9 +15,9 @@ import time
 
 import asyncpg
 
-from catalog.db import EmbeddedPostgres, create_pool, running_url
+from catalog.db import create_pool
 from catalog.entries import repo
-from catalog.runtime import EMBEDDED_DATABASE, ensure_database, load_encoder, prepare_database
+from catalog.runtime import database_url_for_tools, load_encoder, prepare_database
 from catalog.search import SearchEngine
 from catalog.search.embedder import Embedder
 from catalog.search.fulltext import FullTextIndex
@@ -31,14 +31,7 @@ def _say(message: str) -> None:
 
 
 async def reindex(settings: Settings, *, recompute_embeddings: bool = False) -> int:
-    embedded = None
-    url = settings.database_url
-    if url is None:
-        url = running_url(settings.postgres_dir, EMBEDDED_DATABASE)
-        if url is None:
-            settings.data_dir.mkdir(parents=True, exist_ok=True)
-            embedded = EmbeddedPostgres(settings.postgres_dir)
-            url = await ensure_database(await asyncio.to_thread(embedded.start), EMBEDDED_DATABASE)
+    url, release = await database_url_for_tools(settings)
     try:
         await prepare_database(url, settings.admin)
         pool = await create_pool(url, min_size=1, max_size=4)
@@ -47,8 +40,7 @@ async def reindex(settings: Settings, *, recompute_embeddings: bool = False) -> 
         finally:
             await pool.close()
     finally:
-        if embedded is not None:
-            await asyncio.to_thread(embedded.stop)
+        await release()
 
 
 async def _reindex(settings: Settings, pool: asyncpg.Pool, recompute_embeddings: bool) -> int:

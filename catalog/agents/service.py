@@ -38,7 +38,6 @@ from catalog.governance import service as governance
 from catalog.governance.schemas import PermissionsChange, UpdatePermissions
 from catalog.namespace import service as namespace
 from catalog.namespace.schemas import MemoryStoreCreate, MemoryStoreInfo, MemoryStoreUpdate
-from catalog.pagination import decode_token, encode_token
 from catalog.search.service import search_rows
 
 _STORE_ID = re.compile(r"^[a-z][a-z0-9-]{1,54}[a-z0-9]$")
@@ -255,18 +254,10 @@ async def list_entries(
         raise InvalidParameter(f"page_size must be between 1 and {MAX_PAGE}", "page_size")
     limit = page_size or MAX_PAGE
     mask = _mask(read_mask, "read_mask")
-    after = decode_token(page_token)
-    if after is not None and not (isinstance(after, list) and len(after) == 3):
-        raise InvalidParameter("page_token is not a valid page token", "page_token")
+    after = entries.decode_entry_cursor(page_token)
     store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.read", [scope])
-    rows = await repo.list_entries(
-        ctx.pool, store.node.id, [scope], session, prefix, tuple(after) if after else None, limit + 1, exact
-    )
-    page = rows[:limit]
-    token = (
-        encode_token([page[-1]["path"], page[-1]["scope"], page[-1]["session_id"]])
-        if len(rows) > limit
-        else None
+    page, token = await entries.page_of_entries(
+        ctx, store.node.id, [scope], session, prefix, limit, after, exact
     )
     return AgentEntryList(
         managed_memory_entries=[to_entry(sid, r, mask) for r in page], next_page_token=token

@@ -264,6 +264,36 @@ async def get_entry(
     return to_entry(row)
 
 
+def decode_entry_cursor(page_token: str | None) -> tuple[str, str, str] | None:
+    """The (path, scope, session) a page of entries ends at."""
+    after = decode_token(page_token)
+    if after is None:
+        return None
+    if not (isinstance(after, list) and len(after) == 3 and all(isinstance(a, str) for a in after)):
+        raise InvalidParameter("page_token is not a valid page token", "page_token")
+    return (after[0], after[1], after[2])
+
+
+async def page_of_entries(
+    ctx: Context,
+    store_id: str,
+    scopes: Sequence[str],
+    session: str | None,
+    prefix: str | None,
+    limit: int,
+    after: tuple[str, str, str] | None,
+    exact_path: str | None = None,
+) -> tuple[list[asyncpg.Record], str | None]:
+    """One page of entries in (path, scope, session) order, and the token for the next one."""
+    rows = await repo.list_entries(ctx.pool, store_id, scopes, session, prefix, after, limit + 1, exact_path)
+    page = rows[:limit]
+    note_result(len(page))
+    if len(rows) <= limit:
+        return page, None
+    last = page[-1]
+    return page, encode_token([last["path"], last["scope"], last["session_id"]])
+
+
 async def list_entries(
     ctx: Context,
     principal: Principal,
@@ -277,21 +307,9 @@ async def list_entries(
     prefix = validate_path_prefix(path_prefix)
     session = validate_session(session_id) if session_id is not None else None
     limit = page_size(size, default=ctx.settings.page_default, cap=ctx.settings.page_cap, field="page_size")
-    after = decode_token(page_token)
-    if after is not None and not (
-        isinstance(after, list) and len(after) == 3 and all(isinstance(a, str) for a in after)
-    ):
-        raise InvalidParameter("page_token is not a valid page token", "page_token")
+    after = decode_entry_cursor(page_token)
     store = await resolve_store(ctx, principal, full_name, "entries.read", scopes)
-    rows = await repo.list_entries(
-        ctx.pool, store.node.id, scopes, session, prefix, tuple(after) if after else None, limit + 1
-    )
-    page = rows[:limit]
-    token = (
-        encode_token([page[-1]["path"], page[-1]["scope"], page[-1]["session_id"]])
-        if len(rows) > limit
-        else None
-    )
+    page, token = await page_of_entries(ctx, store.node.id, scopes, session, prefix, limit, after)
     many = len(scopes) > 1
     return ListEntriesResponse(
         entries=[

@@ -21,14 +21,17 @@ def free_port() -> int:
 
 
 class BenchServer:
-    def __init__(self, data_dir: Path | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path | None = None, env: dict[str, str] | None = None, argv: list[str] | None = None
+    ) -> None:
+        """`argv`: what to run instead of `-m catalog serve` (it is given `--port`)."""
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="catbench"))
         self.port = free_port()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
         self.env.update(CATALOG_DATA_DIR=str(self.data_dir), **(env or {}))
         self.log = (self.data_dir / "server.log").open("a")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "catalog", "serve", "--port", str(self.port)],
+            [sys.executable, *(argv or ["-m", "catalog", "serve"]), "--port", str(self.port)],
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=self.log,

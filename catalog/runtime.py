@@ -137,7 +137,7 @@ class Runtime:
             verifier = TokenVerifier(settings)
             system_events = await prepare_database(url, settings.admin)
             pool = await create_pool(url)
-            audit = AuditWriter(pool)
+            audit = AuditWriter(await create_pool(url, min_size=1, max_size=1))  # its own connection
             for event in system_events:
                 await audit.record(request_id=f"system-{uuid.uuid4().hex}", decision="system", **event)
             audit.start()

@@ -219,10 +219,10 @@ def test_a_change_commits_with_its_event_or_not_at_all(client, token, monkeypatc
 
     original = writer.append_on
 
-    async def failing(conn, events):  # type: ignore[no-untyped-def]
+    async def failing(conn, events, **kw):  # type: ignore[no-untyped-def]
         if any(e.get("action_name") == "entries.write" and e.get("status_code") == 200 for e in events):
             raise RuntimeError("the audit log is unavailable")
-        return await original(conn, events)
+        return await original(conn, events, **kw)
 
     monkeypatch.setattr(writer, "append_on", failing)
     r = client.post(

@@ -46,7 +46,7 @@ HASHED_COLUMNS = (
 )
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     if value is not None and not isinstance(value, str | int | float | bool | dict | list):
@@ -54,9 +54,26 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_BEFORE_SEQ = tuple(column for column in sorted(HASHED_COLUMNS) if column < "seq")
+_AFTER_SEQ = tuple(column for column in sorted(HASHED_COLUMNS) if column > "seq")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_parts(event: Mapping[str, Any]) -> tuple[bytes, bytes]:
+    """The canonical encoding cut around the value of `seq`: head + str(seq) + tail. (The
+    database numbers the events: `audit_append()` puts the seq in between and hashes.)"""
+    head = _json({column: plain(event.get(column)) for column in _BEFORE_SEQ})[:-1] + ',"seq":'
+    tail = "," + _json({column: plain(event.get(column)) for column in _AFTER_SEQ})[1:]
+    return head.encode(), tail.encode()
+
+
 def canonical(event: Mapping[str, Any]) -> bytes:
-    body = {column: _plain(event.get(column)) for column in HASHED_COLUMNS}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """The JSON of every hashed column, keys sorted, no spaces, UTF-8."""
+    head, tail = canonical_parts(event)
+    return head + _json(event.get("seq")).encode() + tail
 
 
 def chain_hash(prev_hash: str, event: Mapping[str, Any]) -> str:

@@ -1,15 +1,16 @@
 """Appending audit events: batched, chained, durable before the request is answered.
 
 `record()` returns once the event is committed. Events of concurrent requests are gathered into
-one transaction; the transaction takes the audit advisory lock, reads the chain's head and
-appends the batch with the next sequence numbers, so processes sharing a database extend one
-chain.
+one statement, `audit_append()`, which takes the chain's advisory lock, reads the head and
+appends the batch with the next sequence numbers and hashes, so processes sharing a database
+extend one chain. A change appends its request's event in its own transaction (`audited`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -21,11 +22,10 @@ from typing import Any
 
 import asyncpg
 
-from catalog.audit.chain import GENESIS, HASHED_COLUMNS, chain_hash
+from catalog.audit.chain import HASHED_COLUMNS, canonical_parts, plain
 
 log = logging.getLogger("catalog.audit")
 
-AUDIT_LOCK = 0x61756474  # "audt"
 SERVICE_NAME = "memory-catalog"
 COLUMNS = (*HASHED_COLUMNS, "prev_hash", "hash")
 
@@ -77,6 +77,8 @@ def note_result(count: int) -> None:
 
 
 class AuditWriter:
+    """Appends request events in batches on a pool of its own (one connection), which it closes."""
+
     def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 500) -> None:
         self.pool = pool
         self.max_batch = max_batch
@@ -94,6 +96,7 @@ class AuditWriter:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self.pool.close()
 
     async def record(self, **event: Any) -> None:
         if not self.enabled:
@@ -107,27 +110,41 @@ class AuditWriter:
         await future
 
     async def _run(self) -> None:
-        while True:
-            batch = [await self._queue.get()]
-            while not self._queue.empty() and len(batch) < self.max_batch:
-                batch.append(self._queue.get_nowait())
-            try:
-                await append(self.pool, [event for event, _ in batch])
-            except Exception as exc:
-                log.exception("audit append failed")
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-            else:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_result(None)
-            for _ in batch:
-                self._queue.task_done()
+        """One batch at a time, on a connection of its own (acquired again after a failure)."""
+        conn: asyncpg.Connection | None = None
+        try:
+            while True:
+                batch = [await self._queue.get()]
+                while not self._queue.empty() and len(batch) < self.max_batch:
+                    batch.append(self._queue.get_nowait())
+                try:
+                    if conn is None:
+                        conn = await self.pool.acquire()
+                    await append_on(conn, [event for event, _ in batch])
+                except Exception as exc:
+                    log.exception("audit append failed")
+                    conn = await self._let_go(conn)
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                else:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_result(None)
+                for _ in batch:
+                    self._queue.task_done()
+        finally:
+            await self._let_go(conn)
+
+    async def _let_go(self, conn: asyncpg.Connection | None) -> None:
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await self.pool.release(conn)
 
 
 async def append(pool: asyncpg.Pool, events: list[dict[str, Any]]) -> None:
-    async with pool.acquire() as conn, conn.transaction():
+    """Append and commit events: one statement, its own transaction."""
+    async with pool.acquire() as conn:
         await append_on(conn, events)
 
 
@@ -139,36 +156,57 @@ def complete(event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
-async def append_on(conn: asyncpg.Connection, events: list[dict[str, Any]]) -> None:
-    """Append events inside the caller's transaction (the chain's lock is held until it ends)."""
-    await conn.execute("SELECT pg_advisory_xact_lock($1)", AUDIT_LOCK)
-    head = await conn.fetchrow("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
-    seq, prev = (head["seq"], head["hash"]) if head else (0, GENESIS)
-    records = []
+def _append_arguments(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[bytes], list[bytes]]:
+    """`audit_append()`'s arguments: the rows, and each one's canonical encoding cut around its seq."""
+    rows, heads, tails = [], [], []
     for event in events:
-        seq += 1
-        row = {column: event.get(column) for column in COLUMNS}
-        row["seq"] = seq
-        row["prev_hash"] = prev
-        row["hash"] = prev = chain_hash(prev, row)
+        row = {column: plain(event.get(column)) for column in HASHED_COLUMNS if column != "seq"}
         row["request_params"] = row["request_params"] or {}
-        records.append(tuple(row[column] for column in COLUMNS))
-    placeholders = ", ".join(f"${i}" for i in range(1, len(COLUMNS) + 1))
-    await conn.executemany(
-        f"INSERT INTO audit_events ({', '.join(COLUMNS)}) VALUES ({placeholders})", records
+        head, tail = canonical_parts(row)
+        rows.append(row)
+        heads.append(head)
+        tails.append(tail)
+    return rows, heads, tails
+
+
+def _hex(data: bytes) -> str:
+    return f"decode('{data.hex()}', 'hex')"
+
+
+async def append_on(conn: asyncpg.Connection, events: list[dict[str, Any]], *, commit: bool = False) -> None:
+    """Append events in the connection's transaction (or as their own when there is none);
+    PostgreSQL numbers and hashes them under the chain's lock, held until the transaction ends.
+    `commit=True` ends the caller's transaction in the same message, so that no other work of
+    this process runs while the lock is held (only hex digits are spliced into that statement)."""
+    rows, heads, tails = _append_arguments(events)
+    if not commit:
+        await conn.execute("SELECT audit_append($1, $2, $3)", rows, heads, tails)
+        return
+    await conn.execute(
+        f"SELECT audit_append(convert_from({_hex(json.dumps(rows).encode())}, 'UTF8')::jsonb, "
+        f"ARRAY[{', '.join(map(_hex, heads))}], ARRAY[{', '.join(map(_hex, tails))}]); COMMIT"
     )
 
 
 @asynccontextmanager
 async def audited(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
     """A transaction for a change: the request's audit event commits in it, or neither does.
-    (If the change fails, the request's error is audited the usual way.)"""
+    (If the change fails, the request's error is audited the usual way.) Code inside must not
+    open `conn.transaction()` itself: see `catalog.db.atomic`."""
     context = current.get()
     describe = context.describe if context is not None and context.enabled and not context.committed else None
     async with pool.acquire() as conn:
-        async with conn.transaction():
+        await conn.execute("BEGIN")
+        try:
             yield conn
             if describe is not None:
-                await append_on(conn, [complete(describe(200))])
-        if context is not None and describe is not None:
-            context.committed = True
+                await append_on(conn, [complete(describe(200))], commit=True)
+            else:
+                await conn.execute("COMMIT")
+        except BaseException:
+            if not conn.is_closed():
+                with contextlib.suppress(Exception):
+                    await conn.execute("ROLLBACK")
+            raise
+    if context is not None and describe is not None:
+        context.committed = True

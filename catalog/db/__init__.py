@@ -2,12 +2,13 @@
 
 from catalog.db.embedded import EmbeddedPostgres, running_url
 from catalog.db.migrate import MIGRATIONS_DIR, apply_migrations, load_migrations
-from catalog.db.pool import create_pool
+from catalog.db.pool import atomic, create_pool
 
 __all__ = [
     "MIGRATIONS_DIR",
     "EmbeddedPostgres",
     "apply_migrations",
+    "atomic",
     "create_pool",
     "load_migrations",
     "running_url",

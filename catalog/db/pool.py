@@ -6,7 +6,10 @@ first of all) must have run before the pool opens.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import asyncpg
 from pgvector.asyncpg import register_vector
@@ -18,7 +21,24 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Released connections keep their session: the application sets only transaction-local
+    state (SET LOCAL, transaction advisory locks, cursors in transactions) and never LISTENs, so
+    the default reset's extra round trip per release buys nothing. (asyncpg still rolls back a
+    transaction left open.)"""
+
+
 async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
-    pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, init=_init_connection)
+    pool = await asyncpg.create_pool(
+        url, min_size=min_size, max_size=max_size, init=_init_connection, reset=_keep_session
+    )
     assert pool is not None
     return pool
+
+
+def atomic(conn: asyncpg.Connection) -> AbstractAsyncContextManager[Any]:
+    """A transaction, unless the connection is already in one (e.g. an audited change), whose
+    all-or-nothing then covers the block."""
+    if conn.is_in_transaction():
+        return contextlib.nullcontext()
+    return conn.transaction()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from catalog.db import atomic
 from catalog.governance.securables import Securable
 
 
@@ -32,7 +33,7 @@ async def change_grants(
 ) -> None:
     """Apply every (principal, privilege) addition and removal in one transaction."""
     node = securable.node
-    async with conn.transaction():
+    async with atomic(conn):
         if remove:
             await conn.executemany(
                 "DELETE FROM grants WHERE securable_id = $1 AND principal = $2 AND privilege = $3",

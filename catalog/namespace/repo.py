@@ -7,6 +7,7 @@ from typing import TypeAlias
 
 import asyncpg
 
+from catalog.db import atomic
 from catalog.errors import AlreadyExists, NotFound
 from catalog.governance.securables import Node, Securable, SecurableType
 from catalog.namespace.schemas import CatalogInfo, MemoryStoreInfo, SchemaInfo
@@ -32,7 +33,7 @@ async def bootstrap(conn: asyncpg.Connection, admin: str) -> bool:
     """First start on an empty database: the metastore row, catalog `main` and schema
     `main.default`, all owned by `admin`, usable by `account users`. Returns True when this call
     created them."""
-    async with conn.transaction():
+    async with atomic(conn):
         created = await conn.fetchval(
             "INSERT INTO metastore (admin) VALUES ($1) ON CONFLICT (singleton) DO NOTHING RETURNING id",
             admin,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import asyncpg
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
@@ -108,6 +109,9 @@ def to_catalog_error(exc: Exception) -> CatalogError:
         return exc
     if isinstance(exc, HTTPException):
         return _from_litestar(exc)
+    if isinstance(exc, asyncpg.CharacterNotInRepertoireError | asyncpg.UntranslatableCharacterError):
+        # a NUL character (or \u0000 in JSON) in some text value: PostgreSQL cannot store it
+        return InvalidParameter("text values must not contain NUL characters (\\u0000)")
     return CatalogError("internal error")
 
 

@@ -13,6 +13,7 @@ from urllib.parse import unquote_plus
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.audit.writer import AuditContext, current
+from catalog.errors import error_body
 
 request_log = logging.getLogger("catalog.request")
 
@@ -51,14 +52,38 @@ def configure_logging(level: int = logging.INFO) -> None:
 UNAUDITED = {"/healthz", "/openapi.json", "/docs"}
 
 
-def _params(scope: Scope) -> dict[str, Any]:
-    """What the audit event keeps of a request: path and query parameters, never bodies."""
-    params: dict[str, Any] = {str(k): str(v) for k, v in (scope.get("path_params") or {}).items()}
+def _storable(text: str) -> str:
+    """PostgreSQL text cannot hold NUL: the audit keeps U+FFFD in its place."""
+    return text.replace("\x00", "\ufffd")
+
+
+def _query_pairs(scope: Scope) -> list[tuple[str, str]]:
+    pairs = []
     for pair in (scope.get("query_string") or b"").decode(errors="replace").split("&"):
         if pair:
             key, _, value = pair.partition("=")
-            params.setdefault(unquote_plus(key), unquote_plus(value)[:1024])
+            pairs.append((unquote_plus(key), unquote_plus(value)))
+    return pairs
+
+
+def _params(scope: Scope) -> dict[str, Any]:
+    """What the audit event keeps of a request: path and query parameters, never bodies."""
+    params: dict[str, Any] = {
+        _storable(str(k)): _storable(str(v)) for k, v in (scope.get("path_params") or {}).items()
+    }
+    for key, value in _query_pairs(scope):
+        params.setdefault(_storable(key), _storable(value[:1024]))
     return params
+
+
+def _nul_field(scope: Scope) -> str | None:
+    """The path or query parameter holding a NUL character (no text column can store one)."""
+    if "\x00" in scope.get("path", ""):
+        return "path"
+    for key, value in _query_pairs(scope):
+        if "\x00" in key or "\x00" in value:
+            return _storable(key)
+    return None
 
 
 class RequestContext:
@@ -97,7 +122,11 @@ class RequestContext:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            field = _nul_field(scope)
+            if field is not None:
+                await self._refuse(state, send_with_id, f"`{field}` must not contain NUL characters")
+            else:
+                await self.app(scope, receive, send_with_id)
         finally:
             current.reset(token)
             route = scope.get("path_template") or scope.get("path")
@@ -112,6 +141,14 @@ class RequestContext:
                     "request_id": request_id,
                 },
             )
+
+    @staticmethod
+    async def _refuse(state: dict[str, Any], send: Send, message: str) -> None:
+        state["error_code"] = "INVALID_PARAMETER_VALUE"
+        body = json.dumps(error_body("INVALID_PARAMETER_VALUE", message)).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 400, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     async def _audit(
         self, scope: Scope, state: dict[str, Any], audit: AuditContext, request_id: str, status: int
@@ -135,7 +172,7 @@ def request_event(
     scope: Scope, state: dict[str, Any], audit: AuditContext, request_id: str, status: int
 ) -> dict[str, Any]:
     """The request's audit event, as far as the request has got."""
-    route = scope.get("path_template") or scope.get("path", "")
+    route = _storable(scope.get("path_template") or scope.get("path", ""))
     decision = audit.decision
     if status == 401:
         decision = "unauthenticated"
@@ -148,7 +185,7 @@ def request_event(
         "principal": state.get("principal"),
         "on_behalf_of": state.get("on_behalf_of"),
         "source_ip": client[0] if client else None,
-        "user_agent": headers.get(b"user-agent", b"").decode(errors="replace")[:512] or None,
+        "user_agent": _storable(headers.get(b"user-agent", b"").decode(errors="replace")[:512]) or None,
         "action_name": audit.action_name or f"http.{str(scope.get('method', '')).lower()} {route}",
         "securable_type": audit.securable_type,
         "securable_full_name": audit.securable_full_name,

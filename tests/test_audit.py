@@ -249,3 +249,64 @@ def test_a_change_commits_with_its_event_or_not_at_all(client, token, monkeypatc
     assert (
         event["action_name"] == "entries.write" and event["status_code"] == 200 and event["result_count"] == 1
     )
+
+
+def test_nul_characters_are_refused_and_still_audited(client, token):
+    """PostgreSQL text cannot hold NUL: such input is a 400 naming where it was, and its event
+    (with U+FFFD in place of the NUL) is written like any other."""
+    client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": "aud", "catalog_name": "main", "schema_name": "default"},
+    )
+    store = f"{UC}/memory-stores/main.default.aud"
+    r = client.get(f"{store}/entries:get", headers=token(), params={"scope": "s\x00", "path": "/a.md"})
+    assert r.status_code == 400 and "`scope`" in r.json()["message"], r.text
+    event = event_for(client, token, r.headers["x-request-id"])
+    assert event["status_code"] == 400 and event["request_params"]["scope"] == "s\ufffd"
+    r = client.get(f"{UC}/catalogs/ma%00in", headers=token())
+    assert r.status_code == 400 and "`path`" in r.json()["message"], r.text
+    assert event_for(client, token, r.headers["x-request-id"])["error_code"] == "INVALID_PARAMETER_VALUE"
+    r = client.post(
+        f"{store}/entries", headers=token(), params={"scope": "s"}, json={"path": "/n.md", "contents": "a\u0000b"}
+    )
+    assert r.status_code == 400 and "NUL" in r.json()["message"], r.text
+    assert event_for(client, token, r.headers["x-request-id"])["status_code"] == 400
+    r = client.get(f"{store}/entries:get", headers=token(), params={"scope": "s", "path": "/n.md"})
+    assert r.status_code == 404  # nothing was written
+
+
+def test_a_batch_is_numbered_and_hashed_in_order(client, database_url):
+    """The writer's batches go through `audit_append()` as one statement: consecutive seqs in the
+    given order, and the database's hashes are the ones `verify` recomputes."""
+    from catalog.audit.chain import verify
+    from catalog.audit.writer import append, complete
+    from catalog.db import create_pool
+
+    async def run():  # type: ignore[no-untyped-def]
+        pool = await create_pool(database_url, min_size=1, max_size=1)
+        try:
+            before = await pool.fetchval("SELECT coalesce(max(seq), 0) FROM audit_events")
+            events = [
+                complete(
+                    {
+                        "request_id": f"batch-{i}",
+                        "action_name": "test.batch",
+                        "decision": "allow",
+                        "request_params": {"q": f"ü\"{i}'"},
+                    }
+                )
+                for i in range(3)
+            ]
+            await append(pool, events)
+            return before, await pool.fetch("SELECT * FROM audit_events ORDER BY seq")
+        finally:
+            await pool.close()
+
+    before, rows = asyncio.run(run())
+    added = [r for r in rows if r["seq"] > before]
+    assert [r["request_id"] for r in added] == ["batch-0", "batch-1", "batch-2"]
+    assert [r["seq"] for r in added] == [before + 1, before + 2, before + 3]
+    assert added[2]["request_params"] == {"q": "ü\"2'"}
+    result = verify(rows)
+    assert result.ok and result.checked == len(rows)

@@ -81,6 +81,8 @@ def test_refusals(client, settings):
         "missing exp": sign(settings, exp=None),
         "missing iat": sign(settings, iat=None),
         "empty sub": sign(settings, sub=""),
+        "NUL in sub": sign(settings, sub="ad\u0000min"),
+        "NUL in on_behalf_of": sign(settings, on_behalf_of="bo\u0000b"),
         "hs256 with the public key as secret": _hs256(claims(), public_pem),
         "rs256 from an unknown key": jwt.encode(claims(), rsa_key, algorithm="RS256"),
         "garbage": "not-a-token",

@@ -168,11 +168,13 @@ class TokenVerifier:
         except jwt.PyJWTError as exc:
             raise Unauthenticated("invalid token") from exc
         sub = claims.get("sub")
-        if not isinstance(sub, str) or not sub.strip() or len(sub) > 255:
-            raise Unauthenticated("token subject must be a non-empty string")
+        if not isinstance(sub, str) or not sub.strip() or len(sub) > 255 or "\x00" in sub:
+            raise Unauthenticated("token subject must be a non-empty string without NUL characters")
         on_behalf_of = claims.get("on_behalf_of")
-        if on_behalf_of is not None and (not isinstance(on_behalf_of, str) or not on_behalf_of.strip()):
-            raise Unauthenticated("on_behalf_of must be a non-empty string")
+        if on_behalf_of is not None and (
+            not isinstance(on_behalf_of, str) or not on_behalf_of.strip() or "\x00" in on_behalf_of
+        ):
+            raise Unauthenticated("on_behalf_of must be a non-empty string without NUL characters")
         return Principal(name=sub, on_behalf_of=on_behalf_of)
 
 

@@ -4,7 +4,8 @@ against the same build with it switched off (in this benchmark only).
 Two server processes run the real app over HTTP (uvicorn) on one data dir and one embedded
 PostgreSQL: one audits as shipped, the other has its audit writer switched off after start-up.
 Both use a fast stand-in embedder so that the model does not dominate the writes. The load comes
-from this process: 16 concurrent HTTP clients, the two servers measured in turn, median of rounds.
+from this process over 16 keep-alive connections (a lean HTTP/1.1 client); the two servers are
+measured in turn, after the previous writes' background work has settled; median of rounds.
 
 Run: .venv/bin/python bench/audit.py [--requests N] [--rounds R]
 """
@@ -13,20 +14,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import statistics
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx
+import asyncpg
 
 from bench.live import BenchServer
 
 UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.audit_bench"
 CONCURRENCY = 16
+HERE = str(Path(__file__).resolve())
 
 
 def serve(port: int, audit: bool) -> int:
@@ -40,11 +45,11 @@ def serve(port: int, audit: bool) -> int:
 
     settings = Settings.from_env(None, port=port)
     app = create_app(settings, encoder=HashEncoder())
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
     server = _server_class()(config)
 
     async def announce() -> None:
-        while not server.started:
+        while not server.started:  # noqa: ASYNC110 (uvicorn offers no event for it)
             await asyncio.sleep(0.05)
         app.state.runtime.audit.enabled = audit
         print(f"listening on http://127.0.0.1:{port}", flush=True)
@@ -58,72 +63,135 @@ def serve(port: int, audit: bool) -> int:
     return 0
 
 
-async def rate(client: httpx.AsyncClient, requests: list[tuple[str, str, dict, dict | None]]) -> float:  # type: ignore[type-arg]
-    gate = asyncio.Semaphore(CONCURRENCY)
+class Connection:
+    """A lean keep-alive HTTP/1.1 client connection, so that the load generator takes as little
+    of the machine as it can (httpx costs more per request than the server's whole audit)."""
 
-    async def one(method: str, url: str, params: dict, body: dict | None) -> None:  # type: ignore[type-arg]
-        async with gate:
-            r = await client.request(method, url, params=params, json=body)
-            assert r.status_code == 200, r.text
+    def __init__(self, url: str, token: str) -> None:
+        self.host, self.port = urlsplit(url).hostname or "127.0.0.1", urlsplit(url).port or 80
+        self.token = token
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, target: str, body: bytes | None) -> tuple[int, bytes]:
+        for _ in range(2):  # the server closes connections idle for 5 s: then once more on a new one
+            if self.writer is None:
+                self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            answer = await self._exchange(method, target, body)
+            if answer is not None:
+                return answer
+            await self.close()
+        raise ConnectionError(f"{method} {target}: the server closed the connection")
+
+    async def _exchange(self, method: str, target: str, body: bytes | None) -> tuple[int, bytes] | None:
+        assert self.reader is not None and self.writer is not None
+        head = (
+            f"{method} {target} HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {self.token}\r\n"
+            f"User-Agent: bench-audit\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body or b'')}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + (body or b""))
+        status_line = await self.reader.readline()
+        if not status_line:
+            return None
+        length = 0
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        return int(status_line.split()[1]), await self.reader.readexactly(length)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+        self.reader = self.writer = None
+
+
+Request = tuple[str, str, bytes | None]
+
+
+async def rate(connections: list[Connection], requests: list[Request]) -> float:
+    """Requests per second, the list shared by the connections (one request in flight on each)."""
+    pending = iter(requests)
+
+    async def drive(conn: Connection) -> None:
+        for method, target, body in pending:
+            status, answer = await conn.request(method, target, body)
+            assert status == 200, answer
 
     started = time.perf_counter()
-    await asyncio.gather(*(one(*request) for request in requests))
+    await asyncio.gather(*(drive(conn) for conn in connections))
     return len(requests) / (time.perf_counter() - started)
 
 
-def writes(tag: str, n: int) -> list[tuple[str, str, dict, dict | None]]:  # type: ignore[type-arg]
+def writes(tag: str, n: int) -> list[Request]:
     return [
-        ("POST", f"{STORE}/entries", {"scope": f"u{i % 50}"}, {"path": f"/{tag}/{i}.md", "contents": f"note {i}"})
+        (
+            "POST",
+            f"{STORE}/entries?scope=u{i % 50}",
+            json.dumps({"path": f"/{tag}/{i}.md", "contents": f"note {i}"}).encode(),
+        )
         for i in range(n)
     ]
 
 
-def reads(tag: str, n: int) -> list[tuple[str, str, dict, dict | None]]:  # type: ignore[type-arg]
-    return [("GET", f"{STORE}/entries:get", {"scope": f"u{i % 50}", "path": f"/{tag}/{i}.md"}, None) for i in range(n)]
+def reads(tag: str, n: int) -> list[Request]:
+    return [("GET", f"{STORE}/entries:get?scope=u{i % 50}&path=/{tag}/{i}.md", None) for i in range(n)]
+
+
+async def settle(conn: asyncpg.Connection) -> None:
+    """Wait for the background work of the writes (vectors, then the full-text indexers)."""
+    while await conn.fetchval(  # noqa: ASYNC110 (polling the servers' progress)
+        "SELECT count(*) FROM entries WHERE embedded_version IS DISTINCT FROM version"
+    ):
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.6)
 
 
 async def measure(args: argparse.Namespace) -> None:
-    audited = BenchServer(argv=[str(Path(__file__).resolve()), "--serve", "on"])
-    plain = BenchServer(data_dir=audited.data_dir, argv=[str(Path(__file__).resolve()), "--serve", "off"])
+    audited = BenchServer(argv=[HERE, "--serve", "on"])
+    plain = BenchServer(data_dir=audited.data_dir, argv=[HERE, "--serve", "off"])
     results: dict[tuple[str, bool], list[float]] = {}
     try:
         token = audited.token()
-        clients = {
-            enabled: httpx.AsyncClient(
-                base_url=server.url,
-                headers={"Authorization": f"Bearer {token}"},
-                timeout=60,
-                limits=httpx.Limits(max_connections=CONCURRENCY),
-            )
+        db = await asyncpg.connect(audited.db_url())
+        pools = {
+            enabled: [Connection(server.url, token) for _ in range(CONCURRENCY)]
             for enabled, server in ((True, audited), (False, plain))
         }
-        r = await clients[True].post(
-            f"{UC}/memory-stores", json={"name": "audit_bench", "catalog_name": "main", "schema_name": "default"}
-        )
-        r.raise_for_status()
-        for enabled, client in clients.items():  # warm both: connections, caches, prepared statements
-            await rate(client, writes(f"warm-{int(enabled)}", 200))
-            await rate(client, reads(f"warm-{int(enabled)}", 200))
+        store = json.dumps({"name": "audit_bench", "catalog_name": "main", "schema_name": "default"}).encode()
+        status, answer = await pools[True][0].request("POST", f"{UC}/memory-stores", store)
+        assert status == 200, answer
+        for enabled, connections in pools.items():  # warm both: connections, caches, statements
+            await rate(connections, writes(f"warm-{int(enabled)}", 300))
+            await rate(connections, reads(f"warm-{int(enabled)}", 300))
         for round_ in range(args.rounds):
-            for enabled in (True, False) if round_ % 2 == 0 else (False, True):  # cancel drift
-                tag = f"{round_}-{int(enabled)}"
-                results.setdefault(("write", enabled), []).append(
-                    await rate(clients[enabled], writes(tag, args.requests))
-                )
-                results.setdefault(("get", enabled), []).append(await rate(clients[enabled], reads(tag, args.requests)))
+            order = (True, False) if round_ % 2 == 0 else (False, True)  # cancel drift
+            for op, requests in (("write", writes), ("get", reads)):
+                for enabled in order:
+                    await settle(db)
+                    rates = results.setdefault((op, enabled), [])
+                    tag = f"{round_}-{int(enabled)}"
+                    rates.append(await rate(pools[enabled], requests(tag, args.requests)))
             print(
                 f"round {round_ + 1}/{args.rounds}: "
-                + ", ".join(f"{op} {'on' if on else 'off'} {rates[-1]:.0f}/s" for (op, on), rates in results.items()),
+                + ", ".join(
+                    f"{op} {'on' if on else 'off'} {rates[-1]:.0f}/s" for (op, on), rates in results.items()
+                ),
                 file=sys.stderr,
                 flush=True,
             )
-        for client in clients.values():
-            await client.aclose()
+        for connections in pools.values():
+            for conn in connections:
+                await conn.close()
+        await db.close()
     finally:
         plain.stop()
         audited.stop()
     print(
-        f"audit cost: {args.requests} requests per measurement, {CONCURRENCY} concurrent HTTP clients, "
+        f"audit cost: {args.requests} requests per measurement, {CONCURRENCY} keep-alive HTTP connections, "
         f"two server processes on one embedded PostgreSQL, median of {args.rounds} rounds\n"
     )
     print("| operation | audited (req/s) | not audited (req/s) | cost |")

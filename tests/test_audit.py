@@ -268,7 +268,10 @@ def test_nul_characters_are_refused_and_still_audited(client, token):
     assert r.status_code == 400 and "`path`" in r.json()["message"], r.text
     assert event_for(client, token, r.headers["x-request-id"])["error_code"] == "INVALID_PARAMETER_VALUE"
     r = client.post(
-        f"{store}/entries", headers=token(), params={"scope": "s"}, json={"path": "/n.md", "contents": "a\u0000b"}
+        f"{store}/entries",
+        headers=token(),
+        params={"scope": "s"},
+        json={"path": "/n.md", "contents": "a\u0000b"},
     )
     assert r.status_code == 400 and "NUL" in r.json()["message"], r.text
     assert event_for(client, token, r.headers["x-request-id"])["status_code"] == 400
@@ -310,3 +313,31 @@ def test_a_batch_is_numbered_and_hashed_in_order(client, database_url):
     assert added[2]["request_params"] == {"q": "ü\"2'"}
     result = verify(rows)
     assert result.ok and result.checked == len(rows)
+
+
+def test_an_agents_store_update_is_one_change_with_its_event(client, token, monkeypatch):
+    """display_name and description change in one transaction, the one carrying the event."""
+    import catalog.namespace.service as namespace
+
+    agents = "/api/2.0/agents/memory-stores"
+    r = client.post(agents, headers=token(), params={"managed_memory_store_id": "one-change"}, json={})
+    assert r.status_code == 200, r.text
+    transactions = []
+    original = namespace.audited
+
+    def counting(pool):  # type: ignore[no-untyped-def]
+        transactions.append(pool)
+        return original(pool)
+
+    monkeypatch.setattr(namespace, "audited", counting)
+    r = client.patch(
+        f"{agents}/one-change",
+        headers=token(),
+        params={"update_mask": "display_name,description"},
+        json={"display_name": "One change", "description": "both fields"},
+    )
+    assert r.status_code == 200, r.text
+    assert (r.json()["display_name"], r.json()["description"]) == ("One change", "both fields")
+    assert len(transactions) == 1
+    event = event_for(client, token, r.headers["x-request-id"])
+    assert event["action_name"] == "memory_store.update" and event["status_code"] == 200

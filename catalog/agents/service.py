@@ -167,18 +167,15 @@ async def update_store(
     }
     if not fields or fields - {"display_name", "description"}:
         raise InvalidParameter("update_mask must name display_name and/or description", "update_mask")
-    full_name = _full_name(ctx, sid)
-    info = await namespace.update_store(
+    info = await namespace.update_store(  # one change, one audit event
         ctx,
         principal,
-        full_name,
+        _full_name(ctx, sid),
         MemoryStoreUpdate(description=body.description if "description" in fields else None),
+        add_properties={DISPLAY_NAME: body.display_name}
+        if "display_name" in fields and body.display_name
+        else None,
     )
-    if "display_name" in fields and body.display_name:
-        properties = {**info.properties, DISPLAY_NAME: body.display_name}
-        info = await namespace.update_store(
-            ctx, principal, full_name, MemoryStoreUpdate(properties=properties)
-        )
     return to_store(info)
 
 

@@ -115,6 +115,7 @@ class AuditWriter:
         try:
             while True:
                 batch = [await self._queue.get()]
+                await asyncio.sleep(0)  # let requests that are ready finish and join this batch
                 while not self._queue.empty() and len(batch) < self.max_batch:
                     batch.append(self._queue.get_nowait())
                 try:
@@ -182,9 +183,15 @@ async def append_on(conn: asyncpg.Connection, events: list[dict[str, Any]], *, c
     if not commit:
         await conn.execute("SELECT audit_append($1, $2, $3)", rows, heads, tails)
         return
+    # The commit itself does not wait for its WAL flush, so the chain's lock is let go before the
+    # disk is reached and concurrent changes share their flushes; the last statement (a
+    # transaction of its own that commits synchronously) then waits for the flush, which covers
+    # the change too: nothing is answered before it is durable.
     await conn.execute(
+        "SET LOCAL synchronous_commit = off; "
         f"SELECT audit_append(convert_from({_hex(json.dumps(rows).encode())}, 'UTF8')::jsonb, "
-        f"ARRAY[{', '.join(map(_hex, heads))}], ARRAY[{', '.join(map(_hex, tails))}]); COMMIT"
+        f"ARRAY[{', '.join(map(_hex, heads))}], ARRAY[{', '.join(map(_hex, tails))}]); "
+        "COMMIT; SELECT pg_current_xact_id()"
     )
 
 

@@ -314,13 +314,24 @@ async def list_stores(
 
 
 async def update_store(
-    ctx: Context, principal: Principal, full_name: str, body: MemoryStoreUpdate
+    ctx: Context,
+    principal: Principal,
+    full_name: str,
+    body: MemoryStoreUpdate,
+    *,
+    add_properties: dict[str, str] | None = None,
 ) -> MemoryStoreInfo:
+    """`add_properties` are merged into the store's properties in the same change."""
     parts = split_full_name(full_name, 3)
     description = _text(body.description, "description")
     properties, owner = _properties(body.properties), _owner(body.owner)
     shared = _shared_scopes(body.shared_scopes)
     securable = await _resolve(ctx, principal, "memory_store.update", STORE, parts)
+    if add_properties:
+        if properties is None:
+            current = await repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id)
+            properties = dict(current.properties) if current is not None else {}
+        properties = _properties({**properties, **add_properties})
     await _update(ctx, principal, securable, description, properties, owner, (body.scope_binding, shared))
     return await _must(
         repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"

@@ -15,6 +15,7 @@ import time
 
 import asyncpg
 
+from catalog.audit.writer import record_system_events
 from catalog.db import create_pool
 from catalog.entries import repo
 from catalog.runtime import database_url_for_tools, load_encoder, prepare_database
@@ -33,9 +34,16 @@ def _say(message: str) -> None:
 async def reindex(settings: Settings, *, recompute_embeddings: bool = False) -> int:
     url, release = await database_url_for_tools(settings)
     try:
-        await prepare_database(url, settings.admin)
+        system_events = await prepare_database(url, settings.admin)
         pool = await create_pool(url, min_size=1, max_size=4)
         try:
+            system_events.append(
+                {
+                    "action_name": "system.reindex",
+                    "request_params": {"embeddings": str(recompute_embeddings).lower()},
+                }
+            )
+            await record_system_events(pool, system_events)
             return await _reindex(settings, pool, recompute_embeddings)
         finally:
             await pool.close()

@@ -8,12 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from dataclasses import dataclass
 
 import asyncpg
 
-from catalog.audit.writer import AuditWriter
+from catalog.audit.writer import AuditWriter, record_system_events
 from catalog.auth import TokenVerifier
 from catalog.context import Context
 from catalog.db import EmbeddedPostgres, apply_migrations, create_pool
@@ -138,8 +137,7 @@ class Runtime:
             system_events = await prepare_database(url, settings.admin)
             pool = await create_pool(url)
             audit = AuditWriter(await create_pool(url, min_size=1, max_size=1))  # its own connection
-            for event in system_events:
-                await audit.record(request_id=f"system-{uuid.uuid4().hex}", decision="system", **event)
+            await record_system_events(audit.pool, system_events)
             audit.start()
             row = await get_metastore(pool)
             metastore = Node(SecurableType.METASTORE, str(row["id"]), str(row["id"]), row["admin"])

@@ -49,6 +49,14 @@ def sql(url: str, statement: str) -> None:
     asyncio.run(run())
 
 
+async def _fetch(url: str, statement: str) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetch(statement)
+    finally:
+        await conn.close()
+
+
 def test_index_catches_up_rebuilds_and_reindexes(settings, database_url):
     with app_client(settings) as c:
         c.post(
@@ -109,6 +117,10 @@ def test_index_catches_up_rebuilds_and_reindexes(settings, database_url):
     assert done.returncode == 0, done.stderr
     assert "slot-0: 7 entries indexed" in done.stderr
     assert "1 full-text index slot(s) rebuilt" in done.stdout
+    reindexed = asyncio.run(
+        _fetch(database_url, "SELECT decision FROM audit_events WHERE action_name = 'system.reindex'")
+    )
+    assert [r["decision"] for r in reindexed] == ["system"]  # the command is in the audit log
     with app_client(settings) as c:
         assert keyword(c, settings, "walrus") == expected
         # the rows written behind the server's back got vectors from the backfill or reindex

@@ -149,6 +149,18 @@ async def append(pool: asyncpg.Pool, events: list[dict[str, Any]]) -> None:
         await append_on(conn, events)
 
 
+async def record_system_events(pool: asyncpg.Pool, events: list[dict[str, Any]]) -> None:
+    """Events of the server or a command rather than of a request (migrations, bootstrap, reindex)."""
+    if events:
+        await append(
+            pool,
+            [
+                complete({"request_id": f"system-{uuid.uuid4().hex}", "decision": "system", **e})
+                for e in events
+            ],
+        )
+
+
 def complete(event: dict[str, Any]) -> dict[str, Any]:
     event.setdefault("event_id", uuid.uuid4())
     event.setdefault("event_time", datetime.now(UTC))

@@ -36,31 +36,17 @@ HERE = str(Path(__file__).resolve())
 
 def serve(port: int, audit: bool) -> int:
     """A server like `catalog serve`, with the stand-in embedder and the audit switch."""
-    import uvicorn
-
     from catalog.app import create_app
-    from catalog.cli import _server_class
+    from catalog.cli import serve_app
     from catalog.search.embedder import HashEncoder
     from catalog.settings import Settings
 
-    settings = Settings.from_env(None, port=port)
-    app = create_app(settings, encoder=HashEncoder())
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
-    server = _server_class()(config)
+    app = create_app(Settings.from_env(None, port=port), encoder=HashEncoder())
 
-    async def announce() -> None:
-        while not server.started:  # noqa: ASYNC110 (uvicorn offers no event for it)
-            await asyncio.sleep(0.05)
+    def switch() -> None:
         app.state.runtime.audit.enabled = audit
-        print(f"listening on http://127.0.0.1:{port}", flush=True)
 
-    async def run() -> None:
-        announcer = asyncio.create_task(announce())
-        await server.serve()
-        announcer.cancel()
-
-    asyncio.run(run())
-    return 0
+    return 0 if serve_app(app, "127.0.0.1", port, on_started=switch) else 1
 
 
 class Connection:

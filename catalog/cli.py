@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from catalog.settings import Settings, SettingsError
 
@@ -41,19 +43,15 @@ def _server_class():  # type: ignore[no-untyped-def]
     return Server
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def serve_app(app: Any, host: str, port: int, on_started: Callable[[], None] | None = None) -> bool:
+    """Serve `app` with uvicorn until SIGTERM/SIGINT; print `listening on URL` once it accepts
+    connections (after `on_started`). Returns whether it ever started."""
     import uvicorn
 
-    from catalog.app import create_app
-    from catalog.http import configure_logging
-
-    settings = _settings(args)
-    configure_logging()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
     config = uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
+        app,
+        host=host,
+        port=port,
         log_config=None,
         access_log=False,
         lifespan="on",
@@ -66,9 +64,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if server.should_exit:
                 return
             await asyncio.sleep(0.05)
+        if on_started is not None:
+            on_started()
         sockets = [s for srv in server.servers for s in srv.sockets]
-        port = sockets[0].getsockname()[1] if sockets else settings.port
-        print(f"listening on http://{settings.host}:{port}", flush=True)
+        bound = sockets[0].getsockname()[1] if sockets else port
+        print(f"listening on http://{host}:{bound}", flush=True)
 
     async def run() -> None:
         announcer = asyncio.create_task(announce())
@@ -76,7 +76,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         announcer.cancel()
 
     asyncio.run(run())
-    return 0 if server.started else 1
+    return bool(server.started)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from catalog.app import create_app
+    from catalog.http import configure_logging
+
+    settings = _settings(args)
+    configure_logging()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return 0 if serve_app(create_app(settings), settings.host, settings.port) else 1
 
 
 def cmd_token(args: argparse.Namespace) -> int:

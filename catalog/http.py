@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 from urllib.parse import unquote_plus
 
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
 
 from catalog.audit.writer import AuditContext, current
 from catalog.errors import error_body
@@ -80,6 +80,9 @@ def _nul_field(scope: Scope) -> str | None:
     """The path or query parameter holding a NUL character (no text column can store one)."""
     if "\x00" in scope.get("path", ""):
         return "path"
+    query = scope.get("query_string") or b""
+    if b"%00" not in query and b"\x00" not in query:
+        return None
     for key, value in _query_pairs(scope):
         if "\x00" in key or "\x00" in value:
             return _storable(key)
@@ -147,8 +150,9 @@ class RequestContext:
         state["error_code"] = "INVALID_PARAMETER_VALUE"
         body = json.dumps(error_body("INVALID_PARAMETER_VALUE", message)).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 400, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        start: HTTPResponseStartEvent = {"type": "http.response.start", "status": 400, "headers": headers}
+        await send(start)
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _audit(
         self, scope: Scope, state: dict[str, Any], audit: AuditContext, request_id: str, status: int

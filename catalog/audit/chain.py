@@ -62,17 +62,22 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def canonical_parts(event: Mapping[str, Any]) -> tuple[bytes, bytes]:
-    """The canonical encoding cut around the value of `seq`: head + str(seq) + tail. (The
-    database numbers the events: `audit_append()` puts the seq in between and hashes.)"""
-    head = _json({column: plain(event.get(column)) for column in _BEFORE_SEQ})[:-1] + ',"seq":'
-    tail = "," + _json({column: plain(event.get(column)) for column in _AFTER_SEQ})[1:]
+def plain_body(event: Mapping[str, Any]) -> dict[str, Any]:
+    """Every hashed column but `seq`, as JSON values."""
+    return {column: plain(event.get(column)) for column in HASHED_COLUMNS if column != "seq"}
+
+
+def canonical_parts(body: Mapping[str, Any]) -> tuple[bytes, bytes]:
+    """The canonical encoding of a `plain_body` cut around the value of `seq`: head + str(seq) +
+    tail. (The database numbers the events: `audit_append()` puts the seq in between and hashes.)"""
+    head = _json({column: body[column] for column in _BEFORE_SEQ})[:-1] + ',"seq":'
+    tail = "," + _json({column: body[column] for column in _AFTER_SEQ})[1:]
     return head.encode(), tail.encode()
 
 
 def canonical(event: Mapping[str, Any]) -> bytes:
     """The JSON of every hashed column, keys sorted, no spaces, UTF-8."""
-    head, tail = canonical_parts(event)
+    head, tail = canonical_parts(plain_body(event))
     return head + _json(event.get("seq")).encode() + tail
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import asyncpg
 
-from catalog.audit.chain import HASHED_COLUMNS, canonical_parts, plain
+from catalog.audit.chain import HASHED_COLUMNS, canonical_parts, plain_body
 
 log = logging.getLogger("catalog.audit")
 
@@ -101,10 +101,8 @@ class AuditWriter:
     async def record(self, **event: Any) -> None:
         if not self.enabled:
             return
+        assert self._task is not None, "start() first (events before it: record_system_events)"
         complete(event)
-        if self._task is None:  # not started (start-up events): append directly
-            await append(self.pool, [event])
-            return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((event, future))
         await future
@@ -124,7 +122,8 @@ class AuditWriter:
                     await append_on(conn, [event for event, _ in batch])
                 except Exception as exc:
                     log.exception("audit append failed")
-                    conn = await self._let_go(conn)
+                    await self._let_go(conn)
+                    conn = None
                     for _, future in batch:
                         if not future.done():
                             future.set_exception(exc)
@@ -173,7 +172,7 @@ def _append_arguments(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
     """`audit_append()`'s arguments: the rows, and each one's canonical encoding cut around its seq."""
     rows, heads, tails = [], [], []
     for event in events:
-        row = {column: plain(event.get(column)) for column in HASHED_COLUMNS if column != "seq"}
+        row = plain_body(event)
         row["request_params"] = row["request_params"] or {}
         head, tail = canonical_parts(row)
         rows.append(row)

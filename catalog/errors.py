@@ -8,6 +8,7 @@ here too, and anything unexpected becomes INTERNAL_ERROR with no trace, logged w
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import asyncpg
@@ -71,6 +72,22 @@ class RequestLimitExceeded(CatalogError):
     status_code = 429
     error_code = "REQUEST_LIMIT_EXCEEDED"
 
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class TemporarilyUnavailable(CatalogError):
+    """The database (or another part the request needs) cannot be reached right now; the client
+    should retry after `retry_after` seconds. Nothing the request asked for was done."""
+
+    status_code = 503
+    error_code = "TEMPORARILY_UNAVAILABLE"
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
 
 def error_body(error_code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {"error_code": error_code, "message": message, "details": details or []}
@@ -104,9 +121,34 @@ def _from_litestar(exc: HTTPException) -> CatalogError:
     return CatalogError("internal error")
 
 
+# SQLSTATE classes and client errors that mean "the database cannot serve this right now":
+# connection exceptions (08), operator intervention (57: shutdown, crash, starting up) and
+# insufficient resources (53: too many connections, disk full), and the socket going away.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.InsufficientResourcesError,
+    asyncpg.ConnectionDoesNotExistError,
+    ConnectionError,
+    FileNotFoundError,  # the embedded server's socket file is gone
+    TimeoutError,  # no connection within the pool's timeout
+)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` says the database is unreachable or refusing work (not a bug, not bad input)."""
+    if isinstance(exc, asyncpg.QueryCanceledError):  # statement_timeout: a slow query, not an outage
+        return False
+    if isinstance(exc, _UNAVAILABLE):
+        return True
+    return isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc).lower()
+
+
 def to_catalog_error(exc: Exception) -> CatalogError:
     if isinstance(exc, CatalogError):
         return exc
+    if is_unavailable(exc):
+        return TemporarilyUnavailable("the database is unavailable; retry shortly", retry_after=2.0)
     if isinstance(exc, HTTPException):
         return _from_litestar(exc)
     if isinstance(exc, asyncpg.CharacterNotInRepertoireError | asyncpg.UntranslatableCharacterError):
@@ -131,4 +173,10 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
         content=error_body(err.error_code, err.message, err.details),
         status_code=err.status_code,
         media_type=MediaType.JSON,
+        headers=retry_headers(err),
     )
+
+
+def retry_headers(err: CatalogError) -> dict[str, str]:
+    retry_after = getattr(err, "retry_after", None)
+    return {"Retry-After": str(max(1, math.ceil(retry_after)))} if retry_after is not None else {}

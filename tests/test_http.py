@@ -16,6 +16,7 @@ from catalog.errors import (
     PayloadTooLarge,
     PermissionDenied,
     RequestLimitExceeded,
+    TemporarilyUnavailable,
     Unauthenticated,
     error_body,
 )
@@ -35,6 +36,7 @@ UC = "/api/2.1/unity-catalog"
         (Aborted("x"), 409, "ABORTED"),
         (PayloadTooLarge("x"), 413, "PAYLOAD_TOO_LARGE"),
         (RequestLimitExceeded("x"), 429, "REQUEST_LIMIT_EXCEEDED"),
+        (TemporarilyUnavailable("x"), 503, "TEMPORARILY_UNAVAILABLE"),
         (CatalogError("x"), 500, "INTERNAL_ERROR"),
     ],
 )

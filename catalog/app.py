@@ -66,7 +66,8 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
         ],
         lifespan=[lifespan],
         dependencies={"ctx": Provide(_context, sync_to_thread=False)},
-        middleware=[DefineMiddleware(JWTAuthMiddleware, exclude=AUTH_EXEMPT_PATHS)],
+        # OPTIONS too: no route is open without a token but those in AUTH_EXEMPT_PATHS
+        middleware=[DefineMiddleware(JWTAuthMiddleware, exclude=AUTH_EXEMPT_PATHS, exclude_http_methods=[])],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(

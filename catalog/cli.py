@@ -43,15 +43,31 @@ def _server_class():  # type: ignore[no-untyped-def]
     return Server
 
 
-def serve_app(app: Any, host: str, port: int, on_started: Callable[[], None] | None = None) -> bool:
+def serve_app(
+    app: Any,
+    host: str,
+    port: int,
+    on_started: Callable[[], None] | None = None,
+    settings: Settings | None = None,
+) -> bool:
     """Serve `app` with uvicorn until SIGTERM/SIGINT; print `listening on URL` once it accepts
     connections (after `on_started`). Returns whether it ever started."""
+    import functools
+
     import uvicorn
 
+    from catalog.serving import CatalogProtocol
+
+    settings = settings or Settings()
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=functools.partial(  # type: ignore[arg-type]
+            CatalogProtocol,
+            max_connections=settings.max_connections,
+            header_timeout=settings.header_timeout,
+        ),
         log_config=None,
         access_log=False,
         lifespan="on",
@@ -84,9 +100,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from catalog.http import configure_logging
 
     settings = _settings(args)
-    configure_logging()
+    configure_logging(log_format=settings.log_format)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    return 0 if serve_app(create_app(settings), settings.host, settings.port) else 1
+    return 0 if serve_app(create_app(settings), settings.host, settings.port, settings=settings) else 1
 
 
 def cmd_token(args: argparse.Namespace) -> int:

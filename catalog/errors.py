@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Any
 
 import asyncpg
@@ -89,6 +90,20 @@ class TemporarilyUnavailable(CatalogError):
         self.retry_after = retry_after
 
 
+class DeadlineExceeded(CatalogError):
+    """The request took longer than the server's request timeout."""
+
+    status_code = 504
+    error_code = "DEADLINE_EXCEEDED"
+
+
+class RequestTimeout(CatalogError):
+    """The client paused too long while sending its request (slow-client protection)."""
+
+    status_code = 408
+    error_code = "REQUEST_TIMEOUT"
+
+
 def error_body(error_code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {"error_code": error_code, "message": message, "details": details or []}
 
@@ -141,7 +156,13 @@ def is_unavailable(exc: BaseException) -> bool:
         return False
     if isinstance(exc, _UNAVAILABLE):
         return True
-    return isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc).lower()
+    if isinstance(exc, asyncpg.InternalClientError):
+        # a connection whose server went away mid-operation is left in a state asyncpg reports
+        # as "another operation is in progress"; the monitor's probe tells whether it is down
+        return "another operation" in str(exc)
+    # a pooled connection whose server went away is closed (and may be handed back to the pool)
+    message = str(exc).lower()
+    return isinstance(exc, asyncpg.InterfaceError) and ("closed" in message or "released back" in message)
 
 
 def to_catalog_error(exc: Exception) -> CatalogError:
@@ -157,16 +178,35 @@ def to_catalog_error(exc: Exception) -> CatalogError:
     return CatalogError("internal error")
 
 
+_TRACED: dict[tuple[str, str, str], float] = {}
+TRACE_EVERY = 60.0  # seconds: an unexpected error's trace is logged once per this, per kind
+
+
+def log_unexpected(exc: BaseException, *, request_id: str | None, route: str | None) -> None:
+    """An unexpected error: its trace once a minute per (type, message, route), one line else."""
+    key = (type(exc).__name__, str(exc)[:200], route or "")
+    now = time.monotonic()
+    traced = _TRACED.get(key)
+    extra = {"request_id": request_id, "route": route, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    if traced is None or now - traced >= TRACE_EVERY:
+        if len(_TRACED) > 1000:
+            _TRACED.clear()
+        _TRACED[key] = now
+        log.error("internal error", exc_info=exc, extra=extra)
+    else:
+        log.error("internal error (seen before; trace logged at most once a minute)", extra=extra)
+
+
 def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     """The single exception handler, registered for `Exception` on the app."""
     err = to_catalog_error(exc)
     request_id = request.scope.get("state", {}).get("request_id")
-    if err.status_code >= 500:
-        log.error(
-            "internal error",
-            exc_info=exc,
-            extra={"request_id": request_id, "route": request.scope.get("path")},
-        )
+    if isinstance(err, TemporarilyUnavailable) and not isinstance(exc, CatalogError):
+        runtime = getattr(request.app.state, "runtime", None)
+        if runtime is not None:
+            runtime.db.suspect()  # probe now; requests are refused at once while it is down
+    elif err.status_code >= 500 and not isinstance(err, DeadlineExceeded):
+        log_unexpected(exc, request_id=request_id, route=request.scope.get("path"))
         err = CatalogError(f"internal error (request id {request_id})")
     request.scope.setdefault("state", {})["error_code"] = err.error_code
     return Response(

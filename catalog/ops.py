@@ -13,12 +13,19 @@ from catalog.errors import NotFound
 
 
 @get("/healthz", operation_id="health", tags=["operations"])
-async def healthz(request: Request[Any, Any, Any], ctx: NamedDependency[Context]) -> Response[dict[str, str]]:
+async def healthz(request: Request[Any, Any, Any], ctx: NamedDependency[Context]) -> Response[dict[str, Any]]:
+    database = request.app.state.runtime.db
+    if not database.up:
+        return Response({"status": "unavailable", **database.status()}, status_code=503)
     try:
         async with ctx.pool.acquire(timeout=5) as conn:
             await conn.fetchval("SELECT 1")
-    except Exception:  # the database is unreachable: not ready
-        return Response({"status": "unavailable", "reason": "database"}, status_code=503)
+    except Exception as exc:  # the database is unreachable: not ready (and probed at once)
+        database.suspect()
+        reason = f"{type(exc).__name__}: {exc}"
+        return Response(
+            {"status": "unavailable", "database": "unavailable", "reason": reason}, status_code=503
+        )
     if ctx.search is None or ctx.search.indexer.index is None:
         return Response({"status": "unavailable", "reason": "search index"}, status_code=503)
     return Response({"status": "ok"}, status_code=200)

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from catalog.audit.writer import AuditWriter, record_system_events
+from catalog.audit.writer import AuditWriter, early_unlock_supported, record_system_events
 from catalog.auth import TokenVerifier
 from catalog.context import Context
-from catalog.db import EmbeddedPostgres, apply_migrations, create_pool
+from catalog.db import DatabaseMonitor, EmbeddedPostgres, apply_migrations, create_pool
 from catalog.governance import Authorizer, Node, SecurableType
+from catalog.limits import RateLimiter
 from catalog.namespace import bootstrap, get_metastore
 from catalog.search import SearchEngine
 from catalog.search.embedder import DIMENSIONS, Embedder, Encoder, ModelError, ModelFiles, OnnxEncoder
@@ -123,6 +124,8 @@ class Runtime:
     verifier: TokenVerifier
     embedded: EmbeddedPostgres | None
     audit: AuditWriter
+    db: DatabaseMonitor
+    limiter: RateLimiter | None = None
 
     @classmethod
     async def start(cls, settings: Settings, encoder: Encoder | None = None) -> Runtime:
@@ -137,8 +140,11 @@ class Runtime:
             system_events = await prepare_database(url, settings.admin)
             pool = await create_pool(url)
             audit = AuditWriter(await create_pool(url, min_size=1, max_size=1))  # its own connection
+            async with audit.pool.acquire() as conn:
+                audit.early_unlock = await early_unlock_supported(conn)
             await record_system_events(audit.pool, system_events)
             audit.start()
+            monitor = DatabaseMonitor(url, [pool, audit.pool], embedded)
             row = await get_metastore(pool)
             metastore = Node(SecurableType.METASTORE, str(row["id"]), str(row["id"]), row["admin"])
             authorizer = Authorizer(row["admin"], metastore, pool)
@@ -151,9 +157,12 @@ class Runtime:
         context = Context(
             settings=settings, pool=pool, authorizer=authorizer, metastore=metastore, search=search
         )
-        return cls(settings, context, verifier, embedded, audit)
+        monitor.start()
+        limiter = RateLimiter(settings.rate_limit, settings.burst) if settings.rate_limit > 0 else None
+        return cls(settings, context, verifier, embedded, audit, monitor, limiter)
 
     async def close(self) -> None:
+        await self.db.close()
         await self.audit.close()
         if self.context.search is not None:
             await self.context.search.close()

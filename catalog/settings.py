@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 DEV_ISSUER = "memory-catalog-dev"
 DEV_AUDIENCE = "memory-catalog"
@@ -39,6 +40,15 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     page_default: int = 100
     page_cap: int = 1000
+    log_format: str = "auto"  # auto: plain text on a terminal, JSON lines otherwise
+    # limits (0 turns a limit off; see README "Limits under load")
+    rate_limit: float = 0.0  # requests per second per principal (per server process); 0 = off
+    rate_burst: int = 0  # requests a principal may send at once; 0 = twice the rate (at least 1)
+    request_timeout: float = 60.0  # seconds a request may take before it is answered 504
+    max_concurrent_requests: int = 256  # requests in progress at once; more are answered 503
+    max_connections: int = 1024  # open client connections; more are answered 503 and closed
+    header_timeout: float = 10.0  # seconds a client may take to send a request's line and headers
+    body_timeout: float = 30.0  # seconds a client may pause while sending a request body
 
     def __post_init__(self) -> None:
         if self.jwks_url and self.jwt_public_key:
@@ -53,6 +63,23 @@ class Settings:
             )
         if not 0 <= self.port < 65536:
             raise SettingsError("port must be between 0 (any free port) and 65535")
+        if self.log_format not in ("auto", "json", "plain"):
+            raise SettingsError("CATALOG_LOG_FORMAT must be auto, json or plain")
+        for name, value in (
+            ("CATALOG_RATE_LIMIT", self.rate_limit),
+            ("CATALOG_RATE_BURST", self.rate_burst),
+            ("CATALOG_REQUEST_TIMEOUT", self.request_timeout),
+            ("CATALOG_MAX_CONCURRENT_REQUESTS", self.max_concurrent_requests),
+            ("CATALOG_MAX_CONNECTIONS", self.max_connections),
+            ("CATALOG_HEADER_TIMEOUT", self.header_timeout),
+            ("CATALOG_BODY_TIMEOUT", self.body_timeout),
+        ):
+            if value < 0:
+                raise SettingsError(f"{name} must not be negative (0 turns the limit off)")
+
+    @property
+    def burst(self) -> int:
+        return self.rate_burst or max(1, int(self.rate_limit * 2))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -62,7 +89,26 @@ class Settings:
             value = env.get(name)
             return value if value not in (None, "") else None
 
+        def number(name: str, default: float, kind: type = float) -> Any:
+            raw = get(name)
+            if raw is None:
+                return default
+            try:
+                return kind(raw)
+            except ValueError:
+                raise SettingsError(
+                    f"{name} must be a {'whole number' if kind is int else 'number'}, not {raw!r}"
+                ) from None
+
         settings = cls(
+            log_format=(get("CATALOG_LOG_FORMAT") or "auto").lower(),
+            rate_limit=number("CATALOG_RATE_LIMIT", 0.0),
+            rate_burst=number("CATALOG_RATE_BURST", 0, int),
+            request_timeout=number("CATALOG_REQUEST_TIMEOUT", 60.0),
+            max_concurrent_requests=number("CATALOG_MAX_CONCURRENT_REQUESTS", 256, int),
+            max_connections=number("CATALOG_MAX_CONNECTIONS", 1024, int),
+            header_timeout=number("CATALOG_HEADER_TIMEOUT", 10.0),
+            body_timeout=number("CATALOG_BODY_TIMEOUT", 30.0),
             data_dir=Path(get("CATALOG_DATA_DIR") or ".data"),
             database_url=get("CATALOG_DATABASE_URL"),
             admin=get("CATALOG_ADMIN") or "admin",

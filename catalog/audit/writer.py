@@ -4,6 +4,17 @@
 one statement, `audit_append()`, which takes the chain's advisory lock, reads the head and
 appends the batch with the next sequence numbers and hashes, so processes sharing a database
 extend one chain. A change appends its request's event in its own transaction (`audited`).
+
+Durability: nothing is answered before its WAL is flushed. A change commits without waiting for
+its flush (so the chain's lock is let go early), then a second transaction that writes one WAL
+record of its own (a transactional logical message) commits synchronously: its flush covers the
+change's commit record too. (A transaction that writes no WAL, e.g. `SELECT pg_current_xact_id()`,
+commits without any flush, so it cannot serve.) Where the database does not allow that message,
+changes commit synchronously while holding the lock.
+
+Outages: the event of a request refused because the database is unreachable cannot be appended
+then; `defer()` keeps it (in memory, at most `MAX_DEFERRED`) and the writer appends it once the
+database answers again.
 """
 
 from __future__ import annotations
@@ -12,7 +23,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -23,11 +36,42 @@ from typing import Any
 import asyncpg
 
 from catalog.audit.chain import HASHED_COLUMNS, canonical_parts, plain_body
+from catalog.errors import is_unavailable
 
 log = logging.getLogger("catalog.audit")
 
 SERVICE_NAME = "memory-catalog"
 COLUMNS = (*HASHED_COLUMNS, "prev_hash", "hash")
+MAX_DEFERRED = 20_000
+RETRY_SECONDS = 1.0
+
+# After a change committed with `synchronous_commit = off`: a transaction that writes a WAL record
+# and commits synchronously, so that its flush (which covers every earlier record) completes
+# before the server answers.
+FLUSH_TAIL = (
+    "BEGIN; SET LOCAL synchronous_commit = on; "
+    "SELECT pg_logical_emit_message(true, 'memory-catalog', 'flush'); COMMIT"
+)
+
+
+async def early_unlock_supported(conn: asyncpg.Connection) -> bool:
+    """Whether this database lets us write the flush marker (managed services may refuse it)."""
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_logical_emit_message(true, 'memory-catalog', 'probe')")
+            raise _Probed
+    except _Probed:
+        return True
+    except asyncpg.PostgresError as exc:
+        log.warning("changes will hold the audit chain's lock until flushed: %s", exc)
+        return False
+
+
+_WAKE: tuple[dict[str, Any], None] = ({}, None)  # a queue item that only wakes the writer
+
+
+class _Probed(Exception):
+    """Rolls the probe's transaction back."""
 
 
 @dataclass
@@ -47,6 +91,7 @@ class AuditContext:
     describe: Callable[[int], dict[str, Any]] | None = None  # the request's event for a status
     enabled: bool = True
     committed: bool = False  # a change already committed the request's event with itself
+    early_unlock: bool = True  # see FLUSH_TAIL
 
 
 current: ContextVar[AuditContext | None] = ContextVar("audit_context", default=None)
@@ -82,20 +127,35 @@ class AuditWriter:
     def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 500) -> None:
         self.pool = pool
         self.max_batch = max_batch
-        self._queue: asyncio.Queue[tuple[dict[str, Any], asyncio.Future[None]]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[dict[str, Any], asyncio.Future[None] | None]] = asyncio.Queue()
+        self._deferred: deque[dict[str, Any]] = deque()
+        self._retry_at = 0.0
+        self.dropped = 0
         self._task: asyncio.Task[None] | None = None
         self.enabled = True
+        self.early_unlock = True
+        self._closing = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="audit-writer")
 
     async def close(self) -> None:
+        """Append what is waiting (deferred events too, if the database answers), then stop."""
         if self._task is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._queue.join(), 10)
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            self._closing = True
+            self._retry_at = 0.0
+            self._queue.put_nowait(_WAKE)
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), 10)
+            except TimeoutError:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+        if self._deferred or self.dropped:
+            log.error(
+                "audit events of refused requests lost at shut-down",
+                extra={"events": len(self._deferred) + self.dropped},
+            )
         await self.pool.close()
 
     async def record(self, **event: Any) -> None:
@@ -107,32 +167,86 @@ class AuditWriter:
         self._queue.put_nowait((event, future))
         await future
 
+    def defer(self, **event: Any) -> None:
+        """Keep the event of a request refused during an outage; it is appended once the database
+        answers again (oldest dropped beyond MAX_DEFERRED, and counted)."""
+        if not self.enabled:
+            return
+        if len(self._deferred) >= MAX_DEFERRED:
+            self._deferred.popleft()
+            self.dropped += 1
+            if self.dropped == 1:
+                log.error("audit backlog full: dropping the oldest events of refused requests")
+        self._deferred.append(complete(event))
+        if self._queue.empty():
+            self._queue.put_nowait(_WAKE)  # the writer may be waiting for the queue: wake it
+
+    @property
+    def backlog(self) -> int:
+        return len(self._deferred)
+
+    async def _next_batch(self) -> list[tuple[dict[str, Any], asyncio.Future[None] | None]]:
+        """Waiting requests' events, preceded by deferred ones when it is time to retry them."""
+        batch: list[tuple[dict[str, Any], asyncio.Future[None] | None]] = []
+        if self._queue.empty():
+            timeout = None
+            if self._deferred:
+                timeout = max(0.0, self._retry_at - time.monotonic())
+            try:
+                item = await asyncio.wait_for(self._queue.get(), timeout)
+                batch.append(item)
+            except TimeoutError:
+                pass
+        else:
+            batch.append(self._queue.get_nowait())
+        await asyncio.sleep(0)  # let requests that are ready finish and join this batch
+        while not self._queue.empty() and len(batch) < self.max_batch:
+            batch.append(self._queue.get_nowait())
+        wakes = sum(1 for item in batch if item is _WAKE)
+        if wakes:
+            batch = [item for item in batch if item is not _WAKE]
+            for _ in range(wakes):
+                self._queue.task_done()
+        if self._deferred and time.monotonic() >= self._retry_at:
+            take = min(len(self._deferred), self.max_batch)
+            batch[:0] = [(self._deferred.popleft(), None) for _ in range(take)]
+        return batch
+
     async def _run(self) -> None:
         """One batch at a time, on a connection of its own (acquired again after a failure)."""
         conn: asyncpg.Connection | None = None
         try:
             while True:
-                batch = [await self._queue.get()]
-                await asyncio.sleep(0)  # let requests that are ready finish and join this batch
-                while not self._queue.empty() and len(batch) < self.max_batch:
-                    batch.append(self._queue.get_nowait())
+                if self._closing and self._queue.empty() and (not self._deferred or self._retry_at):
+                    return  # everything appended (or the database is away: reported by close)
+                batch = await self._next_batch()
+                if not batch:
+                    continue
                 try:
                     if conn is None:
                         conn = await self.pool.acquire()
                     await append_on(conn, [event for event, _ in batch])
                 except Exception as exc:
-                    log.exception("audit append failed")
                     await self._let_go(conn)
                     conn = None
+                    self._retry_at = time.monotonic() + RETRY_SECONDS
+                    deferred = [event for event, future in batch if future is None]
+                    if is_unavailable(exc):  # kept for when the database is back
+                        self._deferred.extendleft(reversed(deferred))
+                    else:
+                        log.exception("audit append failed", extra={"deferred_events_lost": len(deferred)})
+                        self.dropped += len(deferred)
                     for _, future in batch:
-                        if not future.done():
+                        if future is not None and not future.done():
                             future.set_exception(exc)
                 else:
+                    self._retry_at = 0.0
                     for _, future in batch:
-                        if not future.done():
+                        if future is not None and not future.done():
                             future.set_result(None)
-                for _ in batch:
-                    self._queue.task_done()
+                for _, future in batch:
+                    if future is not None:
+                        self._queue.task_done()
         finally:
             await self._let_go(conn)
 
@@ -185,7 +299,13 @@ def _hex(data: bytes) -> str:
     return f"decode('{data.hex()}', 'hex')"
 
 
-async def append_on(conn: asyncpg.Connection, events: list[dict[str, Any]], *, commit: bool = False) -> None:
+async def append_on(
+    conn: asyncpg.Connection,
+    events: list[dict[str, Any]],
+    *,
+    commit: bool = False,
+    early_unlock: bool = True,
+) -> None:
     """Append events in the connection's transaction (or as their own when there is none);
     PostgreSQL numbers and hashes them under the chain's lock, held until the transaction ends.
     `commit=True` ends the caller's transaction in the same message, so that no other work of
@@ -194,16 +314,17 @@ async def append_on(conn: asyncpg.Connection, events: list[dict[str, Any]], *, c
     if not commit:
         await conn.execute("SELECT audit_append($1, $2, $3)", rows, heads, tails)
         return
-    # The commit itself does not wait for its WAL flush, so the chain's lock is let go before the
-    # disk is reached and concurrent changes share their flushes; the last statement (a
-    # transaction of its own that commits synchronously) then waits for the flush, which covers
-    # the change too: nothing is answered before it is durable.
-    await conn.execute(
-        "SET LOCAL synchronous_commit = off; "
+    append_sql = (
         f"SELECT audit_append(convert_from({_hex(json.dumps(rows).encode())}, 'UTF8')::jsonb, "
         f"ARRAY[{', '.join(map(_hex, heads))}], ARRAY[{', '.join(map(_hex, tails))}]); "
-        "COMMIT; SELECT pg_current_xact_id()"
     )
+    if not early_unlock:
+        await conn.execute("SET LOCAL synchronous_commit = on; " + append_sql + "COMMIT")
+        return
+    # The commit itself does not wait for its WAL flush, so the chain's lock is let go before the
+    # disk is reached and concurrent changes share their flushes; FLUSH_TAIL then waits for a
+    # flush that covers the change too: nothing is answered before it is durable.
+    await conn.execute("SET LOCAL synchronous_commit = off; " + append_sql + "COMMIT; " + FLUSH_TAIL)
 
 
 @asynccontextmanager
@@ -218,7 +339,9 @@ async def audited(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
         try:
             yield conn
             if describe is not None:
-                await append_on(conn, [complete(describe(200))], commit=True)
+                assert context is not None
+                early = context.early_unlock
+                await append_on(conn, [complete(describe(200))], commit=True, early_unlock=early)
             else:
                 await conn.execute("COMMIT")
         except BaseException:

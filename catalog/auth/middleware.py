@@ -3,7 +3,7 @@ from __future__ import annotations
 from litestar.connection import ASGIConnection
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
-from catalog.errors import Unauthenticated
+from catalog.errors import RequestLimitExceeded, Unauthenticated
 
 # Routes open without a token (regular expressions matched against the path).
 AUTH_EXEMPT_PATHS = [r"^/healthz$", r"^/openapi\.json$", r"^/docs", r"^/\.well-known/"]
@@ -23,4 +23,10 @@ class JWTAuthMiddleware(AbstractAuthenticationMiddleware):
         principal = await verifier.verify(token.strip())
         connection.scope["state"]["principal"] = principal.name
         connection.scope["state"]["on_behalf_of"] = principal.on_behalf_of
+        limiter = getattr(getattr(connection.app.state, "runtime", None), "limiter", None)
+        if limiter is not None and (wait := limiter.take(principal.name)) is not None:
+            raise RequestLimitExceeded(
+                f"{principal.name} sent more than {limiter.rate:g} requests per second; retry later",
+                retry_after=wait,
+            )
         return AuthenticationResult(user=principal, auth=None)

@@ -1,11 +1,13 @@
 """PostgreSQL: the embedded server, migrations and the connection pool."""
 
 from catalog.db.embedded import EmbeddedPostgres, running_url
+from catalog.db.health import DatabaseMonitor
 from catalog.db.migrate import MIGRATIONS_DIR, apply_migrations, load_migrations
 from catalog.db.pool import atomic, create_pool
 
 __all__ = [
     "MIGRATIONS_DIR",
+    "DatabaseMonitor",
     "EmbeddedPostgres",
     "apply_migrations",
     "atomic",

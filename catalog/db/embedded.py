@@ -6,13 +6,18 @@ Rules:
   stops the server cleanly (`pg_ctl stop`), so the next start reuses the cluster as it is;
 - pids of processes that died without leaving are pruned before joining, so a crash never
   keeps the server from being stopped later;
-- `running_url` only reads `postmaster.pid`: it never starts anything.
+- `running_url` only reads `postmaster.pid`: it never starts anything;
+- a postmaster that died (killed, crashed) is started again by `revive()`, on the same data dir
+  and socket directory, so the URL does not change; PostgreSQL's crash recovery replays the WAL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,12 @@ import psutil
 
 log = logging.getLogger("catalog.db")
 
+# pgserver keeps its lock file under the user's runtime dir; without XDG_RUNTIME_DIR (services,
+# containers) platformdirs warns on every start and falls back to /tmp, which is what we want
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR", category=Warning)
+
 HANDLES_FILE = ".handle_pids.json"
+START_PATIENCE = 30.0  # seconds to keep trying at start (a dead server's backends may still exit)
 
 
 def _prune_dead_handles(pgdata: Path) -> None:
@@ -42,9 +52,61 @@ def running_url(pgdata: Path, database: str = "postgres") -> str | None:
         info = PostmasterInfo.read_from_pgdata(pgdata)
     except (OSError, AssertionError, ValueError):
         return None
-    if info is None or not info.is_running() or info.status != "ready":
+    if info is None or info.pid is None or not _alive(info.pid) or info.status != "ready":
         return None
     return info.get_uri(database=database)
+
+
+def _postmaster_gone(pgdata: Path) -> None:
+    """Make a dead postmaster's lock file no obstacle to starting a new one.
+
+    A postmaster killed with SIGKILL whose parent does not reap it (PID 1 in some containers)
+    stays a zombie; PostgreSQL's own check (`kill(pid, 0)`) then believes it alive and refuses to
+    start. If the pid in postmaster.pid is a zombie and no process is attached to its shared
+    memory any more (the old backends have all exited), the file is removed; while backends are
+    still attached, starting must wait (raises)."""
+    pidfile = pgdata / "postmaster.pid"
+    try:
+        lines = pidfile.read_text().splitlines()
+        pid = int(lines[0])
+    except (OSError, ValueError, IndexError):
+        return
+    try:
+        zombie = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return  # gone: PostgreSQL handles a stale lock file itself
+    if not zombie:
+        return
+    if _shared_memory_attached(lines):
+        raise RuntimeError("the dead postmaster's backends are still exiting")
+    socket_dir = Path(lines[4]) if len(lines) > 4 and lines[4].strip() else pgdata
+    for lock in socket_dir.glob(".s.PGSQL.*.lock"):  # the socket's lock file names the pid too
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(lock.read_text().splitlines()[0]) == pid:
+                lock.unlink()
+    pidfile.unlink(missing_ok=True)
+    log.info("removed the lock files of a dead postmaster (pid %s)", pid)
+
+
+def _shared_memory_attached(lines: list[str]) -> bool:
+    """Whether any process is attached to the segment postmaster.pid names (line 7: key, id)."""
+    try:
+        shmid = lines[6].split()[1]
+        table = Path("/proc/sysvipc/shm").read_text().splitlines()
+    except (OSError, IndexError):
+        return False
+    for row in table[1:]:
+        fields = row.split()
+        if len(fields) > 6 and fields[1] == shmid:
+            return int(fields[6]) > 0
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 class EmbeddedPostgres:
@@ -61,15 +123,51 @@ class EmbeddedPostgres:
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         if self.pgdata.exists():
             _prune_dead_handles(self.pgdata)
+            _postmaster_gone(self.pgdata)
         fresh = not (self.pgdata / "PG_VERSION").exists()
-        self._server = pgserver.get_server(self.pgdata, cleanup_mode=None if self.keep_running else "stop")
-        log.info("embedded postgres %s in %s", "initialised" if fresh else "reused", self.pgdata)
+        deadline = time.monotonic() + START_PATIENCE
+        while True:
+            try:
+                _postmaster_gone(self.pgdata)
+                self._server = pgserver.get_server(
+                    self.pgdata, cleanup_mode=None if self.keep_running else "stop"
+                )
+                break
+            except Exception as exc:  # e.g. a killed server's backends still exiting
+                # pgserver keeps the half-made handle: drop it, or the next call would return it
+                pgserver.postgres_server.PostgresServer._instances.pop(self.pgdata.resolve(), None)
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("embedded postgres did not start yet (%s); retrying", exc)
+                time.sleep(1.0)
+        log.info("embedded postgres %s in %s", "initialised" if fresh else "ready", self.pgdata)
         return str(self._server.get_uri())
 
     @property
     def url(self) -> str:
         assert self._server is not None, "start() first"
         return str(self._server.get_uri())
+
+    def alive(self) -> bool:
+        """Whether the postmaster of this data dir runs (reads postmaster.pid; cheap)."""
+        from pgserver.utils import PostmasterInfo
+
+        try:
+            info = PostmasterInfo.read_from_pgdata(self.pgdata)
+        except (OSError, AssertionError, ValueError):
+            return False
+        return info is not None and info.pid is not None and _alive(info.pid)
+
+    def revive(self) -> None:
+        """Start the postmaster again after it died (blocking; raises when it cannot yet, e.g.
+        while the old backends still hold its shared memory). Other processes sharing the data
+        dir may race here: pgserver's lock makes one of them start it, the others reuse it."""
+        assert self._server is not None, "start() first"
+        server = self._server
+        with server._lock:
+            _postmaster_gone(self.pgdata)
+            server.ensure_postgres_running()
+        log.warning("embedded postgres restarted in %s", self.pgdata)
 
     def stop(self) -> None:
         if self._server is not None:

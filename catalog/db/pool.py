@@ -28,9 +28,21 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     transaction left open.)"""
 
 
+# Every answer waits for its commit to be flushed, whatever the database's own default says
+# (a change may turn this off for its own commit only: see catalog.audit.writer.FLUSH_TAIL).
+SERVER_SETTINGS = {"synchronous_commit": "on"}
+CONNECT_TIMEOUT = 5.0  # an unreachable database fails a request quickly (503) rather than hang it
+
+
 async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(
-        url, min_size=min_size, max_size=max_size, init=_init_connection, reset=_keep_session
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        init=_init_connection,
+        reset=_keep_session,
+        server_settings=SERVER_SETTINGS,
+        timeout=CONNECT_TIMEOUT,
     )
     assert pool is not None
     return pool

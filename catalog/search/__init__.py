@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from catalog.errors import is_unavailable
 from catalog.search.embedder import Embedder
 from catalog.search.fusion import FusionWeights
 from catalog.search.indexer import Indexer
@@ -102,8 +103,9 @@ class SearchEngine:
                 await asyncio.gather(*(self._drain() for _ in range(EMBED_LANES)))
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("embedding pass failed; retrying")
+            except Exception as exc:
+                if not is_unavailable(exc):  # an outage is reported once, by the database monitor
+                    log.exception("embedding pass failed; retrying")
                 await asyncio.sleep(1.0)
             finally:
                 await self.passes.end(number)

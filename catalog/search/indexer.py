@@ -29,6 +29,7 @@ from pathlib import Path
 
 import asyncpg
 
+from catalog.errors import is_unavailable
 from catalog.search.fulltext import FullTextIndex, IndexedEntry
 from catalog.search.passes import Passes
 
@@ -196,8 +197,9 @@ class Indexer:
                     self.passes.wake.set()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("index pass failed; retrying")
+            except Exception as exc:
+                if not is_unavailable(exc):  # an outage is reported once, by the database monitor
+                    log.exception("index pass failed; retrying")
                 await asyncio.sleep(1.0)
 
     async def _pass(self) -> tuple[int, bool]:

@@ -218,5 +218,7 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
 
 
 def retry_headers(err: CatalogError) -> dict[str, str]:
+    if isinstance(err, RequestTimeout):  # the rest of the body may still come: not a next request
+        return {"Connection": "close"}
     retry_after = getattr(err, "retry_after", None)
     return {"Retry-After": str(max(1, math.ceil(retry_after)))} if retry_after is not None else {}

@@ -53,6 +53,8 @@ _ENTRY_FIELDS = {
 }
 MAX_PAGE = 100
 DISPLAY_NAME = "display_name"
+# what a caller who may write but not read is told of an entry it wrote
+WRITE_ONLY_FIELDS = {"session_id", "create_time", "update_time"}
 
 
 def rfc3339(epoch_ms: int) -> str:
@@ -203,7 +205,7 @@ async def grant(ctx: Context, principal: Principal, sid: str, body: GrantRequest
 
 
 async def create_entry(ctx: Context, principal: Principal, sid: str, body: EntryCreate) -> AgentEntry:
-    row = await entries.write_entry(
+    written = await entries.write_entry(
         ctx,
         principal,
         _full_name(ctx, sid),
@@ -216,7 +218,7 @@ async def create_entry(ctx: Context, principal: Principal, sid: str, body: Entry
             source_type=body.source_type,
         ),
     )
-    return to_entry(sid, row)
+    return to_entry(sid, written.row, None if written.readable else WRITE_ONLY_FIELDS)
 
 
 async def get_entry(
@@ -270,6 +272,7 @@ async def update_entry(
     if not fields or fields - {"content", "description"}:
         raise InvalidParameter("update_mask must name content and/or description", "update_mask")
     store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.write")
+    readable = entries.may_read(ctx, principal, store)
     async with audited(ctx.pool) as conn:
         current = await repo.get_by_id(conn, store.node.id, _entry_id(entry_id), for_update=True)
         if current is None:
@@ -282,7 +285,7 @@ async def update_entry(
             conn, current["id"], current["version"], content, description, principal.name
         )
     entries.after_write(ctx)
-    return to_entry(sid, row)
+    return to_entry(sid, row, None if readable else WRITE_ONLY_FIELDS)
 
 
 async def delete_entry(ctx: Context, principal: Principal, sid: str, entry_id: str) -> None:

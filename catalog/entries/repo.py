@@ -51,9 +51,12 @@ async def upsert_overwrite(conn: Conn, key: tuple[str, str, str, str], fields: d
     )
 
 
-async def upsert_append(conn: Conn, key: tuple[str, str, str, str], fields: dict[str, Any], by: str):  # type: ignore[no-untyped-def]
+async def upsert_append(  # type: ignore[no-untyped-def]
+    conn: Conn, key: tuple[str, str, str, str], fields: dict[str, Any], by: str, *, dedupe: bool = True
+):
     """Add the text as new lines at the end, unless exactly those lines are already there (so a
-    retried append changes nothing and keeps the version)."""
+    retried append changes nothing and keeps the version). `dedupe=False` always appends (for a
+    caller who may not read the entry: whether it changed must not tell what it holds)."""
     return await conn.fetchrow(
         _INSERT + " ON CONFLICT (store_id, scope, session_id, path) DO UPDATE SET "
         "contents = CASE WHEN entries.contents IS NULL OR entries.contents = '' THEN EXCLUDED.contents "
@@ -62,7 +65,7 @@ async def upsert_append(conn: Conn, key: tuple[str, str, str, str], fields: dict
         "description = coalesce(EXCLUDED.description, entries.description), "
         "source_type = coalesce(EXCLUDED.source_type, entries.source_type), "
         "version = entries.version + 1, updated_at = clock_timestamp(), updated_by = EXCLUDED.updated_by "
-        "WHERE strpos(chr(10) || coalesce(entries.contents, '') || chr(10), "
+        "WHERE NOT $9 OR strpos(chr(10) || coalesce(entries.contents, '') || chr(10), "
         "             chr(10) || rtrim(EXCLUDED.contents, chr(10)) || chr(10)) = 0 "
         "   OR coalesce(EXCLUDED.description, entries.description) IS DISTINCT FROM entries.description "
         "RETURNING " + COLUMNS,
@@ -71,6 +74,7 @@ async def upsert_append(conn: Conn, key: tuple[str, str, str, str], fields: dict
         fields["description"],
         fields["source_type"],
         by,
+        dedupe,
     )
 
 

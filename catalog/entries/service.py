@@ -7,6 +7,7 @@ bumps `version`, answered as the ETag; `If-Match` with a stale version is 409 AB
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -139,14 +140,16 @@ def parse_if_match(value: str | None) -> int | None:
     return int(raw)
 
 
-def to_entry(row: asyncpg.Record) -> Entry:
+def to_entry(row: asyncpg.Record, *, readable: bool = True) -> Entry:
+    """The entry as answered; `readable=False` (a caller who may write but not read) leaves out
+    everything it holds: only its key, times, authors and etag are acknowledged."""
     return Entry(
         scope=row["scope"],
         path=row["path"],
         session_id=row["session_id"] or None,
-        contents=row["contents"],
-        description=row["description"],
-        source_type=row["source_type"],
+        contents=row["contents"] if readable else None,
+        description=row["description"] if readable else None,
+        source_type=row["source_type"] if readable else None,
         created_at=row["created_at"],
         created_by=row["created_by"],
         updated_at=row["updated_at"],
@@ -189,6 +192,21 @@ async def check_binding(ctx: Context, principal: Principal, store: Securable, sc
         )
 
 
+def may_read(ctx: Context, principal: Principal, store: Securable) -> bool:
+    """Whether the caller may read the store's entries (asked without recording a decision: the
+    answer only decides how much of a write's result is shown)."""
+    return ctx.authorizer.authorize(principal, action("entries.read"), store).allowed
+
+
+async def ensure_may_read(ctx: Context, principal: Principal, store: Securable, what: str) -> None:
+    """An edit whose outcome depends on the entry's text needs READ too (else its success or
+    failure would tell a write-only caller what the entry holds)."""
+    try:
+        await ctx.authorizer.ensure(principal, action("entries.read"), store)
+    except PermissionDenied as exc:
+        raise PermissionDenied(f"{what} reads the entry's text: {exc.message}") from None
+
+
 def after_write(ctx: Context) -> None:
     """Wake the indexer and the embedding worker (a search waits for them: read-your-writes)."""
     assert ctx.search is not None
@@ -201,13 +219,20 @@ def after_write(ctx: Context) -> None:
 async def create_entry(
     ctx: Context, principal: Principal, full_name: str, scope: str | None, body: EntryCreate
 ) -> Entry:
-    return to_entry(await write_entry(ctx, principal, full_name, scope, body))
+    written = await write_entry(ctx, principal, full_name, scope, body)
+    return to_entry(written.row, readable=written.readable)
+
+
+@dataclass(frozen=True)
+class Written:
+    row: asyncpg.Record  # the entry as stored
+    readable: bool  # whether the writer may also read it (else answer no contents)
 
 
 async def write_entry(
     ctx: Context, principal: Principal, full_name: str, scope: str | None, body: EntryCreate
-) -> asyncpg.Record:
-    """Create (or overwrite, or append to) an entry; the stored row."""
+) -> Written:
+    """Create (or overwrite, or append to) an entry."""
     fields_body: EntryFields = body
     if body.memory_entry is not None:
         if body.path is not None or body.contents is not None:
@@ -225,6 +250,7 @@ async def write_entry(
     if mode == "APPEND" and not fields["contents"]:
         raise InvalidParameter("write_mode APPEND needs contents to append", "contents")
     store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
+    readable = may_read(ctx, principal, store)
     sources = await lineage.resolve_sources(ctx, principal, fields_body.derived_from)
     key: Key = (store.node.id, key_scope, session, path)
     async with audited(ctx.pool) as conn:
@@ -236,15 +262,15 @@ async def write_entry(
         elif mode == "OVERWRITE":
             row = await repo.upsert_overwrite(conn, key, fields, principal.name)
         else:
-            row = await repo.upsert_append(conn, key, fields, principal.name)
+            row = await repo.upsert_append(conn, key, fields, principal.name, dedupe=readable)
             if row is None:  # the lines were already there: nothing changed
                 row = await repo.get(conn, key)
                 if row is None:
                     raise Aborted("the entry changed concurrently; retry")
-                return row
+                return Written(row, readable)
         await lineage.record(conn, principal, row, sources)
     after_write(ctx)
-    return row
+    return Written(row, readable)
 
 
 async def get_entry(
@@ -383,6 +409,11 @@ async def edit_entry(
     ):
         raise InvalidParameter("nothing to change: give description or one edit operation", "description")
     store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
+    readable = may_read(ctx, principal, store)
+    if body.str_replace is not None:
+        await ensure_may_read(ctx, principal, store, "str_replace")
+    if body.insert is not None:
+        await ensure_may_read(ctx, principal, store, "insert")
     key: Key = (store.node.id, key_scope, session, key_path)
     async with audited(ctx.pool) as conn:
         note_result(1)
@@ -403,7 +434,7 @@ async def edit_entry(
         )
     assert row is not None  # the row lock held the version
     after_write(ctx)
-    return to_entry(row)
+    return to_entry(row, readable=readable)
 
 
 async def delete_scope(ctx: Context, principal: Principal, full_name: str, scope: str | None) -> int:

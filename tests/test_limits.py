@@ -1,0 +1,250 @@
+"""Limits under load: per-principal rate limits, the request timeout, the caps on connections and
+requests in progress, slow-client protection, and JSON errors from the connection layer."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from litestar.testing import TestClient
+
+from catalog.app import create_app
+from catalog.auth import mint_dev_token
+from catalog.limits import RateLimiter
+from catalog.search.embedder import HashEncoder
+from catalog.settings import Settings, SettingsError
+
+UC = "/api/2.1/unity-catalog"
+
+
+def test_the_rate_limiter_allows_a_burst_then_the_rate():
+    limiter = RateLimiter(rate=2.0, burst=3)
+    assert [limiter.take("a", now=10.0) for _ in range(3)] == [None, None, None]
+    wait = limiter.take("a", now=10.0)
+    assert wait == pytest.approx(0.5)
+    assert limiter.take("b", now=10.0) is None  # buckets are per principal
+    assert limiter.take("a", now=10.5) is None  # one token back after 1/rate seconds
+    assert limiter.take("a", now=10.5) is not None
+
+
+def test_the_rate_limiter_forgets_the_least_recent_principals():
+    limiter = RateLimiter(rate=1.0, burst=1, max_principals=2)
+    for name in ("a", "b", "c"):
+        assert limiter.take(name, now=0.0) is None
+    assert limiter.take("a", now=0.0) is None  # forgotten, so full again
+    assert limiter.take("c", now=0.0) is not None
+
+
+def test_limits_are_validated_and_read_from_the_environment():
+    settings = Settings.from_env({"CATALOG_RATE_LIMIT": "5", "CATALOG_REQUEST_TIMEOUT": "2.5"})
+    assert (settings.rate_limit, settings.burst, settings.request_timeout) == (5.0, 10, 2.5)
+    with pytest.raises(SettingsError, match="CATALOG_RATE_LIMIT must be a number"):
+        Settings.from_env({"CATALOG_RATE_LIMIT": "fast"})
+    with pytest.raises(SettingsError, match="CATALOG_MAX_CONNECTIONS must not be negative"):
+        Settings.from_env({"CATALOG_MAX_CONNECTIONS": "-1"})
+
+
+@pytest.fixture(scope="module")
+def limited(
+    database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[TestClient, Settings]]:
+    """An app with a tiny rate limit (a burst of 3, then one request every 1,000 s) and a short
+    request timeout."""
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("limited"),
+        database_url=database_url,
+        rate_limit=0.001,
+        rate_burst=3,
+        request_timeout=0.5,
+    )
+    with TestClient(create_app(settings, encoder=HashEncoder()), raise_server_exceptions=False) as client:
+        yield client, settings
+
+
+def _headers(settings: Settings, sub: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {mint_dev_token(settings, sub)}"}
+
+
+def test_a_principal_over_its_rate_is_429_with_retry_after_and_audited(limited):
+    client, settings = limited
+    alice = _headers(settings, "rate-alice")
+    answers = [client.get(f"{UC}/catalogs", headers=alice) for _ in range(4)]
+    assert [r.status_code for r in answers[:3]] == [200, 200, 200]
+    refused = answers[3]
+    assert refused.status_code == 429
+    assert refused.json()["error_code"] == "REQUEST_LIMIT_EXCEEDED"
+    assert int(refused.headers["retry-after"]) >= 1
+    # another principal has its own bucket
+    assert client.get(f"{UC}/catalogs", headers=_headers(settings, "rate-bob")).status_code == 200
+    admin = _headers(settings, "admin")
+    events = client.get(
+        f"{UC}/system/audit", headers=admin, params={"principal": "rate-alice", "status_code": 429}
+    ).json()["events"]
+    assert [e["request_id"] for e in events] == [refused.headers["x-request-id"]]
+
+
+def test_a_request_over_the_timeout_is_504(limited, monkeypatch):
+    client, settings = limited
+    from catalog.namespace import service
+
+    async def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(5)
+
+    monkeypatch.setattr(service, "metastore_summary", slow)
+    r = client.get(f"{UC}/metastore_summary", headers=_headers(settings, "timeout-carol"))
+    assert r.status_code == 504
+    assert r.json()["error_code"] == "DEADLINE_EXCEEDED" and "0.5 s" in r.json()["message"]
+
+
+def test_repeated_single_valued_parameters_are_refused(client, token):
+    r = client.get(
+        f"{UC}/memory-stores/main.default.x/entries:get",
+        headers=token(),
+        params=[("scope", "bob"), ("scope", "alice"), ("path", "/a.md")],
+    )
+    assert r.status_code == 400 and "`scope` may be given only once" in r.json()["message"]
+    r = client.get(f"{UC}/catalogs", headers=token(), params=[("max_results", "1"), ("max_results", "2")])
+    assert r.status_code == 400
+
+
+def test_multi_valued_parameters_are_audited_with_every_value(client, token):
+    client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": "multi", "catalog_name": "main", "schema_name": "default"},
+    )
+    r = client.get(
+        f"{UC}/memory-stores/main.default.multi/entries",
+        headers=token(),
+        params=[("scopes", "team"), ("scopes", "alice")],
+    )
+    assert r.status_code == 200
+    events = client.get(f"{UC}/system/audit", headers=token(), params={"page_size": 20}).json()["events"]
+    event = next(e for e in events if e["request_id"] == r.headers["x-request-id"])
+    assert event["request_params"]["scopes"] == ["team", "alice"]
+
+
+def test_options_needs_a_token(client):
+    r = client.options(f"{UC}/catalogs")
+    assert r.status_code == 401 and r.json()["error_code"] == "UNAUTHENTICATED"
+
+
+# --- the connection layer, on a real server ---------------------------------------------------
+
+
+def _exchange(port: int, data: bytes, *, pause: float = 0.0) -> bytes:
+    """Send raw bytes, then read until the server closes (or 15 s pass)."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(data)
+        if pause:
+            time.sleep(pause)
+        sock.settimeout(15)
+        out = b""
+        try:
+            while chunk := sock.recv(65536):
+                out += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+        return out
+
+
+def _status_and_json(raw: bytes) -> tuple[int, dict]:  # type: ignore[type-arg]
+    import json
+
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+@pytest.fixture(scope="module")
+def small_server(live_server) -> Iterator:  # type: ignore[no-untyped-def]
+    root = Path(tempfile.mkdtemp(prefix="lim"))
+    server = live_server(
+        root / "d",
+        env={
+            "CATALOG_HEADER_TIMEOUT": "1",
+            "CATALOG_BODY_TIMEOUT": "1",
+            "CATALOG_MAX_CONNECTIONS": "4",
+            "CATALOG_MAX_CONCURRENT_REQUESTS": "1",
+        },
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_malformed_requests_get_json_400(small_server):
+    for request in (
+        b"GET /\xff HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /" + b"a" * 1_000_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"NOT HTTP AT ALL\r\n\r\n",
+    ):
+        status, body = _status_and_json(_exchange(small_server.port, request))
+        assert status == 400 and body["error_code"] == "INVALID_PARAMETER_VALUE"
+
+
+def test_a_client_too_slow_with_its_headers_is_cut_off_with_408(small_server):
+    raw = _exchange(small_server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    status, body = _status_and_json(raw)
+    assert status == 408 and body["error_code"] == "REQUEST_TIMEOUT"
+
+
+def test_a_client_too_slow_with_its_body_gets_408_and_the_connection_closes(small_server):
+    token = small_server.cli("token", "--sub", "admin").stdout.strip()
+    request = (
+        f"POST {UC}/catalogs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":'
+    ).encode()
+    raw = _exchange(small_server.port, request)
+    status, body = _status_and_json(raw)
+    assert status == 408 and body["error_code"] == "REQUEST_TIMEOUT"
+    assert b"connection: close" in raw.split(b"\r\n\r\n")[0].lower()
+
+
+def test_connections_over_the_cap_get_503_and_are_closed(small_server):
+    idle = [socket.create_connection(("127.0.0.1", small_server.port)) for _ in range(4)]
+    try:
+        raw = _exchange(small_server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, body = _status_and_json(raw)
+        assert status == 503 and body["error_code"] == "TEMPORARILY_UNAVAILABLE"
+        assert b"retry-after: 1" in raw.lower()
+    finally:
+        for sock in idle:
+            sock.close()
+    deadline = time.monotonic() + 10
+    while True:  # the server notices the closed sockets: room again
+        r = httpx.get(f"{small_server.url}/healthz", timeout=10)
+        if r.status_code == 200:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_requests_over_the_concurrency_cap_get_503(small_server):
+    token = small_server.cli("token", "--sub", "admin").stdout.strip()
+    headers = {"Authorization": f"Bearer {token}"}
+    answers = []
+    for _ in range(5):  # the slow request holds its slot for the 1 s body timeout; try again if missed
+        with socket.create_connection(("127.0.0.1", small_server.port)) as slow:
+            slow.sendall(
+                (
+                    f"POST {UC}/catalogs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                    "Content-Length: 50\r\n\r\n{"
+                ).encode()
+            )
+            time.sleep(0.1)
+            answers.append(httpx.get(f"{small_server.url}{UC}/catalogs", headers=headers))
+        if answers[-1].status_code == 503:
+            break
+    r = answers[-1]
+    assert r.status_code == 503, [a.status_code for a in answers]
+    assert r.json()["error_code"] == "TEMPORARILY_UNAVAILABLE" and "busy" in r.json()["message"]
+    assert int(r.headers["retry-after"]) >= 1

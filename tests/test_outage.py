@@ -1,0 +1,176 @@
+"""While the database is away: 503 JSON with Retry-After, /healthz says why, the refused requests'
+audit events are kept and appended when it is back; logs stay one line per event."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+
+import asyncpg
+import pytest
+
+from catalog import errors
+from catalog.errors import TemporarilyUnavailable, is_unavailable, to_catalog_error
+from catalog.http import JsonFormatter, PlainFormatter, configure_logging
+
+UC = "/api/2.1/unity-catalog"
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ConnectionRefusedError(111, "Connection refused"),
+        FileNotFoundError(2, "No such file or directory"),
+        asyncpg.CannotConnectNowError("the database system is starting up"),
+        asyncpg.AdminShutdownError("terminating connection due to administrator command"),
+        asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
+        asyncpg.TooManyConnectionsError("sorry, too many clients already"),
+        asyncpg.InterfaceError(
+            "cannot call Connection.execute(): connection has been released back to the pool"
+        ),
+        TimeoutError(),
+    ],
+)
+def test_an_unreachable_database_is_503_temporarily_unavailable(exc):
+    assert is_unavailable(exc)
+    err = to_catalog_error(exc)
+    assert isinstance(err, TemporarilyUnavailable) and (err.status_code, err.retry_after) == (503, 2.0)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        asyncpg.QueryCanceledError("canceling statement due to statement timeout"),
+        asyncpg.UniqueViolationError("duplicate key"),
+        RuntimeError("a bug"),
+        asyncpg.InterfaceError("cannot perform operation: another operation is in progress"),
+    ],
+)
+def test_other_errors_are_not_outages(exc):
+    assert not is_unavailable(exc)
+
+
+def _down(runtime, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Mark the database down; keep the monitor's probes and the audit appends failing."""
+    import catalog.audit.writer as writer
+
+    async def refused(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if args:  # append_on(conn, events)
+            raise ConnectionRefusedError(111, "Connection refused")
+        return "ConnectionRefusedError: simulated"
+
+    monkeypatch.setattr(runtime.db, "probe", refused)
+    monkeypatch.setattr(writer, "append_on", refused)
+    runtime.db.reason, runtime.db.down_since = "ConnectionRefusedError: simulated", time.monotonic()
+    runtime.db.up = False
+
+
+def test_while_the_database_is_down_requests_are_503_and_their_events_kept(client, token, monkeypatch):
+    runtime = client.app.state.runtime
+    _down(runtime, monkeypatch)
+    r = client.get(f"{UC}/catalogs/main", headers=token())
+    assert r.status_code == 503
+    assert r.json() == {
+        "error_code": "TEMPORARILY_UNAVAILABLE",
+        "message": "the database is unavailable; retry shortly",
+        "details": [],
+    }
+    assert r.headers["retry-after"] == "2" and len(r.headers["x-request-id"]) == 32
+    health = client.get("/healthz")
+    assert health.status_code == 503
+    assert health.json()["status"] == "unavailable" and "simulated" in health.json()["reason"]
+    assert runtime.audit.backlog >= 1
+    monkeypatch.undo()  # the database answers again: the monitor sees it and the backlog drains
+    deadline = time.monotonic() + 30
+    while not runtime.db.up or runtime.audit.backlog:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert client.get("/healthz").json() == {"status": "ok"}
+    events = client.get(f"{UC}/system/audit", headers=token(), params={"status_code": 503}).json()["events"]
+    event = next(e for e in events if e["request_id"] == r.headers["x-request-id"])
+    assert event["error_code"] == "TEMPORARILY_UNAVAILABLE" and event["principal"] is None
+    assert client.get(f"{UC}/system/audit:verify", headers=token()).json()["ok"] is True
+
+
+def test_a_response_whose_event_cannot_be_written_is_replaced_by_503(client, token, monkeypatch):
+    runtime = client.app.state.runtime
+
+    async def unreachable(**event):  # type: ignore[no-untyped-def]
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(runtime.audit, "record", unreachable)
+    r = client.get(f"{UC}/catalogs/main", headers=token())
+    assert r.status_code == 503 and r.json()["error_code"] == "TEMPORARILY_UNAVAILABLE"
+    assert "catalog_id" not in r.text  # nothing of the answer that lacked its event
+    monkeypatch.undo()
+    deadline = time.monotonic() + 30
+    while runtime.audit.backlog:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    events = client.get(f"{UC}/system/audit", headers=token(), params={"status_code": 503}).json()["events"]
+    assert r.headers["x-request-id"] in [e["request_id"] for e in events]
+
+
+def test_a_query_that_meets_a_dead_connection_is_503_and_probes_at_once(client, token, monkeypatch):
+    runtime = client.app.state.runtime
+    probed = []
+    monkeypatch.setattr(runtime.db, "suspect", lambda: probed.append(True))
+    from catalog.namespace import service
+
+    async def dead(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+
+    monkeypatch.setattr(service, "get_catalog", dead)
+    r = client.get(f"{UC}/catalogs/main", headers=token())
+    assert r.status_code == 503 and r.json()["error_code"] == "TEMPORARILY_UNAVAILABLE"
+    assert probed == [True]
+
+
+def test_unexpected_errors_log_their_trace_once_a_minute(caplog, monkeypatch):
+    monkeypatch.setattr(errors, "_TRACED", {})
+    caplog.set_level(logging.ERROR, logger="catalog.errors")
+    for _ in range(3):
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError as exc:
+            errors.log_unexpected(exc, request_id="r", route="/x")
+    assert [bool(r.exc_info) for r in caplog.records] == [True, False, False]
+    monkeypatch.setattr(errors, "TRACE_EVERY", 0.0)
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError as exc:
+        errors.log_unexpected(exc, request_id="r", route="/x")
+    assert caplog.records[-1].exc_info
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_logs_are_plain_on_a_terminal_and_json_otherwise(monkeypatch):
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        monkeypatch.setattr("sys.stderr", _Terminal())
+        configure_logging()
+        assert isinstance(root.handlers[0].formatter, PlainFormatter)
+        monkeypatch.setattr("sys.stderr", io.StringIO())
+        configure_logging()
+        assert isinstance(root.handlers[0].formatter, JsonFormatter)
+        configure_logging(log_format="plain")
+        assert isinstance(root.handlers[0].formatter, PlainFormatter)
+        assert logging.getLogger("casbin.policy").getEffectiveLevel() >= logging.WARNING
+    finally:
+        root.handlers[:], _ = saved[0], root.setLevel(saved[1])
+
+
+def test_the_plain_format_is_one_readable_line():
+    record = logging.LogRecord("catalog.db", logging.ERROR, __file__, 1, "database unreachable", (), None)
+    record.reason = "ConnectionRefusedError: refused"
+    line = PlainFormatter().format(record)
+    assert "\n" not in line and line.endswith("reason=ConnectionRefusedError: refused")
+    assert " error   catalog.db: database unreachable" in line
+    assert json.loads(JsonFormatter().format(record))["reason"] == "ConnectionRefusedError: refused"

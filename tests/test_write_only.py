@@ -118,17 +118,24 @@ def test_text_dependent_edits_need_read_and_answer_alike(client, token, dropbox,
 
 
 def test_write_only_edits_that_do_not_read_are_acknowledged_without_contents(client, token, dropbox):
+    r = client.post(
+        ENTRIES,
+        headers=token(),
+        params={"scope": "ops"},
+        json={"path": "/edited.md", "contents": "old text", "write_mode": "OVERWRITE"},
+    )
+    assert r.status_code == 200
     for edit in (
         {"replace_all": {"contents": "replaced"}},
         {"description": "new"},
         {"append": {"text": "x"}},
     ):
-        r = client.patch(ENTRIES, headers=token("writer"), json={"scope": "ops", "path": "/new.md", **edit})
+        body = {"scope": "ops", "path": "/edited.md", **edit}
+        r = client.patch(ENTRIES, headers=token("writer"), json=body)
         assert r.status_code == 200, r.text
         assert set(r.json()) == ACK
-    r = client.patch(
-        ENTRIES, headers=token("editor"), json={"scope": "ops", "path": "/new.md", "description": "seen"}
-    )
+    body = {"scope": "ops", "path": "/edited.md", "description": "seen"}
+    r = client.patch(ENTRIES, headers=token("editor"), json=body)
     assert r.json()["contents"] == "replaced\nx" and r.json()["description"] == "seen"
 
 

@@ -135,6 +135,9 @@ class AuditWriter:
         self.enabled = True
         self.early_unlock = True
         self._closing = False
+        # deferred events of a batch whose append failed in flight: it may have committed all the
+        # same (the answer was lost), so they are looked up before they are appended again
+        self._uncertain: set[str] = set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="audit-writer")
@@ -225,7 +228,10 @@ class AuditWriter:
                 try:
                     if conn is None:
                         conn = await self.pool.acquire()
-                    await append_on(conn, [event for event, _ in batch])
+                    if self._uncertain:
+                        batch = await self._without_appended(conn, batch)
+                    if batch:
+                        await append_on(conn, [event for event, _ in batch])
                 except Exception as exc:
                     await self._let_go(conn)
                     conn = None
@@ -233,6 +239,7 @@ class AuditWriter:
                     deferred = [event for event, future in batch if future is None]
                     if is_unavailable(exc):  # kept for when the database is back
                         self._deferred.extendleft(reversed(deferred))
+                        self._uncertain.update(str(event["event_id"]) for event in deferred)
                     else:
                         log.exception("audit append failed", extra={"deferred_events_lost": len(deferred)})
                         self.dropped += len(deferred)
@@ -249,6 +256,22 @@ class AuditWriter:
                         self._queue.task_done()
         finally:
             await self._let_go(conn)
+
+    async def _without_appended(
+        self, conn: asyncpg.Connection, batch: list[tuple[dict[str, Any], asyncio.Future[None] | None]]
+    ) -> list[tuple[dict[str, Any], asyncio.Future[None] | None]]:
+        """Drop the events an earlier, seemingly failed, append did commit (never twice)."""
+        ids = [str(event["event_id"]) for event, _ in batch if str(event["event_id"]) in self._uncertain]
+        if not ids:
+            return batch
+        found = {
+            str(row[0])
+            for row in await conn.fetch(
+                "SELECT event_id FROM audit_events WHERE event_id = ANY($1::uuid[])", ids
+            )
+        }
+        self._uncertain.difference_update(ids)
+        return [(event, future) for event, future in batch if str(event["event_id"]) not in found]
 
     async def _let_go(self, conn: asyncpg.Connection | None) -> None:
         if conn is not None:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from catalog.auth import mint_dev_token
+from catalog.search.fulltext import FullTextIndex, IndexedEntry
 from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"
@@ -106,6 +107,36 @@ def found(http: httpx.Client, numbers: list[int]) -> set[str]:
         assert r.status_code == 200, r.text
         paths |= {x["memory_entry"]["path"] for x in r.json()["results"]}
     return paths
+
+
+def test_a_commit_that_fails_on_a_full_disk_is_rolled_back_and_retried_in_full(index_on_small_disk: Path):
+    # tantivy's own behaviour, which FullTextIndex.apply() guards against: after a failed commit
+    # its writer is killed, and without the rollback later commits fail or lose documents
+    index_dir = index_on_small_disk / "index"
+    index = FullTextIndex(index_dir / "slot-0", heap_bytes=15_000_000)
+    try:
+
+        def entries(numbers: range) -> list[IndexedEntry]:
+            return [
+                IndexedEntry(f"id{i}", "s", "u", "", f"/e/{i}.md", f"{marker(i)} {words(i)}", "")
+                for i in numbers
+            ]
+
+        index.apply([], entries(range(20)))
+        filler = fill(index_dir, leave=0)
+        with pytest.raises(ValueError, match=r"No space left on device|index writer was killed"):
+            index.apply([], entries(range(20, 60)))
+        assert index.num_docs() == 20  # the last commit stands
+        with pytest.raises(ValueError):  # still full: the retry fails the same way
+            index.apply([], entries(range(20, 60)))
+        filler.unlink()
+        index.apply([], entries(range(20, 60)))  # the same rows again, on a writer that works
+        index.apply(["id0"], entries(range(60, 70)))
+        assert index.num_docs() == 69
+        store_hits = index.search("s", ["u"], " ".join(marker(i) for i in range(70)), 100)
+        assert sorted(doc for doc, _ in store_hits) == sorted(f"id{i}" for i in range(1, 70))
+    finally:
+        index.close()
 
 
 def test_full_index_disk_degrades_then_catches_up_without_restart(

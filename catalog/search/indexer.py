@@ -11,7 +11,8 @@ Rules:
   flight); older gaps are rolled-back writes. Rows past a gap are applied at once and remembered.
 - Every process has its own index directory (`<data dir>/index/slot-N`, the first whose writer
   lock it can take), so several processes on one database each keep their own index current.
-- A missing or unreadable index is rebuilt from PostgreSQL at start.
+- A missing or unreadable index is rebuilt from PostgreSQL at start. When the index cannot be
+  brought up to date at start (a full disk), the server starts degraded and the loop retries.
 - Read-your-writes: `wait_fresh()` returns once a pass that started after the call has
   committed, so everything committed before the call is searchable.
 - Failures (a full disk, an I/O error, a commit that lost documents) never move the watermark,

@@ -174,23 +174,29 @@ def test_full_index_disk_degrades_then_catches_up_without_restart(
             for i in range(written, written + 10):
                 write(i)
             written += 10
-        for i in range(written, written + 40):  # and keep writing while it is full
+        # from here on keep it full to the last page (a failed commit's files are removed again,
+        # and a merge may end, which frees a little), and keep writing
+        fill(index_dir, leave=0)
+        for i in range(written, written + 40):
             write(i)
         written += 40
 
-        health = healthz(http)
-        assert health["status"] == "degraded", health
+        def degraded() -> dict[str, object] | None:
+            fill(index_dir, leave=0)
+            health = healthz(http)
+            return health if health["status"] == "degraded" else None
+
+        health = wait_for(degraded, 60, "healthz to say degraded")
         reasons = health["reasons"]
         assert isinstance(reasons, list)
         assert any("full-text index" in str(r) and "No space left on device" in str(r) for r in reasons), (
             reasons,
             server.log_path.read_text()[-5000:],
         )
+        assert not any(str(r).startswith("embeddings") for r in reasons), reasons  # PostgreSQL is fine
         assert isinstance(health["index_lag_changes"], int) and health["index_lag_changes"] > 0, health
         # a search while degraded still answers (with what the index holds)
         assert "/e/0.md" in found(http, [0])
-
-        assert not any(str(r).startswith("embeddings") for r in reasons), reasons  # PostgreSQL is fine
 
         def index_failures() -> float:
             metrics = http.get("/metrics")
@@ -198,16 +204,15 @@ def test_full_index_disk_degrades_then_catches_up_without_restart(
             line = next(x for x in metrics.text.splitlines() if x.startswith("catalog_index_failures_total "))
             return float(line.split()[1])
 
-        # the indexer keeps retrying while the disk stays full: fill it to the last page (a failed
-        # commit's files are removed again, which frees a little) until it has failed 3 more times
+        # the indexer keeps retrying while the disk stays full
         failing_lines = server.log_path.read_text().count("full-text index: failing")
         failures = index_failures()
 
         def retried() -> bool:
             fill(index_dir, leave=0)
-            return index_failures() >= failures + 3
+            return index_failures() >= failures + 2
 
-        wait_for(retried, 60, "three more failed index attempts")
+        wait_for(retried, 60, "two more failed index attempts")
         assert healthz(http)["status"] == "degraded"
 
         filler.unlink()  # space is back: no restart, no reindex

@@ -28,6 +28,7 @@ from catalog.errors import handle_exception
 from catalog.governance.routes import router as governance_router
 from catalog.groups.routes import router as groups_router
 from catalog.http import RequestContext
+from catalog.metrics.routes import router as metrics_router
 from catalog.ops import databricks_config, healthz
 from catalog.runtime import Runtime
 from catalog.search.embedder import Encoder
@@ -63,6 +64,7 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             agents_router,
             system_router,
             audit_router,
+            metrics_router,
         ],
         lifespan=[lifespan],
         dependencies={"ctx": Provide(_context, sync_to_thread=False)},

@@ -1,7 +1,17 @@
-"""Operational routes, open without a token: health and the Databricks SDK's config probe."""
+"""Operational routes, open without a token: health and the Databricks SDK's config probe.
+
+`/healthz`:
+- 503 `{"status": "unavailable", "reason": ...}` when the server cannot serve: the database is
+  unreachable, or there is no search index;
+- 200 `{"status": "degraded", "reasons": [...], ...figures}` when it serves but something is
+  wrong that a load balancer should not act on (derived state falling behind: searches answer
+  from what is indexed). Each check in `DEGRADED_CHECKS` adds its reasons and figures;
+- 200 `{"status": "ok"}` otherwise.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar import Request, get
@@ -10,6 +20,22 @@ from litestar.response import Response
 
 from catalog.context import Context
 from catalog.errors import NotFound
+
+# (reasons, figures): no reasons means the check is happy
+CheckResult = tuple[list[str], dict[str, Any]]
+
+
+async def search_check(ctx: Context) -> CheckResult:
+    """The indexer and the embedding worker: failing, and how far behind."""
+    assert ctx.search is not None
+    status = await ctx.search.status()
+    return status.reasons, {
+        "index_lag_changes": status.index.lag,
+        "embedding_backlog_entries": status.embeddings.lag,
+    }
+
+
+DEGRADED_CHECKS: tuple[Callable[[Context], Awaitable[CheckResult]], ...] = (search_check,)
 
 
 @get("/healthz", operation_id="health", tags=["operations"])
@@ -28,6 +54,17 @@ async def healthz(request: Request[Any, Any, Any], ctx: NamedDependency[Context]
         )
     if ctx.search is None or ctx.search.indexer.index is None:
         return Response({"status": "unavailable", "reason": "search index"}, status_code=503)
+    reasons: list[str] = []
+    figures: dict[str, Any] = {}
+    for check in DEGRADED_CHECKS:
+        try:
+            found, numbers = await check(ctx)
+        except Exception as exc:  # a check that cannot run says so; it never turns healthz into a 500
+            found, numbers = [f"{check.__name__}: {type(exc).__name__}: {exc}"], {}
+        reasons.extend(found)
+        figures.update(numbers)
+    if reasons:
+        return Response({"status": "degraded", "reasons": reasons, **figures}, status_code=200)
     return Response({"status": "ok"}, status_code=200)
 
 

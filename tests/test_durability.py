@@ -181,7 +181,7 @@ def test_kill_postgres_during_writes_loses_nothing_and_service_resumes(live_serv
         assert writers.statuses["503 TEMPORARILY_UNAVAILABLE"] > 0, writers.statuses
         assert not writers.bad, writers.bad[:5]
         health = httpx.get(f"{server.url}/healthz", timeout=10)
-        assert health.status_code == 200 and health.json()["status"] == "ok"
+        assert health.status_code == 200 and health.json()["status"] == "ok", health.text
         check_every_acknowledged_write(server.url, token, writers.acked)
         log = server.log_path.read_text()
         assert log.count("database unreachable") == 1 and log.count("database is back") == 1

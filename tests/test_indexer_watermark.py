@@ -1,11 +1,28 @@
 """The indexer's watermark never passes a change row that may still commit (a young gap), and
-passes a gap once it is old enough to be a rolled-back write."""
+passes a gap once it is old enough to be a rolled-back write. Nor does it pass a row the index
+did not commit: a failed commit (a full disk) or one that lost documents moves nothing, in
+memory or in the watermark file; the rows are retried until they are applied."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
-from catalog.search.indexer import Indexer
+import asyncpg
+import pytest
+
+from catalog.db import create_pool
+from catalog.search.fulltext import FullTextIndex, IndexDiverged
+from catalog.search.indexer import WATERMARK_FILE, Indexer
+
+UC = "/api/2.1/unity-catalog"
+ENOSPC = "An IO error occurred: 'No space left on device (os error 28)'"
 
 
 def indexer() -> Indexer:
@@ -36,3 +53,237 @@ def test_an_old_gap_is_a_rolled_back_write(monkeypatch):
     clock[0] += 31.0
     assert ix._advance([]) is True
     assert ix.watermark == 3
+
+
+# --- failures, against the real index and PostgreSQL ------------------------------------------
+
+
+class FaultyWriter:
+    """Stands in for tantivy's writer and passes everything through, except that while `fail` is
+    set commit() raises what tantivy raises on a full disk, and while `lose` is set commit()
+    succeeds without the documents added since the last commit (what a writer killed by an
+    earlier I/O error does)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.fail = False
+        self.lose = False
+        self.commits = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def commit(self) -> int:
+        self.commits += 1
+        if self.fail:
+            raise ValueError(ENOSPC)
+        if self.lose:
+            self.real.rollback()
+        return int(self.real.commit())
+
+
+@pytest.fixture
+def store(client, token) -> str:  # type: ignore[no-untyped-def]
+    name = f"w{uuid.uuid4().hex[:10]}"
+    body = {"name": name, "catalog_name": "main", "schema_name": "default"}
+    assert client.post(f"{UC}/memory-stores", headers=token(), json=body).status_code == 200
+    return name
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await create_pool(database_url, min_size=1, max_size=4)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+async def insert(pool: asyncpg.Pool, store: str, texts: dict[str, str]) -> None:
+    await pool.executemany(
+        "INSERT INTO entries (store_id, scope, path, contents, created_by, updated_by) "
+        "SELECT id, 'u', $2, $3, 'admin', 'admin' FROM memory_stores WHERE name = $1",
+        [(store, path, text) for path, text in texts.items()],
+    )
+
+
+async def head(pool: asyncpg.Pool) -> int:
+    return int(await pool.fetchval("SELECT coalesce(max(seq), 0) FROM entry_changes"))
+
+
+async def found(pool: asyncpg.Pool, ix: Indexer, store: str, word: str) -> list[str]:
+    """The paths of `store` whose entries the indexer's index finds for `word`."""
+    store_id = str(await pool.fetchval("SELECT id FROM memory_stores WHERE name = $1", store))
+    assert ix.index is not None
+    ids = [doc for doc, _ in await asyncio.to_thread(ix.index.search, store_id, ["u"], word, 100)]
+    rows = await pool.fetch("SELECT path FROM entries WHERE id = ANY($1::uuid[])", ids)
+    return sorted(r["path"] for r in rows)
+
+
+def saved(ix: Indexer) -> int:
+    return int(json.loads((ix.directory / WATERMARK_FILE).read_text())["seq"])
+
+
+async def eventually(predicate, what: str, within: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_a_failed_commit_moves_no_watermark_and_the_rows_are_applied_once_it_works(
+    pool, store, tmp_path
+):
+    ix = Indexer(pool, tmp_path / "index")
+    await ix.start(run=False)
+    try:
+        before = ix.watermark
+        assert saved(ix) == before == await head(pool)
+        await insert(pool, store, {"/a.md": "quokka one", "/b.md": "quokka two"})
+        assert ix.index is not None
+        writer = ix.index.writer = FaultyWriter(ix.index.writer)
+        writer.fail = True
+        for _ in range(2):
+            with pytest.raises(ValueError, match="No space left"):
+                await ix._pass()
+            assert ix.watermark == before and saved(ix) == before  # in memory and on disk
+            assert ix.lag(await head(pool)) == 2
+        assert await found(pool, ix, store, "quokka") == []
+
+        writer.fail = False  # space is back
+        applied, more = await ix._pass()
+        assert (applied, more) == (2, False)
+        assert ix.watermark == saved(ix) == await head(pool)
+        assert await found(pool, ix, store, "quokka") == ["/a.md", "/b.md"]
+        assert ix.index.num_docs() == await pool.fetchval("SELECT count(*) FROM entries")
+    finally:
+        await ix.close()
+
+
+async def test_a_commit_that_loses_documents_is_caught_and_retried(pool, store, tmp_path):
+    ix = Indexer(pool, tmp_path / "index")
+    await ix.start(run=False)
+    try:
+        before = ix.watermark
+        await insert(pool, store, {"/c.md": "wombat three"})
+        assert ix.index is not None
+        writer = ix.index.writer = FaultyWriter(ix.index.writer)
+        writer.lose = True
+        with pytest.raises(IndexDiverged, match="kept 0 of 1 upserted"):
+            await ix._pass()
+        assert ix.watermark == before and saved(ix) == before
+        writer.lose = False
+        await ix._pass()
+        assert await found(pool, ix, store, "wombat") == ["/c.md"]
+        assert ix.watermark == saved(ix) == await head(pool)
+
+        # a delete the commit did not keep is caught the same way
+        await pool.execute("DELETE FROM entries WHERE path = '/c.md'")
+        writer.lose = True
+        with pytest.raises(IndexDiverged, match="kept 1 of 1 deleted"):
+            await ix._pass()
+        writer.lose = False
+        await ix._pass()
+        assert await found(pool, ix, store, "wombat") == []
+    finally:
+        await ix.close()
+
+
+async def test_an_unwritable_watermark_file_lags_and_is_written_later(pool, store, tmp_path, monkeypatch):
+    ix = Indexer(pool, tmp_path / "index")
+    await ix.start(run=False)
+    try:
+        before = ix.watermark
+        await insert(pool, store, {"/d.md": "numbat four"})
+        real = Indexer._write_watermark
+
+        def full(self: Indexer, seq: int) -> None:
+            raise OSError(28, "No space left on device", str(self.directory / "catalog-watermark.tmp"))
+
+        monkeypatch.setattr(Indexer, "_write_watermark", full)
+        with pytest.raises(OSError, match="No space left"):
+            await ix._pass()
+        # the index committed the row, so the watermark in memory passes it; the file lags
+        # (a restart would replay the row: harmless)
+        assert ix.watermark == await head(pool) and saved(ix) == before
+        assert await found(pool, ix, store, "numbat") == ["/d.md"]
+        monkeypatch.setattr(Indexer, "_write_watermark", real)
+        await ix._pass()
+        assert saved(ix) == ix.watermark
+    finally:
+        await ix.close()
+
+
+async def test_the_loop_backs_off_reports_and_catches_up_by_itself(pool, store, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="catalog.search")
+    ix = Indexer(pool, tmp_path / "index", poll_interval=0.02, retry_delay=0.02, max_retry_delay=0.1)
+    await ix.start()
+    try:
+        assert (await ix.status()).healthy
+        assert ix.index is not None
+        writer = ix.index.writer = FaultyWriter(ix.index.writer)
+        writer.fail = True
+        texts = {f"/e{i}.md": f"bilby {i}" for i in range(5)}
+        await insert(pool, store, texts)
+
+        async def retried() -> bool:
+            return ix.health.failures_total >= 5
+
+        await eventually(retried, "five failed attempts")
+        status = await ix.status()
+        assert not status.healthy and status.lag == 5
+        assert status.reason is not None and "No space left on device" in status.reason
+        assert status.failing_since is not None
+        assert await ix.wait_fresh() is False  # a search does not wait for passes that cannot succeed
+        assert await found(pool, ix, store, "bilby") == []
+
+        writer.fail = False  # no restart, no reindex
+
+        async def caught_up() -> bool:
+            s = await ix.status()
+            return s.healthy and s.lag == 0
+
+        await eventually(caught_up, "the index to catch up")
+        assert await found(pool, ix, store, "bilby") == sorted(texts)
+        assert saved(ix) == ix.watermark == await head(pool)
+        assert await ix.wait_fresh() is True
+        messages = [r.getMessage() for r in caplog.records if r.name == "catalog.search"]
+        # one line when the failure started, one when it ended, however many retries between;
+        # a full disk is expected: no trace
+        assert len([m for m in messages if "full-text index: failing" in m]) == 1, messages
+        assert len([m for m in messages if "full-text index: recovered" in m]) == 1, messages
+        assert not [r for r in caplog.records if r.name == "catalog.search" and r.exc_info]
+    finally:
+        await ix.close()
+
+
+async def test_a_rebuild_that_fails_at_start_leaves_it_degraded_and_is_retried(
+    pool, store, tmp_path, monkeypatch
+):
+    await insert(pool, store, {"/f.md": "dugong five"})
+    real = FullTextIndex.commit
+    broken = [True]
+
+    def commit(self: FullTextIndex) -> None:
+        if broken[0]:
+            raise ValueError(ENOSPC)
+        real(self)
+
+    monkeypatch.setattr(FullTextIndex, "commit", commit)
+    ix = Indexer(pool, tmp_path / "index", retry_delay=0.02, max_retry_delay=0.1)
+    await ix.start()  # the server starts degraded instead of not at all
+    try:
+        status = await ix.status()
+        assert not status.healthy and status.lag == await head(pool)
+        assert status.reason is not None and status.reason.startswith("rebuilding the index: No space left")
+        broken[0] = False
+
+        async def caught_up() -> bool:
+            s = await ix.status()
+            return s.healthy and s.lag == 0
+
+        await eventually(caught_up, "the rebuild")
+        assert await found(pool, ix, store, "dugong") == ["/f.md"]
+    finally:
+        await ix.close()

@@ -4,12 +4,18 @@ Writes are answered once PostgreSQL has committed them; two background workers t
 derived state up to date: the indexer (Tantivy) and the embedding worker (the `embedding` column,
 in large batches). Searches wait for both to have passed everything committed before them, so a
 search sent after a write's response sees that write (read-your-writes).
+
+Neither worker ever marks as done what it did not do. An embedding pass claims its rows inside a
+transaction and writes their vectors in it: a model or database error rolls it back and the rows
+stay stale, to be retried with backoff. While a worker fails, searches use what there is instead
+of waiting, and `status()` (behind `/healthz` and `/metrics`) reports the lag and the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -17,9 +23,9 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from catalog.errors import is_unavailable
 from catalog.search.embedder import Embedder
 from catalog.search.fusion import FusionWeights
+from catalog.search.health import Health, WorkerStatus
 from catalog.search.indexer import Indexer
 from catalog.search.passes import Passes
 from catalog.search.repo import VectorSearch
@@ -31,12 +37,26 @@ EMBED_BATCH = 256
 # other keeps the model busy
 EMBED_LANES = 2
 FRESH_TIMEOUT = 10.0
+# how long a stopping server lets an embedding pass finish before abandoning it (a pass of 256
+# long entries can take many seconds on a small machine; an abandoned one is redone later)
+EMBED_STOP_GRACE = 2.0
 
 
 def embedding_text(contents: str | None, description: str | None) -> str:
     """What an entry's vector is computed from: its description, then its contents."""
     parts = [p.strip() for p in (description, contents) if p and p.strip()]
     return "\n".join(parts) if parts else ""
+
+
+@dataclass(frozen=True)
+class SearchStatus:
+    index: WorkerStatus
+    embeddings: WorkerStatus
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why derived state is not keeping up; empty when all is well."""
+        return [f"{w.name}: {w.reason}" for w in (self.index, self.embeddings) if not w.healthy]
 
 
 @dataclass
@@ -47,8 +67,11 @@ class SearchEngine:
     vectors: VectorSearch
     weights: FusionWeights = field(default_factory=FusionWeights)
     passes: Passes = field(default_factory=Passes)
+    embedding_health: Health = field(default_factory=lambda: Health("embeddings", log))
+    embedded_total: int = 0  # vectors this process has written
     _worker: asyncio.Task[None] | None = None
     _stopping: bool = False
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self) -> None:
         self.embedder.start()
@@ -58,11 +81,13 @@ class SearchEngine:
 
     async def close(self) -> None:
         self._stopping = True
+        self._stop.set()
         self.passes.wake.set()
+        self.indexer.request_stop()  # both workers wind down at once
         if self._worker is not None:
             try:
-                await asyncio.wait_for(self._worker, 30)
-            except TimeoutError:
+                await asyncio.wait_for(self._worker, EMBED_STOP_GRACE)
+            except TimeoutError:  # cancelled mid-pass: its transaction rolls back, the rows stay stale
                 self._worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._worker
@@ -73,6 +98,18 @@ class SearchEngine:
         """A write committed: index and embed it soon."""
         self.indexer.notify()
         self.passes.wake.set()
+
+    async def status(self) -> SearchStatus:
+        """Each worker's health, lag and last failure (two small queries)."""
+        from catalog.entries import repo
+
+        index = await self.indexer.status()
+        backlog = await repo.count_unembedded(self.pool)
+        embeddings = self.embedding_health.status(backlog)
+        if self._worker is not None and self._worker.done() and not self._stopping:
+            stopped = "the embedding worker has stopped"
+            embeddings = dataclasses.replace(embeddings, healthy=False, reason=stopped)
+        return SearchStatus(index=index, embeddings=embeddings)
 
     # --- the embedding worker --------------------------------------------------------------------
 
@@ -85,34 +122,53 @@ class SearchEngine:
             rows = await repo.claim_unembedded(conn, limit)
             if rows:
                 texts = [embedding_text(r["contents"], r["description"]) for r in rows]
+                # a model error raises here and the transaction rolls back: the rows stay stale
                 vectors = await self.embedder.embed(texts, background=True)
+                if len(vectors) != len(rows):
+                    raise RuntimeError(f"the model gave {len(vectors)} vectors for {len(rows)} texts")
                 await repo.set_embeddings(
                     conn, [(r["id"], r["version"], v) for r, v in zip(rows, vectors, strict=True)]
                 )
+        self.embedded_total += len(rows)
         return len(rows)
 
     async def _embed_loop(self) -> None:
+        delay = 0.0
         while not self._stopping:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.passes.wake.wait(), 1.0)
+            if delay:
+                # backing off: a write or a search must not bring the retry forward
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.passes.wake.wait(), 1.0)
             self.passes.wake.clear()
             if self._stopping:
                 return
             number = self.passes.begin()
             try:
-                await asyncio.gather(*(self._drain() for _ in range(EMBED_LANES)))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if not is_unavailable(exc):  # an outage is reported once, by the database monitor
-                    log.exception("embedding pass failed; retrying")
-                await asyncio.sleep(1.0)
+                # every lane runs to its end before the next pass (none is left behind running)
+                outcomes = await asyncio.gather(
+                    *(self._drain() for _ in range(EMBED_LANES)), return_exceptions=True
+                )
+                failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+                if isinstance(failure, asyncio.CancelledError):
+                    raise failure
+                if failure is not None:
+                    delay = self.embedding_health.failed(failure, "embedding entries")
+                else:
+                    delay = 0.0
+                    self.embedding_health.succeeded()
             finally:
                 await self.passes.end(number)
 
     async def _drain(self) -> None:
-        while await self.embed_pass() == EMBED_BATCH and not self._stopping:
-            pass
+        while True:
+            done = await self.embed_pass()
+            if done:  # healthy again once a batch is stored, not only once a long backlog is drained
+                self.embedding_health.succeeded()
+            if done < EMBED_BATCH or self._stopping:
+                return
 
     async def vectors_fresh(self, store_id: str, scopes: Sequence[str]) -> None:
         """Return once no entry of these scopes committed before the call lacks its vector."""
@@ -120,6 +176,8 @@ class SearchEngine:
 
         deadline = time.monotonic() + FRESH_TIMEOUT
         while await repo.has_unembedded(self.pool, store_id, scopes):
+            if not self.embedding_health.healthy and not self.embedding_health.outage:
+                return  # the worker is failing (see /healthz): search the vectors there are
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 log.warning("embeddings are behind; searching the vectors there are")

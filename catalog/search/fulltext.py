@@ -1,15 +1,25 @@
 """The Tantivy index: BM25 over an entry's contents, description and path words, filtered by
 store, scope, session and path prefix. Derived state: it can be thrown away and rebuilt from
-PostgreSQL at any time. All methods block; callers run them off the event loop."""
+PostgreSQL at any time. All methods block; callers run them off the event loop.
+
+A failed commit (a full disk, an I/O error) leaves tantivy's writer killed: later commits either
+fail ("index writer was killed") or succeed without the documents added before the failure. So
+every change goes through `apply()`, which on any failure rolls the writer back to the last
+commit (a fresh writer, nothing pending) and raises, and which checks after the commit that the
+index holds what it was given: the caller may move its watermark only when `apply()` returns.
+"""
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tantivy
+
+log = logging.getLogger("catalog.search")
 
 ANALYZER = "catalog_en"
 
@@ -244,6 +254,10 @@ def _schema() -> Any:
     return builder.build()
 
 
+class IndexDiverged(RuntimeError):
+    """A commit reported success but the index does not hold what it was given."""
+
+
 @dataclass(frozen=True)
 class IndexedEntry:
     entry_id: str
@@ -264,11 +278,57 @@ class FullTextIndex:
         self.schema = _schema()
         self.index = tantivy.Index(self.schema, path=str(directory), reuse=True)
         self.index.register_tokenizer(ANALYZER, _analyzer())
+        self.heap_bytes = heap_bytes
         self.writer = self.index.writer(heap_size=heap_bytes, num_threads=1)
         self.boosts = {"contents": 1.0, "description": 0.5, "path_words": 0.5}
 
     def close(self) -> None:
-        self.writer.wait_merging_threads()
+        try:
+            self.writer.wait_merging_threads()
+        except ValueError as exc:  # a merge that failed (full disk): the last commit stands
+            log.warning("index %s: merges ended with an error: %s", self.directory, exc)
+
+    def apply(self, deletes: list[str], upserts: list[IndexedEntry]) -> None:
+        """Delete and upsert by entry id, commit, and check that the committed index holds every
+        upserted entry once and none of the deleted ones. On any failure nothing pending is kept
+        (the writer is rolled back) and the exception is raised: retrying the same call is safe."""
+        try:
+            self.delete(deletes)
+            self.upsert(upserts)
+            self.commit()
+            self.verify(deletes, upserts)
+        except BaseException:
+            self.rollback()
+            raise
+
+    def verify(self, deletes: list[str], upserts: list[IndexedEntry]) -> None:
+        searcher = self.index.searcher()
+
+        def count(ids: list[str]) -> int:
+            if not ids:
+                return 0
+            query = tantivy.Query.term_set_query(self.schema, "entry_id", ids)
+            return int(searcher.search(query, 1, count=True).count)  # type: ignore[attr-defined]  # missing from the stubs
+
+        held = count([e.entry_id for e in upserts])
+        if held != len(upserts):
+            raise IndexDiverged(f"the commit kept {held} of {len(upserts)} upserted entries")
+        if kept := count(deletes):
+            raise IndexDiverged(f"the commit kept {kept} of {len(deletes)} deleted entries")
+
+    def verify_count(self, expected: int) -> None:
+        if (held := self.num_docs()) != expected:
+            raise IndexDiverged(f"the commit kept {held} of {expected} entries")
+
+    def rollback(self) -> None:
+        """Drop everything not committed and make the writer usable again."""
+        try:
+            self.writer.rollback()
+        except ValueError as exc:
+            # a writer that cannot even roll back is replaced (dropping it releases its lock)
+            log.warning("index %s: rollback failed (%s); opening a new writer", self.directory, exc)
+            del self.writer
+            self.writer = self.index.writer(heap_size=self.heap_bytes, num_threads=1)
 
     def upsert(self, entries: list[IndexedEntry]) -> None:
         for entry in entries:

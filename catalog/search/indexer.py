@@ -11,15 +11,24 @@ Rules:
   flight); older gaps are rolled-back writes. Rows past a gap are applied at once and remembered.
 - Every process has its own index directory (`<data dir>/index/slot-N`, the first whose writer
   lock it can take), so several processes on one database each keep their own index current.
-- A missing or unreadable index is rebuilt from PostgreSQL at start.
+- A missing or unreadable index is rebuilt from PostgreSQL at start. When the index cannot be
+  brought up to date at start (a full disk), the server starts degraded and the loop retries.
 - Read-your-writes: `wait_fresh()` returns once a pass that started after the call has
   committed, so everything committed before the call is searchable.
+- Failures (a full disk, an I/O error, a commit that lost documents) never move the watermark,
+  in memory or on disk: the index rolls back what it did not commit (`FullTextIndex.apply`), and
+  the same rows are retried with backoff until they are applied, so the index catches up by
+  itself once the cause is gone. Meanwhile `status()` reports the lag and the reason, and
+  searches use what the index holds instead of waiting for passes that cannot succeed.
+- The watermark file may lag the in-memory watermark (it could not be written): harmless, the
+  rows past it are replayed at the next start; it is written again at every pass until it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -29,8 +38,8 @@ from pathlib import Path
 
 import asyncpg
 
-from catalog.errors import is_unavailable
 from catalog.search.fulltext import FullTextIndex, IndexedEntry
+from catalog.search.health import Health, WorkerStatus, describe
 from catalog.search.passes import Passes
 
 log = logging.getLogger("catalog.search")
@@ -53,6 +62,8 @@ def open_slot(root: Path) -> FullTextIndex:
             if "LockBusy" in str(exc) or "lock" in str(exc).lower():
                 last_error = exc
                 continue
+            if describe(exc)[1]:  # an I/O failure (a full disk) says nothing of the index: no rebuild
+                raise
             log.warning("index %s is unreadable (%s); rebuilding it", directory, exc)
             shutil.move(
                 str(directory), str(directory.with_name(f"{directory.name}.corrupt-{int(time.time())}"))
@@ -69,19 +80,25 @@ class Indexer:
         *,
         poll_interval: float = 0.25,
         gap_timeout: float = 30.0,
+        retry_delay: float = 0.5,
+        max_retry_delay: float = 10.0,
     ) -> None:
         self.pool = pool
         self.index_root = index_root
         self.poll_interval = poll_interval
         self.gap_timeout = gap_timeout
         self.index: FullTextIndex | None = None
-        self.watermark = 0
+        self.watermark = 0  # every change row up to here is committed in the index
+        self._saved: int | None = None  # the watermark the file holds
+        self._needs_rebuild = False
         self._done_above: set[int] = set()
         self._gaps: dict[int, float] = {}
         self.passes = Passes()
+        self.health = Health("full-text index", log, first_delay=retry_delay, max_delay=max_retry_delay)
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._stopping = False
+        self._stop = asyncio.Event()
 
     @property
     def directory(self) -> Path:
@@ -89,21 +106,35 @@ class Indexer:
         return self.index.directory
 
     async def start(self, *, run: bool = True) -> None:
+        """Open an index slot and bring it up to date. With `run`, a failure to do so (a full
+        disk) leaves the server up and degraded, the loop retrying; without, it is raised."""
         self.index = await asyncio.to_thread(open_slot, self.index_root)
         saved = self._read_watermark()
         if saved is None:
-            await self.rebuild()
+            self._needs_rebuild = True
         else:
-            self.watermark = saved
-        await self.catch_up()
+            self.watermark = self._saved = saved
+        delay = 0.0
+        try:
+            while await self._sync():
+                pass
+        except Exception as exc:
+            if not run:
+                raise
+            delay = self.health.failed(exc, self._doing())
         if run:
-            self._task = asyncio.create_task(self._loop(), name="indexer")
+            self._task = asyncio.create_task(self._loop(delay), name="indexer")
+
+    def request_stop(self) -> None:
+        """Ask the loop to stop after the pass in progress (`close()` waits for it)."""
+        self._stopping = True
+        self._stop.set()
+        self.passes.wake.set()
 
     async def close(self) -> None:
         """Stop after the pass in progress (a pass's thread cannot be interrupted), then let the
         writer finish its merges and release its lock."""
-        self._stopping = True
-        self.passes.wake.set()
+        self.request_stop()
         if self._task is not None:
             try:
                 await asyncio.wait_for(self._task, 30)
@@ -126,44 +157,84 @@ class Indexer:
             return None
         return int(value) if isinstance(value, int) and value >= 0 else None
 
-    def _write_watermark(self) -> None:
+    def _write_watermark(self, seq: int) -> None:
         path = self.directory / WATERMARK_FILE
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"seq": self.watermark, "written_at": time.time()}))
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps({"seq": seq, "written_at": time.time()}))
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):  # a partly written file must not fill the disk further
+                tmp.unlink()
+            raise
+
+    async def _save_watermark(self) -> None:
+        """Write the watermark file if it lags; the watermark itself is already committed."""
+        seq = self.watermark
+        if seq != self._saved:
+            await asyncio.to_thread(self._write_watermark, seq)
+            self._saved = seq
+
+    # --- status ----------------------------------------------------------------------------------
+
+    def lag(self, head: int) -> int:
+        """Change rows up to `head` not yet applied to the index."""
+        if self._needs_rebuild:
+            return head
+        applied = sum(1 for seq in self._done_above if self.watermark < seq <= head)
+        return max(0, head - self.watermark - applied)
+
+    async def status(self) -> WorkerStatus:
+        head = int(await self.pool.fetchval("SELECT coalesce(max(seq), 0) FROM entry_changes"))
+        status = self.health.status(self.lag(head))
+        if self._task is not None and self._task.done() and not self._stopping:
+            # the loop ended on something it does not catch: nothing will catch the index up
+            status = dataclasses.replace(status, healthy=False, reason="the indexer has stopped")
+        return status
+
+    def _doing(self) -> str:
+        return "rebuilding the index" if self._needs_rebuild else "indexing changes"
 
     # --- passes ----------------------------------------------------------------------------------
 
     async def rebuild(self) -> int:
-        """Index every entry afresh from PostgreSQL; returns how many."""
+        """Index every entry afresh from PostgreSQL in one commit; returns how many. On failure
+        the index keeps its last commit and a rebuild is still owed."""
         assert self.index is not None
         index = self.index
         async with self._lock:
+            self._needs_rebuild = True
             head = int(await self.pool.fetchval("SELECT coalesce(max(seq), 0) FROM entry_changes"))
-            await asyncio.to_thread(index.clear)
             count = 0
-            async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
-                cursor = conn.cursor(
-                    "SELECT id::text, store_id::text, scope, session_id, path, "
-                    "coalesce(contents, '') AS contents, coalesce(description, '') AS description "
-                    "FROM entries",
-                    prefetch=BATCH,
-                )
-                batch: list[IndexedEntry] = []
-                async for row in cursor:
-                    batch.append(IndexedEntry(*row))
-                    if len(batch) >= BATCH:
+            try:
+                await asyncio.to_thread(index.clear)
+                async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+                    cursor = conn.cursor(
+                        "SELECT id::text, store_id::text, scope, session_id, path, "
+                        "coalesce(contents, '') AS contents, coalesce(description, '') AS description "
+                        "FROM entries",
+                        prefetch=BATCH,
+                    )
+                    batch: list[IndexedEntry] = []
+                    async for row in cursor:
+                        batch.append(IndexedEntry(*row))
+                        if len(batch) >= BATCH:
+                            await asyncio.to_thread(index.upsert, batch)
+                            count += len(batch)
+                            batch = []
+                    if batch:
                         await asyncio.to_thread(index.upsert, batch)
                         count += len(batch)
-                        batch = []
-                if batch:
-                    await asyncio.to_thread(index.upsert, batch)
-                    count += len(batch)
-            await asyncio.to_thread(index.commit)
+                await asyncio.to_thread(index.commit)
+                await asyncio.to_thread(index.verify_count, count)
+            except BaseException:
+                await asyncio.to_thread(index.rollback)
+                raise
             self.watermark = max(0, head - REBUILD_REWIND)
+            self._needs_rebuild = False
             self._done_above.clear()
             self._gaps.clear()
-            await asyncio.to_thread(self._write_watermark)
+            await self._save_watermark()
         log.info("full-text index rebuilt", extra={"entries": count, "index": str(index.directory)})
         return count
 
@@ -176,31 +247,50 @@ class Indexer:
             if not more:
                 return total
 
-    async def wait_fresh(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
-        """Return once everything committed before this call is in the index."""
+    async def wait_fresh(self, timeout: float = 5.0) -> bool:  # noqa: ASYNC109
+        """Return once everything committed before this call is in the index (True), or at once
+        when the indexer is failing (False: the index holds what it holds, and `/healthz` says
+        so; waiting for a pass that cannot succeed would only make every search slow)."""
+        if not self.health.healthy and not self.health.outage:
+            return False
         await self.passes.wait_next(timeout)
+        return True
 
     def notify(self) -> None:
         """A local write committed: index it soon."""
         self.passes.wake.set()
 
-    async def _loop(self) -> None:
+    async def _sync(self) -> bool:
+        """One step: the rebuild still owed, or one pass. Returns whether more is waiting."""
+        if self._needs_rebuild:
+            await self.rebuild()
+            return True
+        _, more = await self._pass()
+        return more
+
+    async def _loop(self, delay: float = 0.0) -> None:
         while not self._stopping:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.passes.wake.wait(), self.poll_interval)
+            if delay:
+                # backing off: a write or a search must not bring the retry forward
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.passes.wake.wait(), self.poll_interval)
             self.passes.wake.clear()
             if self._stopping:
                 return
             try:
-                _, more = await self._pass()
-                if more:
-                    self.passes.wake.set()
+                more = await self._sync()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if not is_unavailable(exc):  # an outage is reported once, by the database monitor
-                    log.exception("index pass failed; retrying")
-                await asyncio.sleep(1.0)
+                delay = self.health.failed(exc, self._doing())
+                continue
+            delay = 0.0
+            self.health.succeeded()
+            if more:
+                self.passes.wake.set()
 
     async def _pass(self) -> tuple[int, bool]:
         assert self.index is not None
@@ -225,16 +315,11 @@ class Indexer:
                     upserts = [IndexedEntry(*row) for row in current]
                     present = {entry.entry_id for entry in upserts}
                     deletes = [entry_id for entry_id in ids if entry_id not in present]
-
-                    def apply() -> None:
-                        index.delete(deletes)
-                        index.upsert(upserts)
-                        index.commit()
-
-                    await asyncio.to_thread(apply)
-                moved = self._advance([row["seq"] for row in rows])
-                if moved:
-                    await asyncio.to_thread(self._write_watermark)
+                    # raises (rolled back) unless the index now holds exactly this
+                    await asyncio.to_thread(index.apply, deletes, upserts)
+                # only now, with the rows committed in the index, may the watermark pass them
+                self._advance([row["seq"] for row in rows])
+                await self._save_watermark()
                 return len(fresh), len(rows) == BATCH
             finally:
                 await self.passes.end(started)

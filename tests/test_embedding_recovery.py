@@ -1,0 +1,114 @@
+"""A failing embedding model marks nothing embedded: the rows stay stale, `/healthz` reports the
+backlog and the reason, and the worker catches up by itself once the model works again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+
+import asyncpg
+import numpy as np
+from litestar.testing import TestClient
+
+from catalog.app import create_app
+from catalog.auth import mint_dev_token
+from catalog.search.embedder import HashEncoder
+
+UC = "/api/2.1/unity-catalog"
+STORE = f"{UC}/memory-stores/main.default.emb"
+
+
+class FlakyEncoder(HashEncoder):
+    """The test embedder, raising while `broken` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = False
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if self.broken:
+            raise RuntimeError("the model fell over")
+        return super().encode(texts)
+
+
+def unembedded(url: str) -> list[str]:
+    async def run() -> list[str]:
+        conn = await asyncpg.connect(url)
+        try:
+            rows = await conn.fetch(
+                "SELECT path FROM entries WHERE embedded_version IS DISTINCT FROM version "
+                "OR embedding IS NULL ORDER BY path"
+            )
+            return [r["path"] for r in rows]
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def wait_for(predicate, what: str, within: float = 60.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+    return value
+
+
+def test_a_failing_model_leaves_rows_stale_reports_them_and_catches_up(settings, database_url, caplog):
+    caplog.set_level(logging.INFO, logger="catalog.search")
+    encoder = FlakyEncoder()
+    headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
+    with TestClient(create_app(settings, encoder=encoder), raise_server_exceptions=False) as c:
+        body = {"name": "emb", "catalog_name": "main", "schema_name": "default"}
+        assert c.post(f"{UC}/memory-stores", headers=headers, json=body).status_code == 200
+        search = c.app.state.runtime.context.search
+        assert c.get("/healthz").json() == {"status": "ok"}
+
+        encoder.broken = True
+        for name, text in [("a", "platypus eggs"), ("b", "echidna spines"), ("c", "kiwi feathers")]:
+            r = c.post(
+                f"{STORE}/entries",
+                headers=headers,
+                params={"scope": "u"},
+                json={"path": f"/{name}.md", "contents": text},
+            )
+            assert r.status_code == 200, r.text  # the write does not wait for its vector
+
+        wait_for(lambda: search.embedding_health.failures_total >= 3, "three failed embedding passes")
+        health = c.get("/healthz")
+        assert health.status_code == 200
+        report = health.json()
+        assert report["status"] == "degraded", report
+        assert report["reasons"] == ["embeddings: embedding entries: RuntimeError: the model fell over"], (
+            report
+        )
+        assert report["embedding_backlog_entries"] == 3 and report["index_lag_changes"] == 0, report
+        assert unembedded(database_url) == ["/a.md", "/b.md", "/c.md"]  # none marked embedded
+        # keyword search is unaffected and answers at once
+        r = c.post(
+            f"{STORE}/entries:search",
+            headers=headers,
+            json={"scope": "u", "query": "echidna", "mode": "keyword"},
+        )
+        assert [x["memory_entry"]["path"] for x in r.json()["results"]] == ["/b.md"]
+
+        encoder.broken = False  # no restart
+        wait_for(lambda: c.get("/healthz").json() == {"status": "ok"}, "healthz to be ok again")
+        wait_for(lambda: unembedded(database_url) == [], "every entry to have its vector")
+        r = c.post(
+            f"{STORE}/entries:search",
+            headers=headers,
+            json={"scope": "u", "query": "kiwi feathers", "mode": "semantic", "top_k": 1},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["results"][0]["memory_entry"]["path"] == "/c.md"
+
+    records = [r for r in caplog.records if r.name == "catalog.search" and "embeddings" in r.getMessage()]
+    messages = [r.getMessage() for r in records]
+    assert len([m for m in messages if m.startswith("embeddings: failing")]) == 1, messages
+    assert len([m for m in messages if m.startswith("embeddings: recovered")]) == 1, messages
+    # an unexpected error: its trace, but only once a minute however often it is retried
+    assert len([r for r in records if r.exc_info]) == 1, messages

@@ -194,6 +194,7 @@ def one_round(fault: str, seconds: float) -> dict[str, object]:
     recovery = recovery_seconds(load, faulted) if healthy else None
     lost = lost_writes(server.url, token, load.acked)
     verify = server_cli(server, "audit", "verify")
+    started = [line for line in (data_dir / "server.log").read_text().splitlines() if '"started"' in line]
     server.stop()
     if lost:
         print(f"  kept {data_dir} (writes were lost)", file=sys.stderr)
@@ -207,6 +208,7 @@ def one_round(fault: str, seconds: float) -> dict[str, object]:
         "recovery": recovery,
         "restart": restart,
         "audit": verify.strip(),
+        "start_up": started[-1] if started else None,
     }
 
 

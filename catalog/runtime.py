@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 
 import asyncpg
@@ -129,12 +130,21 @@ class Runtime:
 
     @classmethod
     async def start(cls, settings: Settings, encoder: Encoder | None = None) -> Runtime:
+        began = mark = time.monotonic()
+        phases: dict[str, float] = {}  # seconds each start-up step took, for the "started" line
+
+        def phase(name: str) -> None:
+            nonlocal mark
+            now = time.monotonic()
+            phases[f"{name}_s"], mark = round(now - mark, 2), now
+
         embedded = None
         url = settings.database_url
         if url is None:
             embedded = EmbeddedPostgres(settings.postgres_dir)
             server_url = await asyncio.to_thread(embedded.start)
             url = await ensure_database(server_url, EMBEDDED_DATABASE)
+        phase("postgres")
         try:
             verifier = TokenVerifier(settings)
             system_events = await prepare_database(url, settings.admin)
@@ -145,11 +155,14 @@ class Runtime:
             await record_system_events(audit.pool, system_events)
             audit.start()
             monitor = DatabaseMonitor(url, [pool, audit.pool], embedded)
+            phase("migrations")
             row = await get_metastore(pool)
             metastore = Node(SecurableType.METASTORE, str(row["id"]), str(row["id"]), row["admin"])
             authorizer = Authorizer(row["admin"], metastore, pool)
             await authorizer.load()
+            phase("policy")
             search = await start_search(settings, pool, encoder)
+            phase("search")
         except BaseException:
             if embedded is not None:
                 await asyncio.to_thread(embedded.stop)
@@ -159,6 +172,7 @@ class Runtime:
         )
         monitor.start()
         limiter = RateLimiter(settings.rate_limit, settings.burst) if settings.rate_limit > 0 else None
+        log.info("started", extra={"seconds": round(time.monotonic() - began, 2), **phases})
         return cls(settings, context, verifier, embedded, audit, monitor, limiter)
 
     async def close(self) -> None:

@@ -69,25 +69,25 @@ class PayloadTooLarge(CatalogError):
     error_code = "PAYLOAD_TOO_LARGE"
 
 
-class RequestLimitExceeded(CatalogError):
+class RetryLater(CatalogError):
+    """An error the client should retry after `retry_after` seconds (answered as `Retry-After`)."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RequestLimitExceeded(RetryLater):
     status_code = 429
     error_code = "REQUEST_LIMIT_EXCEEDED"
 
-    def __init__(self, message: str, retry_after: float = 1.0) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
-
-class TemporarilyUnavailable(CatalogError):
-    """The database (or another part the request needs) cannot be reached right now; the client
-    should retry after `retry_after` seconds. Nothing the request asked for was done."""
+class TemporarilyUnavailable(RetryLater):
+    """The database (or another part the request needs) cannot be reached right now, or the
+    server is at a configured cap."""
 
     status_code = 503
     error_code = "TEMPORARILY_UNAVAILABLE"
-
-    def __init__(self, message: str, retry_after: float = 1.0) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 class DeadlineExceeded(CatalogError):
@@ -220,5 +220,6 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
 def retry_headers(err: CatalogError) -> dict[str, str]:
     if isinstance(err, RequestTimeout):  # the rest of the body may still come: not a next request
         return {"Connection": "close"}
-    retry_after = getattr(err, "retry_after", None)
-    return {"Retry-After": str(max(1, math.ceil(retry_after)))} if retry_after is not None else {}
+    if isinstance(err, RetryLater):
+        return {"Retry-After": str(max(1, math.ceil(err.retry_after)))}
+    return {}

@@ -9,7 +9,8 @@ Rules (checked in this order by `check_request`, a `before_request` hook on ever
    decoder would recurse until it fails).
 3. No text value or key in a body holds NUL (PostgreSQL text cannot store it): 400 naming it.
 4. The body is decoded strictly into the route's type: a string where a number is expected (or a
-   float where an integer is, a number where a string is) is 400 naming the field. Litestar's own
+   fraction where an integer is, a number where a string is) is 400 naming the field. A number
+   with no fraction (`10.0`, `1e2`) is an integer, as JSON Schema counts it. Litestar's own
    decoding afterwards is lax, which is why this step exists.
 """
 
@@ -112,18 +113,19 @@ def check_json(body: bytes, type_: Any) -> Any:
     """Rules 2-4 on one JSON document; returns it decoded into `type_`."""
     if nested_deeper_than(body, MAX_JSON_DEPTH):
         raise InvalidParameter(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
-    if b"\\u0000" in body:
-        where = _nul_path(body)
-        if where is not None:
-            raise InvalidParameter(f"`{where}` must not contain NUL characters (\\u0000)", where)
     try:
-        return msgspec.json.decode(body, type=type_, strict=True)
+        document = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise InvalidParameter(f"the request body is not valid JSON: {exc}") from None
+    document, where = _normalized(document)
+    if where is not None:
+        raise InvalidParameter(f"`{where}` must not contain NUL characters (\\u0000)", where)
+    try:
+        return msgspec.convert(document, type_, strict=True)
     except msgspec.ValidationError as exc:
         message, field = _problem(str(exc))
         where = f" (field `{field}`)" if field else ""
         raise InvalidParameter(f"invalid request: {message}{where}", field) from None
-    except msgspec.DecodeError as exc:
-        raise InvalidParameter(f"the request body is not valid JSON: {exc}") from None
 
 
 def nested_deeper_than(body: bytes, limit: int) -> bool:
@@ -143,27 +145,33 @@ def nested_deeper_than(body: bytes, limit: int) -> bool:
     return False
 
 
-def _nul_path(body: bytes) -> str | None:
-    """Where the first NUL is (a dotted path with [i] for items), or None when there is none."""
-    try:
-        document = msgspec.json.decode(body)
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    stack: list[tuple[str, Any]] = [("", document)]
-    while stack:
-        path, value = stack.pop()
-        if isinstance(value, str):
-            if "\x00" in value:
-                return path or "body"
-        elif isinstance(value, dict):
-            for key, item in reversed(value.items()):
-                child = f"{path}.{key}" if path else str(key)
-                if "\x00" in key:
-                    return child.replace("\x00", "\ufffd")
-                stack.append((child, item))
-        elif isinstance(value, list):
-            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
-    return None
+def _normalized(value: Any, path: str = "") -> tuple[Any, str | None]:
+    """The document with whole numbers as integers, and where its first NUL is (a dotted path
+    with [i] for items), if it holds one. Its depth is bounded already (rule 2)."""
+    if isinstance(value, float):
+        return (int(value) if value.is_integer() else value), None
+    if isinstance(value, str):
+        return value, ((path or "body") if "\x00" in value else None)
+    if isinstance(value, list):
+        items = []
+        for i, item in enumerate(value):
+            item, where = _normalized(item, f"{path}[{i}]")
+            if where is not None:
+                return value, where
+            items.append(item)
+        return items, None
+    if isinstance(value, dict):
+        fields = {}
+        for key, item in value.items():
+            child = f"{path}.{key}" if path else key
+            if "\x00" in key:
+                return value, child.replace("\x00", "\ufffd")
+            item, where = _normalized(item, child)
+            if where is not None:
+                return value, where
+            fields[key] = item
+        return fields, None
+    return value, None
 
 
 _AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Request, Router, delete, get, patch, post
+from litestar import Request, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, Parameter
 
+from catalog import routing
 from catalog.agents import service
 from catalog.agents.schemas import (
     ENTRY_UPDATE_MASK_PATTERN,
@@ -29,7 +30,7 @@ from catalog.agents.schemas import (
 from catalog.context import Context
 from catalog.entries.routes import SessionId
 from catalog.entries.schemas import MAX_PATH, PATH_PATTERN, PREFIX_PATTERN
-from catalog.inputs import MAX_SCOPE, NO_CONTROL, check_request, integer
+from catalog.inputs import MAX_SCOPE, NO_CONTROL, integer
 from catalog.openapi import Empty, errors
 from catalog.pagination import PageToken
 
@@ -194,7 +195,7 @@ async def search(request: Req, ctx: Ctx, store_id: StoreId, data: JSONBody[Searc
     return await service.search(ctx, request.user, store_id, data)
 
 
-router = Router(
+router = routing.router(
     path="/api/2.0/agents/memory-stores",
     route_handlers=[
         create_store,
@@ -211,5 +212,4 @@ router = Router(
         search,
     ],
     tags=["agents"],
-    before_request=check_request,
 )

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from litestar import Request, Router, get
+from litestar import Request, get
 from litestar.di import NamedDependency
 from litestar.params import FromQuery, Parameter
 
+from catalog import routing
 from catalog.audit import service
 from catalog.context import Context
 from catalog.entries.routes import ScopeParam, SessionId, StoreFullName
 from catalog.entries.schemas import MAX_PATH, PATH_PATTERN
-from catalog.inputs import check_request, integer
+from catalog.inputs import NO_NUL, integer
 from catalog.lineage import service as lineage_service
 from catalog.lineage.schemas import Direction, Lineage, OpenLineageEvents
 from catalog.openapi import errors
@@ -33,9 +34,13 @@ async def list_audit(
     ctx: Ctx,
     start_time: EpochMs = None,
     end_time: EpochMs = None,
-    principal: Annotated[str | None, Parameter(description="events of this principal")] = None,
-    action_name: Annotated[str | None, Parameter(description="e.g. entries.write")] = None,
-    securable_full_name: Annotated[str | None, Parameter(description="events on this object")] = None,
+    principal: Annotated[
+        str | None, Parameter(pattern=NO_NUL, description="events of this principal")
+    ] = None,
+    action_name: Annotated[str | None, Parameter(pattern=NO_NUL, description="e.g. entries.write")] = None,
+    securable_full_name: Annotated[
+        str | None, Parameter(pattern=NO_NUL, description="events on this object")
+    ] = None,
     decision: FromQuery[service.Decision | None] = None,
     status_code: Annotated[int | None, integer(100, 599, "the answer's status")] = None,
     order: Annotated[
@@ -100,9 +105,8 @@ async def export_openlineage(
     return await lineage_service.openlineage_events(ctx, request.user, start_time, end_time, page_size)
 
 
-router = Router(
+router = routing.router(
     path="/api/2.1/unity-catalog/system",
     route_handlers=[list_audit, verify_audit, get_lineage, export_openlineage],
     tags=["audit"],
-    before_request=check_request,
 )

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Request, Response, Router, delete, get, patch, post
+from litestar import Request, Response, delete, get, patch, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import NamedDependency
 from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 
+from catalog import routing
 from catalog.context import Context
 from catalog.entries import service
 from catalog.entries.schemas import (
@@ -28,7 +29,7 @@ from catalog.entries.schemas import (
     SearchResponse,
 )
 from catalog.errors import InvalidParameter
-from catalog.inputs import MAX_SCOPE, NO_CONTROL, check_request
+from catalog.inputs import MAX_SCOPE, NO_CONTROL
 from catalog.names import MAX_FULL_NAME, STORE_FULL_NAME_PATTERN
 from catalog.openapi import Empty, errors
 from catalog.pagination import PageSize, PageToken
@@ -207,15 +208,13 @@ async def erase_scope(request: Req, ctx: Ctx, data: JSONBody[EraseRequest]) -> E
     return await service.erase_scope(ctx, request.user, data.scope)
 
 
-router = Router(
+router = routing.router(
     path="/api/2.1/unity-catalog/memory-stores",
     route_handlers=[create_entry, get_entry, list_entries, update_entry, delete_entry, search],
     tags=["entries"],
-    before_request=check_request,
 )
-system_router = Router(
+system_router = routing.router(
     path="/api/2.1/unity-catalog/system",
     route_handlers=[erase_scope],
     tags=["system"],
-    before_request=check_request,
 )

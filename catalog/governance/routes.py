@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Request, Router, get, patch
+from litestar import Request, get, patch
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, Parameter
 
+from catalog import routing
 from catalog.context import Context
 from catalog.governance import service
 from catalog.governance.schemas import EffectivePermissionsList, PermissionsList, UpdatePermissions
-from catalog.inputs import MAX_PRINCIPAL, NOT_BLANK, check_request
+from catalog.inputs import MAX_PRINCIPAL, NOT_BLANK
 from catalog.names import FULL_NAME_PATTERN, MAX_FULL_NAME
 from catalog.openapi import errors
 from catalog.pagination import MaxResults, PageToken
@@ -98,9 +99,8 @@ async def get_effective_permissions(
     )
 
 
-router = Router(
+router = routing.router(
     path="/api/2.1/unity-catalog",
     route_handlers=[get_permissions, update_permissions, get_effective_permissions],
     tags=["governance"],
-    before_request=check_request,
 )

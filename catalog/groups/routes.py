@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Request, Router, delete, get, patch, post
+from litestar import Request, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, Parameter
 
+from catalog import routing
 from catalog.context import Context
 from catalog.groups import service
 from catalog.groups.schemas import Group, GroupCreate, GroupList, GroupPatch
-from catalog.inputs import check_request, integer
+from catalog.inputs import NO_NUL, integer
 from catalog.openapi import Empty, errors
 from catalog.pagination import MAX_PAGE_PARAMETER
 
@@ -41,7 +42,7 @@ async def list_groups(
         integer(0, MAX_PAGE_PARAMETER, "page size (0 or absent: the server cap)"),
     ] = None,
     attributes: Annotated[
-        str | None, Parameter(description="accepted and ignored: groups come whole")
+        str | None, Parameter(pattern=NO_NUL, description="accepted and ignored: groups come whole")
     ] = None,
 ) -> GroupList:
     return await service.list_groups(ctx, request.user, filter, startIndex, count)
@@ -63,9 +64,8 @@ async def delete_group(request: Req, ctx: Ctx, group_id: GroupId) -> Empty:
     return Empty()
 
 
-router = Router(
+router = routing.router(
     path="/api/2.0/preview/scim/v2/Groups",
     route_handlers=[create_group, list_groups, get_group, patch_group, delete_group],
     tags=["groups"],
-    before_request=check_request,
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 
@@ -45,7 +45,8 @@ class PatchOperation(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         ]
         | None
     ) = None
-    value: Any = None  # add/remove with path `members`: [{"value": "<member>"}, ...]
+    # with path `members`: the members to add or remove ([{"value": "<member>"}, ...] or one of them)
+    value: list[MemberRef] | MemberRef | None = None
 
 
 class GroupPatch(

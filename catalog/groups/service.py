@@ -207,14 +207,10 @@ async def patch_group(ctx: Context, principal: Principal, group_id: str, body: G
     return await _group(ctx, group_id)
 
 
-def _refs(value: object, field: str) -> list[MemberRef]:
-    items = value if isinstance(value, list) else [value]
-    refs = []
-    for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("value"), str):
-            raise InvalidParameter(f"{field}: value must be a list of {{'value': ...}}", field)
-        refs.append(MemberRef(value=item["value"]))
-    return refs
+def _refs(value: list[MemberRef] | MemberRef | None, field: str) -> list[MemberRef]:
+    if value is None:
+        raise InvalidParameter(f"{field}: value must be a list of {{'value': ...}}", field)
+    return value if isinstance(value, list) else [value]
 
 
 async def delete_group(ctx: Context, principal: Principal, group_id: str) -> None:

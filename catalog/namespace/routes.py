@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Request, Router, delete, get, patch, post
+from litestar import Request, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, Parameter
 
+from catalog import routing
 from catalog.context import Context
-from catalog.inputs import check_request
 from catalog.names import (
     MAX_FULL_NAME,
     NAME_PATTERN,
@@ -161,7 +161,7 @@ async def delete_store(request: Req, ctx: Ctx, full_name: StoreFullName) -> Empt
     return Empty()
 
 
-router = Router(
+router = routing.router(
     path="/api/2.1/unity-catalog",
     route_handlers=[
         metastore_summary,
@@ -182,5 +182,4 @@ router = Router(
         delete_store,
     ],
     tags=["namespace"],
-    before_request=check_request,
 )

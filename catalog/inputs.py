@@ -25,7 +25,7 @@ from typing import Any, Union
 import msgspec
 from litestar import Request
 from litestar.handlers import HTTPRouteHandler
-from litestar.params import BodyKwarg, ParameterKwarg
+from litestar.params import BodyKwarg, Parameter, ParameterKwarg
 
 from catalog.errors import InvalidParameter
 
@@ -78,7 +78,8 @@ def _integer(annotation: Any) -> bool:
 
 
 def inputs_of(handler: HTTPRouteHandler) -> _Inputs:
-    """What the gate checks for one route (from its signature, which Litestar parsed once)."""
+    """What the gate checks for one route (from its signature, which Litestar parsed once). Path
+    parameters are all strings here, so the integers are query parameters."""
     queries, body = [], None
     for name, field in handler.parsed_fn_signature.parameters.items():
         kwarg = field.kwarg_definition
@@ -216,6 +217,4 @@ PrincipalName = typing.Annotated[
 def integer(ge: int, le: int, description: str) -> Any:
     """A bounded integer query parameter (`Parameter(ge=, le=)`; a lower bound of 0 is written into
     the schema too, where Litestar's generator drops falsy bounds)."""
-    from litestar.params import Parameter
-
     return Parameter(ge=ge, le=le, description=description, schema_extra={"minimum": ge})

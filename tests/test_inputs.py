@@ -366,3 +366,67 @@ def test_malformed_requests_answer_the_json_error_body(client, token, world, met
     r = client.request(method, url, headers={**token(), "Content-Type": "application/json"}, **kwargs)
     assert 400 <= r.status_code < 500, r.text
     assert set(r.json()) == {"error_code", "message", "details"}
+
+
+# --- the wire types and the routers --------------------------------------------------------------------
+
+
+def _handlers(app):
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            if handler.include_in_schema and "OPTIONS" not in handler.http_methods:
+                yield handler
+
+
+def _structs(annotation, found):
+    import typing
+
+    import msgspec
+
+    if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
+        if annotation in found:
+            return
+        found.add(annotation)
+        for field in msgspec.structs.fields(annotation):
+            _structs(field.type, found)
+    for arg in typing.get_args(annotation):
+        _structs(arg, found)
+
+
+def test_every_request_body_forbids_unknown_fields_at_every_level(settings):
+    app = create_app(settings, encoder=HashEncoder())
+    bodies: set[type] = set()
+    for handler in _handlers(app):
+        if (data := handler.parsed_fn_signature.parameters.get("data")) is not None:
+            _structs(data.annotation, bodies)
+    assert len(bodies) > 20
+    assert [b.__name__ for b in bodies if not b.__struct_config__.forbid_unknown_fields] == []
+
+
+def test_wire_type_names_are_unique_so_the_document_names_each_once(settings):
+    """catalog/openapi.py keys the component schemas by class name."""
+    app = create_app(settings, encoder=HashEncoder())
+    found: set[type] = set()
+    for handler in _handlers(app):
+        signature = handler.parsed_fn_signature
+        _structs(signature.return_type.annotation, found)
+        if (data := signature.parameters.get("data")) is not None:
+            _structs(data.annotation, found)
+    names = [t.__name__ for t in found]
+    assert sorted(names) == sorted(set(names))
+    document = app.openapi_schema.to_schema()
+    assert set(names) <= set(document["components"]["schemas"])
+
+
+def test_every_api_route_goes_through_the_request_gate(settings):
+    from catalog.inputs import check_request
+
+    app = create_app(settings, encoder=HashEncoder())
+    api = [
+        (route.path, handler)
+        for route in app.routes
+        if route.path.startswith("/api/")
+        for handler in getattr(route, "route_handlers", [])
+    ]
+    assert len(api) > 48  # every operation, and OPTIONS for each path
+    assert [path for path, handler in api if handler.resolve_before_request() is not check_request] == []

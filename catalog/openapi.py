@@ -209,7 +209,8 @@ def _document_open_routes(doc: OpenAPI) -> None:
             responses={
                 "200": OpenAPIResponse(
                     description="the OpenAPI 3.1 document",
-                    content={"application/json": _json(Schema(type="object"))},  # type: ignore[arg-type]
+                    # the media type Litestar serves it as
+                    content={"application/vnd.oai.openapi+json": _json(Schema(type="object"))},  # type: ignore[arg-type]
                 ),
                 **common,
             },

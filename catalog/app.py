@@ -29,6 +29,7 @@ from catalog.governance.routes import router as governance_router
 from catalog.groups.routes import router as groups_router
 from catalog.http import RequestContext
 from catalog.metrics.routes import router as metrics_router
+from catalog.openapi import finish
 from catalog.ops import databricks_config, healthz
 from catalog.runtime import Runtime
 from catalog.search.embedder import Encoder
@@ -85,5 +86,6 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
         logging_config=None,
         debug=False,
     )
+    finish(app)  # the OpenAPI document, completed once (see catalog/openapi.py)
     app.asgi_handler = RequestContext(app.asgi_handler)
     return app

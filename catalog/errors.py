@@ -209,11 +209,13 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
         log_unexpected(exc, request_id=request_id, route=request.scope.get("path"))
         err = CatalogError(f"internal error (request id {request_id})")
     request.scope.setdefault("state", {})["error_code"] = err.error_code
+    # Litestar's own headers stay (a 405 names the allowed methods in `Allow`, RFC 9110)
+    kept = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
     return Response(
         content=error_body(err.error_code, err.message, err.details),
         status_code=err.status_code,
         media_type=MediaType.JSON,
-        headers=retry_headers(err),
+        headers={**kept, **retry_headers(err)},
     )
 
 

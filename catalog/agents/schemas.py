@@ -3,9 +3,49 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+
+from catalog.entries.schemas import (
+    MAX_QUERY,
+    MAX_TOP_K,
+    Contents,
+    Description,
+    EntryPath,
+    PathPrefix,
+    SessionId,
+    SourceType,
+)
+from catalog.inputs import NO_NUL, NOT_BLANK, PrincipalName, Scope
+from catalog.namespace.schemas import MAX_PROPERTY_VALUE, Comment
+
+# A store id: 3-56 lowercase letters, digits or hyphens, starting with a letter, not ending with '-'.
+STORE_ID_PATTERN = r"^[a-z][a-z0-9-]{1,54}[a-z0-9]$"
+ENTRY_FIELDS = (
+    "actor_id",
+    "path",
+    "session_id",
+    "content",
+    "description",
+    "source_type",
+    "create_time",
+    "update_time",
+)
+
+
+def field_list_pattern(names: tuple[str, ...] | list[str]) -> str:
+    """A comma-separated list of `names` (spaces around them allowed), or nothing."""
+    name = "(" + "|".join(sorted(names)) + ")"
+    return rf"^( *{name} *(, *{name} *)*)?$"
+
+
+READ_MASK_PATTERN = field_list_pattern([*ENTRY_FIELDS, "name"])
+STORE_UPDATE_MASK_PATTERN = field_list_pattern(["display_name", "description"])
+ENTRY_UPDATE_MASK_PATTERN = field_list_pattern(["content", "description"])
+
+DisplayName = Annotated[str, msgspec.Meta(max_length=MAX_PROPERTY_VALUE, pattern=NO_NUL)]
+Limit = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOP_K, description="results (0: the default, 10)")]
 
 
 class _Input(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -17,18 +57,19 @@ class _Output(msgspec.Struct, omit_defaults=True, kw_only=True):
 
 
 class StoreCreate(_Input, kw_only=True):
-    display_name: str | None = None
-    description: str | None = None
+    # also the store id when the request names none (then it must have a store id's form)
+    display_name: DisplayName | None = None
+    description: Comment | None = None
 
 
 class StoreUpdate(_Input, kw_only=True):
-    display_name: str | None = None
-    description: str | None = None
+    display_name: DisplayName | None = None
+    description: Comment | None = None
 
 
 class PrincipalRef(_Input, kw_only=True):
-    type: str | None = None
-    name: str
+    type: Annotated[str, msgspec.Meta(pattern=NO_NUL)] | None = None
+    name: PrincipalName
 
 
 class GrantRequest(_Input, kw_only=True):
@@ -36,28 +77,28 @@ class GrantRequest(_Input, kw_only=True):
     permission: Literal["READ", "WRITE"] = "WRITE"
 
 
-class EntryCreate(_Input, kw_only=True):
-    actor_id: str
-    path: str
-    content: str | None = None
-    description: str | None = None
-    session_id: str | None = None
-    source_type: str | None = None
+class AgentEntryCreate(_Input, kw_only=True):
+    actor_id: Scope
+    path: EntryPath
+    content: Contents | None = None
+    description: Description | None = None
+    session_id: SessionId | None = None
+    source_type: SourceType | None = None
 
 
 class EntryUpdate(_Input, kw_only=True):
-    content: str | None = None
-    description: str | None = None
+    content: Contents | None = None
+    description: Description | None = None
 
 
 class SearchBody(_Input, kw_only=True):
-    actor_id: str
-    query: str
-    limit: int | None = None
-    page_size: int | None = None
-    path_prefix: str | None = None
-    session_id: str | None = None
-    read_mask: str | None = None
+    actor_id: Scope
+    query: Annotated[str, msgspec.Meta(max_length=MAX_QUERY, pattern=NOT_BLANK)]
+    limit: Limit | None = None
+    page_size: Limit | None = None
+    path_prefix: PathPrefix | None = None
+    session_id: SessionId | None = None
+    read_mask: Annotated[str, msgspec.Meta(pattern=READ_MASK_PATTERN)] | None = None
 
 
 class AgentStore(_Output, kw_only=True):

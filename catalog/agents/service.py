@@ -14,13 +14,18 @@ from datetime import UTC, datetime
 import asyncpg
 
 from catalog.agents.schemas import (
+    ENTRY_FIELDS,
+    ENTRY_UPDATE_MASK_PATTERN,
+    READ_MASK_PATTERN,
+    STORE_ID_PATTERN,
+    STORE_UPDATE_MASK_PATTERN,
     AgentEntry,
+    AgentEntryCreate,
     AgentEntryList,
     AgentSearchHit,
     AgentSearchResult,
     AgentStore,
     AgentStoreList,
-    EntryCreate,
     EntryUpdate,
     GrantRequest,
     SearchBody,
@@ -40,17 +45,10 @@ from catalog.namespace import service as namespace
 from catalog.namespace.schemas import MemoryStoreCreate, MemoryStoreInfo, MemoryStoreUpdate
 from catalog.search.service import search_rows
 
-_STORE_ID = re.compile(r"^[a-z][a-z0-9-]{1,54}[a-z0-9]$")
-_ENTRY_FIELDS = {
-    "actor_id",
-    "path",
-    "session_id",
-    "content",
-    "description",
-    "source_type",
-    "create_time",
-    "update_time",
-}
+_STORE_ID = re.compile(STORE_ID_PATTERN)
+_READ_MASK = re.compile(READ_MASK_PATTERN)
+_STORE_UPDATE_MASK = re.compile(STORE_UPDATE_MASK_PATTERN)
+_ENTRY_UPDATE_MASK = re.compile(ENTRY_UPDATE_MASK_PATTERN)
 MAX_PAGE = 100
 DISPLAY_NAME = "display_name"
 # what a caller who may write but not read is told of an entry it wrote
@@ -66,7 +64,7 @@ def rfc3339(epoch_ms: int) -> str:
 
 
 def store_id(value: str, field: str = "managed_memory_store_id") -> str:
-    if not isinstance(value, str) or not _STORE_ID.match(value):
+    if not isinstance(value, str) or not _STORE_ID.fullmatch(value):
         raise InvalidParameter(
             f"{field} must be 3-56 lowercase letters, digits or hyphens, start with a letter and end "
             "with a letter or digit",
@@ -90,14 +88,17 @@ def to_store(info: MemoryStoreInfo) -> AgentStore:
     )
 
 
+def _fields(value: str | None, pattern: re.Pattern[str], field: str, names: list[str]) -> set[str]:
+    """The field names of a mask: a comma-separated list of `names`; empty for none."""
+    if value is None:
+        return set()
+    if not pattern.fullmatch(value):
+        raise InvalidParameter(f"{field} must be a comma-separated list of {', '.join(names)}", field)
+    return {f.strip() for f in value.split(",") if f.strip()}
+
+
 def _mask(value: str | None, field: str) -> set[str] | None:
-    if not value:
-        return None
-    fields = {f.strip() for f in value.split(",") if f.strip()}
-    unknown = fields - _ENTRY_FIELDS - {"name"}
-    if unknown:
-        raise InvalidParameter(f"{field} names unknown fields: {', '.join(sorted(unknown))}", field)
-    return fields
+    return _fields(value, _READ_MASK, field, ["name", *ENTRY_FIELDS]) or None
 
 
 def to_entry(sid: str, row: asyncpg.Record, mask: set[str] | None = None) -> AgentEntry:
@@ -164,10 +165,10 @@ async def list_stores(
 async def update_store(
     ctx: Context, principal: Principal, sid: str, update_mask: str | None, body: StoreUpdate
 ) -> AgentStore:
-    fields = {f.strip() for f in (update_mask or "").split(",") if f.strip()} or {
+    fields = _fields(update_mask, _STORE_UPDATE_MASK, "update_mask", ["display_name", "description"]) or {
         name for name in ("display_name", "description") if getattr(body, name) is not None
     }
-    if not fields or fields - {"display_name", "description"}:
+    if not fields:
         raise InvalidParameter("update_mask must name display_name and/or description", "update_mask")
     info = await namespace.update_store(  # one change, one audit event
         ctx,
@@ -204,7 +205,7 @@ async def grant(ctx: Context, principal: Principal, sid: str, body: GrantRequest
 # --- entries -------------------------------------------------------------------------------------
 
 
-async def create_entry(ctx: Context, principal: Principal, sid: str, body: EntryCreate) -> AgentEntry:
+async def create_entry(ctx: Context, principal: Principal, sid: str, body: AgentEntryCreate) -> AgentEntry:
     written = await entries.write_entry(
         ctx,
         principal,
@@ -253,10 +254,10 @@ async def list_entries(
         raise InvalidParameter(f"page_size must be between 1 and {MAX_PAGE}", "page_size")
     limit = page_size or MAX_PAGE
     mask = _mask(read_mask, "read_mask")
-    after = entries.decode_entry_cursor(page_token)
     store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.read", [scope])
+    pages = entries.entry_pages(ctx, "agents", store.full_name, [scope], session, prefix, exact)
     page, token = await entries.page_of_entries(
-        ctx, store.node.id, [scope], session, prefix, limit, after, exact
+        ctx, store.node.id, [scope], session, prefix, limit, pages, page_token, exact
     )
     return AgentEntryList(
         managed_memory_entries=[to_entry(sid, r, mask) for r in page], next_page_token=token
@@ -266,10 +267,10 @@ async def list_entries(
 async def update_entry(
     ctx: Context, principal: Principal, sid: str, entry_id: str, update_mask: str | None, body: EntryUpdate
 ) -> AgentEntry:
-    fields = {f.strip() for f in (update_mask or "").split(",") if f.strip()} or {
+    fields = _fields(update_mask, _ENTRY_UPDATE_MASK, "update_mask", ["content", "description"]) or {
         name for name in ("content", "description") if getattr(body, name) is not None
     }
-    if not fields or fields - {"content", "description"}:
+    if not fields:
         raise InvalidParameter("update_mask must name content and/or description", "update_mask")
     store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.write")
     readable = entries.may_read(ctx, principal, store)

@@ -2,33 +2,52 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from litestar import Request, Router, get
+from litestar import Request, get
 from litestar.di import NamedDependency
-from litestar.params import FromQuery, QueryParameter
+from litestar.params import FromQuery, Parameter
 
+from catalog import routing
 from catalog.audit import service
 from catalog.context import Context
+from catalog.entries.routes import ScopeParam, SessionId, StoreFullName
+from catalog.entries.schemas import MAX_PATH, PATH_PATTERN
+from catalog.inputs import NO_NUL, integer
 from catalog.lineage import service as lineage_service
+from catalog.lineage.schemas import Direction, Lineage, OpenLineageEvents
+from catalog.openapi import errors
+from catalog.pagination import PageSize, PageToken
 
 Req = Request[Any, Any, Any]
+Ctx = NamedDependency[Context]
+
+EpochMs = Annotated[
+    int | None,
+    integer(0, lineage_service.MAX_EPOCH_MS, "epoch milliseconds (start inclusive, end exclusive)"),
+]
 
 
-@get("/audit", operation_id="listAuditEvents")
+@get("/audit", operation_id="listAuditEvents", responses=errors())
 async def list_audit(
     request: Req,
-    ctx: NamedDependency[Context],
-    start_time: FromQuery[int | None] = None,
-    end_time: FromQuery[int | None] = None,
-    principal: FromQuery[str | None] = None,
-    action_name: FromQuery[str | None] = None,
-    securable_full_name: FromQuery[str | None] = None,
-    decision: FromQuery[str | None] = None,
-    status_code: FromQuery[int | None] = None,
-    order: FromQuery[str | None] = None,
-    page_size: FromQuery[int | None] = None,
-    page_token: FromQuery[str | None] = None,
+    ctx: Ctx,
+    start_time: EpochMs = None,
+    end_time: EpochMs = None,
+    principal: Annotated[
+        str | None, Parameter(pattern=NO_NUL, description="events of this principal")
+    ] = None,
+    action_name: Annotated[str | None, Parameter(pattern=NO_NUL, description="e.g. entries.write")] = None,
+    securable_full_name: Annotated[
+        str | None, Parameter(pattern=NO_NUL, description="events on this object")
+    ] = None,
+    decision: FromQuery[service.Decision | None] = None,
+    status_code: Annotated[int | None, integer(100, 599, "the answer's status")] = None,
+    order: Annotated[
+        Literal["asc", "desc"] | None, Parameter(description="by seq; newest first by default")
+    ] = None,
+    page_size: PageSize = None,
+    page_token: PageToken = None,
 ) -> service.AuditEvents:
     return await service.list_events(
         ctx,
@@ -46,39 +65,47 @@ async def list_audit(
     )
 
 
-@get("/audit:verify", operation_id="verifyAuditEvents")
-async def verify_audit(request: Req, ctx: NamedDependency[Context]) -> service.VerifyResult:
+@get("/audit:verify", operation_id="verifyAuditEvents", responses=errors())
+async def verify_audit(request: Req, ctx: Ctx) -> service.VerifyResult:
     return await service.verify_events(ctx, request.user)
 
 
-@get("/lineage", operation_id="getLineage")
+@get("/lineage", operation_id="getLineage", responses=errors(404))
 async def get_lineage(
     request: Req,
-    ctx: NamedDependency[Context],
-    securable_full_name: FromQuery[str | None] = None,
-    direction: FromQuery[str | None] = None,
-    entry_scope: Annotated[str | None, QueryParameter(name="scope")] = None,
-    path: FromQuery[str | None] = None,
-    session_id: FromQuery[str | None] = None,
-    depth: FromQuery[int | None] = None,
-) -> dict[str, Any]:
+    ctx: Ctx,
+    securable_full_name: StoreFullName,
+    direction: Annotated[
+        Direction | None, Parameter(description="upstream (the default) or downstream")
+    ] = None,
+    entry_scope: ScopeParam = None,
+    path: Annotated[
+        str | None,
+        Parameter(pattern=PATH_PATTERN, max_length=MAX_PATH, description="one entry's lineage (with scope)"),
+    ] = None,
+    session_id: SessionId = None,
+    depth: Annotated[
+        int | None,
+        integer(1, lineage_service.MAX_DEPTH, "hops to follow (default 5)"),
+    ] = None,
+) -> Lineage:
     return await lineage_service.lineage(
         ctx, request.user, securable_full_name, direction, entry_scope, path, session_id, depth
     )
 
 
-@get("/lineage/openlineage", operation_id="exportOpenLineage")
+@get("/lineage/openlineage", operation_id="exportOpenLineage", responses=errors())
 async def export_openlineage(
     request: Req,
-    ctx: NamedDependency[Context],
-    start_time: FromQuery[int | None] = None,
-    end_time: FromQuery[int | None] = None,
-    page_size: FromQuery[int | None] = None,
-) -> dict[str, Any]:
+    ctx: Ctx,
+    start_time: EpochMs = None,
+    end_time: EpochMs = None,
+    page_size: PageSize = None,
+) -> OpenLineageEvents:
     return await lineage_service.openlineage_events(ctx, request.user, start_time, end_time, page_size)
 
 
-router = Router(
+router = routing.router(
     path="/api/2.1/unity-catalog/system",
     route_handlers=[list_audit, verify_audit, get_lineage, export_openlineage],
     tags=["audit"],

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 import msgspec
@@ -14,8 +13,12 @@ from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter
 from catalog.governance import SecurableType, action
+from catalog.lineage.service import epoch_ms
 from catalog.namespace.repo import locate
-from catalog.pagination import decode_token, encode_token, page_size
+from catalog.pagination import Pages, page_size
+
+Decision = Literal["allow", "deny", "unauthenticated", "system"]
+DECISIONS = ("allow", "deny", "unauthenticated", "system")
 
 
 class AuditEvent(msgspec.Struct, omit_defaults=False, kw_only=True):
@@ -33,7 +36,7 @@ class AuditEvent(msgspec.Struct, omit_defaults=False, kw_only=True):
     securable_full_name: str | None
     securable_id: str | None
     privilege: str | None
-    decision: str
+    decision: Decision
     reason: str | None
     status_code: int | None
     error_code: str | None
@@ -62,14 +65,6 @@ def _event(row: asyncpg.Record) -> AuditEvent:
     return AuditEvent(**data)
 
 
-def _time(value: int | None, field: str) -> datetime | None:
-    if value is None:
-        return None
-    if value < 0:
-        raise InvalidParameter(f"{field} must be epoch milliseconds", field)
-    return datetime.fromtimestamp(value / 1000, tz=UTC)
-
-
 async def _authorize(ctx: Context, principal: Principal) -> None:
     securable = await locate(ctx.pool, ctx.metastore, SecurableType.METASTORE, [])
     await ctx.authorizer.ensure(principal, action("audit.read"), securable)
@@ -90,19 +85,32 @@ async def list_events(
     size: int | None,
     page_token: str | None,
 ) -> AuditEvents:
-    if decision is not None and decision not in ("allow", "deny", "unauthenticated", "system"):
+    if decision is not None and decision not in DECISIONS:
         raise InvalidParameter("decision must be allow, deny, unauthenticated or system", "decision")
     if order not in (None, "asc", "desc"):
         raise InvalidParameter("order must be asc or desc", "order")
+    if status_code is not None and not 100 <= status_code <= 599:
+        raise InvalidParameter("status_code must be an HTTP status (100-599)", "status_code")
+    start, end = epoch_ms(start_time, "start_time"), epoch_ms(end_time, "end_time")
     limit = page_size(size, default=ctx.settings.page_default, cap=ctx.settings.page_cap, field="page_size")
-    after = decode_token(page_token)
-    if after is not None and not isinstance(after, int):
-        raise InvalidParameter("page_token is not a valid page token", "page_token")
+    pages = Pages(
+        ctx.pool,
+        "audit",
+        start_time=start_time,
+        end_time=end_time,
+        principal=who,
+        action_name=action_name,
+        securable_full_name=securable_full_name,
+        decision=decision,
+        status_code=status_code,
+        order=order or "desc",
+    )
+    after = await pages.after(page_token, int)
     await _authorize(ctx, principal)
     rows = await repo.list_events(
         ctx.pool,
-        start=_time(start_time, "start_time"),
-        end=_time(end_time, "end_time"),
+        start=start,
+        end=end,
         principal=who,
         action_name=action_name,
         securable_full_name=securable_full_name,
@@ -113,7 +121,7 @@ async def list_events(
         limit=limit + 1,
     )
     page = rows[:limit]
-    token = encode_token(page[-1]["seq"]) if len(rows) > limit else None
+    token = await pages.token(page[-1]["seq"]) if len(rows) > limit else None
     return AuditEvents(events=[_event(r) for r in page], next_page_token=token)
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
+from catalog.inputs import NO_CONTROL, NO_NUL, NOT_BLANK, Scope
+from catalog.names import StoreFullName
+
 MAX_PATH = 1024
-MAX_SCOPE = 256
 MAX_SESSION = 256
 MAX_CONTENTS = 512 * 1024  # characters
 MAX_DESCRIPTION = 4096
@@ -15,9 +17,43 @@ MAX_SOURCE_TYPE = 64
 MAX_QUERY = 4096
 MAX_SCOPES = 20
 MAX_TOP_K = 100
+MAX_SOURCES = 100
 
 WriteMode = Literal["EXCLUSIVE", "OVERWRITE", "APPEND"]
 SearchMode = Literal["hybrid", "keyword", "semantic"]
+
+# An absolute path of segments that are neither empty, '.' nor '..', without control characters.
+_SEGMENT = (
+    r"([^/\x00-\x1f\x7f.][^/\x00-\x1f\x7f]*|\.[^/\x00-\x1f\x7f.][^/\x00-\x1f\x7f]*|\.\.[^/\x00-\x1f\x7f]+)"
+)
+PATH_PATTERN = rf"^(/{_SEGMENT})+$"
+PREFIX_PATTERN = r"^(/[^\x00]*)?$"
+SESSION_PATTERN = NO_CONTROL
+
+EntryPath = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=MAX_PATH,
+        pattern=PATH_PATTERN,
+        description="an absolute path ('/notes/a.md'): no empty, '.' or '..' segments, no control characters",
+    ),
+]
+PathPrefix = Annotated[
+    str, msgspec.Meta(max_length=MAX_PATH, pattern=PREFIX_PATTERN, description="'' or a path prefix from '/'")
+]
+SessionId = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=MAX_SESSION,
+        pattern=SESSION_PATTERN,
+        description="a session within the scope: 1-256 characters, no control characters",
+    ),
+]
+# Too long is 413 (PAYLOAD_TOO_LARGE), answered by the service: the length is documented here.
+Contents = Annotated[str, msgspec.Meta(pattern=NO_NUL, extra_json_schema={"maxLength": MAX_CONTENTS})]
+Description = Annotated[str, msgspec.Meta(pattern=NO_NUL, extra_json_schema={"maxLength": MAX_DESCRIPTION})]
+SourceType = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SOURCE_TYPE, pattern=NO_NUL)]
 
 
 class _Input(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -27,53 +63,55 @@ class _Input(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class SourceRef(_Input, kw_only=True):
     """An entry this one was derived from."""
 
-    memory_store: str
-    scope: str
-    path: str
-    session_id: str | None = None
+    memory_store: StoreFullName
+    scope: Scope
+    path: EntryPath
+    session_id: SessionId | None = None
 
 
 class EntryFields(_Input, kw_only=True):
-    path: str
-    contents: str | None = None
-    description: str | None = None
-    session_id: str | None = None
-    source_type: str | None = None
+    path: EntryPath
+    contents: Contents | None = None
+    description: Description | None = None
+    session_id: SessionId | None = None
+    source_type: SourceType | None = None
     write_mode: WriteMode | None = None
-    derived_from: list[SourceRef] | None = None
+    derived_from: Annotated[list[SourceRef], msgspec.Meta(max_length=MAX_SOURCES)] | None = None
 
 
 class EntryCreate(EntryFields, kw_only=True):
     """`{path, contents?, ...}` with `?scope=`, or `{scope, memory_entry: {...}}`."""
 
-    scope: str | None = None
+    scope: Scope | None = None
     memory_entry: EntryFields | None = None
-    path: str | None = None  # type: ignore[assignment]
+    path: EntryPath | None = None  # type: ignore[assignment]
 
 
 class StrReplace(_Input, kw_only=True):
-    old_str: str
-    new_str: str
+    old_str: Annotated[str, msgspec.Meta(min_length=1, pattern=NO_NUL)]
+    new_str: Annotated[str, msgspec.Meta(pattern=NO_NUL)]
 
 
 class Insert(_Input, kw_only=True):
-    insert_text: str
-    insert_line: int
+    insert_text: Annotated[str, msgspec.Meta(pattern=NO_NUL)]
+    # a line number of the contents: 0 inserts before the first line (contents hold at most
+    # MAX_CONTENTS characters, so at most MAX_CONTENTS + 1 lines)
+    insert_line: Annotated[int, msgspec.Meta(ge=0, le=MAX_CONTENTS + 1)]
 
 
 class ReplaceAll(_Input, kw_only=True):
-    contents: str
+    contents: Contents
 
 
 class Append(_Input, kw_only=True):
-    text: str
+    text: Annotated[str, msgspec.Meta(pattern=NO_NUL)]
 
 
 class EntryEdit(_Input, kw_only=True):
-    scope: str
-    path: str
-    session_id: str | None = None
-    description: str | None = None
+    scope: Scope
+    path: EntryPath
+    session_id: SessionId | None = None
+    description: Description | None = None
     str_replace: StrReplace | None = None
     insert: Insert | None = None
     replace_all: ReplaceAll | None = None
@@ -81,12 +119,12 @@ class EntryEdit(_Input, kw_only=True):
 
 
 class SearchRequest(_Input, kw_only=True):
-    query: str
-    scope: str | None = None
-    scopes: list[str] | None = None
-    top_k: int = 10
-    path_prefix: str | None = None
-    session_id: str | None = None
+    query: Annotated[str, msgspec.Meta(max_length=MAX_QUERY, pattern=NOT_BLANK)]
+    scope: Scope | None = None
+    scopes: Annotated[list[Scope], msgspec.Meta(max_length=MAX_SCOPES)] | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=1, le=MAX_TOP_K)] = 10
+    path_prefix: PathPrefix | None = None
+    session_id: SessionId | None = None
     min_score: float | None = None
     mode: SearchMode = "hybrid"
 
@@ -129,7 +167,7 @@ class SearchResponse(msgspec.Struct, kw_only=True):
 
 
 class EraseRequest(_Input, kw_only=True):
-    scope: str
+    scope: Scope
 
 
 class ErasedStore(msgspec.Struct, kw_only=True):

@@ -6,6 +6,7 @@ bumps `version`, answered as the ETag; `If-Match` with a stale version is 409 AB
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,6 @@ from catalog.entries.schemas import (
     MAX_CONTENTS,
     MAX_DESCRIPTION,
     MAX_PATH,
-    MAX_SCOPE,
     MAX_SCOPES,
     MAX_SESSION,
     MAX_SOURCE_TYPE,
@@ -42,12 +42,16 @@ from catalog.errors import (
     PermissionDenied,
 )
 from catalog.governance import Securable, SecurableType, action
+from catalog.inputs import MAX_SCOPE, has_control
 from catalog.lineage import service as lineage
 from catalog.names import split_full_name
 from catalog.namespace.repo import locate, store_binding
-from catalog.pagination import decode_token, encode_token, page_size
+from catalog.pagination import Pages, page_size
 
 Key = tuple[str, str, str, str]
+# `"3"`, `W/"3"`, `3`, `*` or empty: an ETag this API returned (versions fit in a bigint)
+IF_MATCH_PATTERN = r'^(\*|(W/)?"[0-9]{1,18}"|[0-9]{1,18})?$'
+_IF_MATCH = re.compile(IF_MATCH_PATTERN)
 
 
 # --- validation ------------------------------------------------------------------------------------
@@ -81,8 +85,8 @@ def _printable(value: str | None, field: str, limit: int) -> str:
         raise InvalidParameter(f"{field} is required and must not be empty", field)
     if len(value) > limit:
         raise InvalidParameter(f"{field} must be at most {limit} characters", field)
-    if not value.isprintable():
-        raise InvalidParameter(f"{field} must be printable characters", field)
+    if has_control(value):
+        raise InvalidParameter(f"{field} must not contain control characters", field)
     return value
 
 
@@ -132,12 +136,11 @@ def check_sizes(contents: str | None, description: str | None) -> None:
 
 
 def parse_if_match(value: str | None) -> int | None:
-    if value is None or value.strip() in ("", "*"):
+    if value is None or value in ("", "*"):
         return None
-    raw = value.strip().removeprefix("W/").strip('"')
-    if not raw.isdigit():
-        raise InvalidParameter("If-Match must be an ETag returned by this API", "If-Match")
-    return int(raw)
+    if not _IF_MATCH.fullmatch(value):
+        raise InvalidParameter("If-Match must be an ETag returned by this API (or *)", "If-Match")
+    return int(value.removeprefix("W/").strip('"'))
 
 
 def to_entry(row: asyncpg.Record, *, readable: bool = True) -> Entry:
@@ -290,14 +293,28 @@ async def get_entry(
     return to_entry(row)
 
 
-def decode_entry_cursor(page_token: str | None) -> tuple[str, str, str] | None:
-    """The (path, scope, session) a page of entries ends at."""
-    after = decode_token(page_token)
-    if after is None:
-        return None
-    if not (isinstance(after, list) and len(after) == 3 and all(isinstance(a, str) for a in after)):
-        raise InvalidParameter("page_token is not a valid page token", "page_token")
-    return (after[0], after[1], after[2])
+Cursor = tuple[str, str, str]  # the (path, scope, session) a page of entries ends at
+
+
+def entry_pages(
+    ctx: Context,
+    dialect: str,
+    store: str,
+    scopes: Sequence[str],
+    session: str | None,
+    prefix: str | None,
+    exact_path: str | None = None,
+) -> Pages:
+    """The page tokens of one listing of entries: bound to the store and every filter."""
+    return Pages(
+        ctx.pool,
+        f"{dialect}.entries",
+        store=store,
+        scopes=sorted(scopes),
+        session=session,
+        prefix=prefix,
+        path=exact_path,
+    )
 
 
 async def page_of_entries(
@@ -307,17 +324,19 @@ async def page_of_entries(
     session: str | None,
     prefix: str | None,
     limit: int,
-    after: tuple[str, str, str] | None,
+    pages: Pages,
+    page_token: str | None,
     exact_path: str | None = None,
 ) -> tuple[list[asyncpg.Record], str | None]:
     """One page of entries in (path, scope, session) order, and the token for the next one."""
+    after = await pages.after(page_token, Cursor)
     rows = await repo.list_entries(ctx.pool, store_id, scopes, session, prefix, after, limit + 1, exact_path)
     page = rows[:limit]
     note_result(len(page))
     if len(rows) <= limit:
         return page, None
     last = page[-1]
-    return page, encode_token([last["path"], last["scope"], last["session_id"]])
+    return page, await pages.token([last["path"], last["scope"], last["session_id"]])
 
 
 async def list_entries(
@@ -333,9 +352,9 @@ async def list_entries(
     prefix = validate_path_prefix(path_prefix)
     session = validate_session(session_id) if session_id is not None else None
     limit = page_size(size, default=ctx.settings.page_default, cap=ctx.settings.page_cap, field="page_size")
-    after = decode_entry_cursor(page_token)
     store = await resolve_store(ctx, principal, full_name, "entries.read", scopes)
-    page, token = await page_of_entries(ctx, store.node.id, scopes, session, prefix, limit, after)
+    pages = entry_pages(ctx, "uc", store.full_name, scopes, session, prefix)
+    page, token = await page_of_entries(ctx, store.node.id, scopes, session, prefix, limit, pages, page_token)
     many = len(scopes) > 1
     return ListEntriesResponse(
         entries=[

@@ -2,17 +2,47 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
+
+from catalog.governance.actions import Privilege
+from catalog.inputs import PrincipalName
+
+MAX_CHANGES = 1000
+
+
+def _any_case(word: str) -> str:
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in word)
+
+
+# A privilege as written in a request: any case, words joined by '_' or ' ' (`READ_MEMORY_STORE`,
+# `read memory store`). Checked by the service (governance.service), which answers "unknown
+# privilege" for anything else.
+PRIVILEGE_PATTERN = (
+    "^(" + "|".join("[_ ]".join(_any_case(w) for w in p.value.split("_")) for p in Privilege) + ")$"
+)
+PrivilegeName = Annotated[
+    str,
+    msgspec.Meta(
+        extra_json_schema={
+            "pattern": PRIVILEGE_PATTERN,
+            "description": "a privilege: "
+            + ", ".join(p.value for p in Privilege)
+            + " (any case, '_' or ' ')",
+        }
+    ),
+]
 
 
 class PermissionsChange(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    principal: str
-    add: list[str] = []
-    remove: list[str] = []
+    principal: PrincipalName
+    add: list[PrivilegeName] = []
+    remove: list[PrivilegeName] = []
 
 
 class UpdatePermissions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    changes: list[PermissionsChange] = []
+    changes: Annotated[list[PermissionsChange], msgspec.Meta(max_length=MAX_CHANGES)] = []
     omit_permissions_in_response: bool = False
 
 

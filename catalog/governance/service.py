@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from catalog.audit.writer import audited
 from catalog.auth import Principal
 from catalog.context import Context
@@ -9,6 +11,8 @@ from catalog.errors import InvalidParameter, NotFound
 from catalog.governance import repo
 from catalog.governance.actions import GRANTABLE, Privilege, action
 from catalog.governance.schemas import (
+    MAX_CHANGES,
+    PRIVILEGE_PATTERN,
     EffectivePermissionsList,
     EffectivePrivilege,
     EffectivePrivilegeAssignment,
@@ -17,21 +21,26 @@ from catalog.governance.schemas import (
     UpdatePermissions,
 )
 from catalog.governance.securables import DEPTH, Securable, SecurableType
+from catalog.inputs import MAX_PRINCIPAL, blank
 from catalog.names import split_full_name
 from catalog.namespace.repo import locate
-from catalog.pagination import decode_token, encode_token, page_size
+from catalog.pagination import Pages, page_size
 
-MAX_CHANGES = 1000
-MAX_PRINCIPAL = 255
+# metastore, catalog, schema or memory_store, in any case, '-' for '_'
+SECURABLE_TYPE_PATTERN = (
+    "^([Mm][Ee][Tt][Aa][Ss][Tt][Oo][Rr][Ee]|[Cc][Aa][Tt][Aa][Ll][Oo][Gg]|[Ss][Cc][Hh][Ee][Mm][Aa]"
+    "|[Mm][Ee][Mm][Oo][Rr][Yy][_-][Ss][Tt][Oo][Rr][Ee])$"
+)
+_SECURABLE_TYPE = re.compile(SECURABLE_TYPE_PATTERN)
+_PRIVILEGE = re.compile(PRIVILEGE_PATTERN)
 
 
 def parse_securable_type(value: str) -> SecurableType:
-    try:
-        return SecurableType.parse(value)
-    except ValueError:
+    if not _SECURABLE_TYPE.fullmatch(value):
         raise InvalidParameter(
             "securable_type must be one of metastore, catalog, schema, memory_store", "securable_type"
-        ) from None
+        )
+    return SecurableType.parse(value)
 
 
 async def resolve(
@@ -54,7 +63,7 @@ async def resolve(
 
 
 def _principal_name(value: str, field: str) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_PRINCIPAL:
+    if not isinstance(value, str) or blank(value) or len(value) > MAX_PRINCIPAL:
         raise InvalidParameter(
             f"{field} must be a principal or group name of 1-{MAX_PRINCIPAL} characters", field
         )
@@ -62,10 +71,9 @@ def _principal_name(value: str, field: str) -> str:
 
 
 def _privilege(value: str, securable_type: SecurableType, field: str) -> str:
-    try:
-        privilege = Privilege.parse(value)
-    except ValueError:
-        raise InvalidParameter(f"unknown privilege {value[:60]!r}", field) from None
+    if not _PRIVILEGE.fullmatch(value):
+        raise InvalidParameter(f"unknown privilege {value[:60]!r}", field)
+    privilege = Privilege.parse(value)
     if privilege not in GRANTABLE[securable_type]:
         allowed = ", ".join(GRANTABLE[securable_type])
         raise InvalidParameter(
@@ -85,12 +93,15 @@ async def get_permissions(
     page_token: str | None,
 ) -> PermissionsList:
     size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
-    after = decode_token(page_token)
+    if about is not None:
+        about = _principal_name(about, "principal")
     securable = await resolve(ctx, principal, "permissions.get", securable_type, full_name)
+    pages = Pages(ctx.pool, "permissions", securable=securable.node.id, principal=about)
+    after = await pages.after(page_token, str)
     grants = await repo.list_grants(ctx.pool, securable.node.id, about)
     names = [name for name in grants if after is None or name > after]
     page = names[:size]
-    token = encode_token(page[-1]) if len(names) > size else None
+    token = await pages.token(page[-1]) if len(names) > size else None
     return PermissionsList(
         privilege_assignments=[PrivilegeAssignment(principal=name, privileges=grants[name]) for name in page],
         next_page_token=token,
@@ -124,11 +135,21 @@ async def update_permissions(
 
 
 async def get_effective_permissions(
-    ctx: Context, principal: Principal, securable_type: str, full_name: str, about: str | None
+    ctx: Context,
+    principal: Principal,
+    securable_type: str,
+    full_name: str,
+    about: str | None,
+    max_results: int | None = None,
+    page_token: str | None = None,
 ) -> EffectivePermissionsList:
-    about = _principal_name(about, "principal") if about else principal.name
+    """Paged by grantee (the principal asked about, then the groups privileges come through)."""
+    size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
+    about = _principal_name(about, "principal") if about is not None else principal.name
     action_name = "effective_permissions.self" if about == principal.name else "effective_permissions.other"
     securable = await resolve(ctx, principal, action_name, securable_type, full_name)
+    pages = Pages(ctx.pool, "effective_permissions", securable=securable.node.id, principal=about)
+    after = await pages.after(page_token, str)
     by_grantee: dict[str, list[EffectivePrivilege]] = {}
     for holding in ctx.authorizer.holdings(about, securable):
         inherited = holding.source.id != securable.node.id
@@ -139,9 +160,12 @@ async def get_effective_permissions(
                 inherited_from_name=holding.source.full_name if inherited else None,
             )
         )
+    grantees = [g for g in sorted(by_grantee) if after is None or g > after]
+    page = grantees[:size]
     return EffectivePermissionsList(
         privilege_assignments=[
-            EffectivePrivilegeAssignment(principal=grantee, privileges=privileges)
-            for grantee, privileges in sorted(by_grantee.items())
-        ]
+            EffectivePrivilegeAssignment(principal=grantee, privileges=by_grantee[grantee])
+            for grantee in page
+        ],
+        next_page_token=await pages.token(page[-1]) if len(grantees) > size else None,
     )

@@ -2,42 +2,58 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated
 
 import msgspec
+
+from catalog.inputs import NO_NUL, PrincipalName
 
 GROUP_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:Group"
 LIST_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:ListResponse"
 PATCH_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
+MAX_MEMBERS_PER_REQUEST = 1000
+
+Text = Annotated[str, msgspec.Meta(pattern=NO_NUL)]
+# SCIM operation names are case-insensitive; only add and remove (of members) are supported
+OP_PATTERN = "^([Aa][Dd][Dd]|[Rr][Ee][Mm][Oo][Vv][Ee])$"
 
 
 class MemberRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    value: str
-    display: str | None = None
-    type: str | None = None
+    value: PrincipalName  # a principal name, or the id of a group
+    display: Text | None = None
+    type: Text | None = None
     primary: bool | None = None
-    ref: str | None = msgspec.field(default=None, name="$ref")
+    ref: Text | None = msgspec.field(default=None, name="$ref")
 
 
 class GroupCreate(
     msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename={"display_name": "displayName"}
 ):
-    display_name: str
-    members: list[MemberRef] = []
-    schemas: list[str] = []
+    display_name: PrincipalName
+    members: Annotated[list[MemberRef], msgspec.Meta(max_length=MAX_MEMBERS_PER_REQUEST)] = []
+    schemas: list[Text] = []
 
 
 class PatchOperation(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    op: str
-    path: str | None = None
-    value: Any = None
+    op: Annotated[str, msgspec.Meta(pattern=OP_PATTERN, description="add or remove (any case)")]
+    path: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=NO_NUL, description='`members`, or `members[value eq "<member>"]` to remove one'
+            ),
+        ]
+        | None
+    ) = None
+    # with path `members`: the members to add or remove ([{"value": "<member>"}, ...] or one of them)
+    value: list[MemberRef] | MemberRef | None = None
 
 
 class GroupPatch(
     msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename={"operations": "Operations"}
 ):
-    operations: list[PatchOperation]
-    schemas: list[str] = []
+    operations: Annotated[list[PatchOperation], msgspec.Meta(min_length=1)]
+    schemas: list[Text] = []
 
 
 class Member(msgspec.Struct, omit_defaults=True, kw_only=True):

@@ -19,11 +19,22 @@ from catalog.errors import InvalidParameter, NotFound, PermissionDenied
 from catalog.governance import SecurableType, action
 from catalog.governance.policy import ACCOUNT_USERS, PolicyState
 from catalog.groups import repo
-from catalog.groups.schemas import Group, GroupCreate, GroupList, GroupPatch, Member, MemberRef
+from catalog.groups.schemas import (
+    MAX_MEMBERS_PER_REQUEST,
+    Group,
+    GroupCreate,
+    GroupList,
+    GroupPatch,
+    Member,
+    MemberRef,
+)
+from catalog.inputs import blank
 from catalog.namespace.repo import locate
 
-MAX_MEMBERS_PER_REQUEST = 1000
-_REMOVE_PATH = re.compile(r'^members\[value eq "([^"]+)"\]$')
+_REMOVE_PATH = re.compile(r'members\[value eq "([^"]+)"\]')
+# the one filter supported (SCIM's attribute and operator, with spaces around them)
+FILTER_PATTERN = r'^ *displayName +eq +"([^"]*)" *$'
+_FILTER = re.compile(FILTER_PATTERN[1:-1])
 
 
 def _group_id(value: str) -> str:
@@ -43,7 +54,7 @@ async def _authorize(ctx: Context, principal: Principal, action_name: str) -> bo
 
 
 def _display_name(value: str) -> str:
-    if not value.strip() or len(value) > 255:
+    if blank(value) or len(value) > 255:
         raise InvalidParameter("displayName must be 1-255 characters", "displayName")
     if value == ACCOUNT_USERS:
         raise InvalidParameter(f"'{ACCOUNT_USERS}' is built in and holds every principal", "displayName")
@@ -57,7 +68,7 @@ def _members(ctx: Context, refs: list[MemberRef], field: str) -> list[tuple[str,
     members = []
     for ref in refs:
         value = ref.value
-        if not value.strip() or len(value) > 255:
+        if blank(value) or len(value) > 255:
             raise InvalidParameter("a member value must be 1-255 characters", field)
         try:
             as_id = str(uuid.UUID(value))
@@ -133,7 +144,7 @@ async def list_groups(
 ) -> GroupList:
     display_name = None
     if filter_:
-        match = re.fullmatch(r'\s*displayName\s+eq\s+"([^"]*)"\s*', filter_)
+        match = _FILTER.fullmatch(filter_)
         if not match:
             raise InvalidParameter('filter supports only displayName eq "name"', "filter")
         display_name = match[1]
@@ -177,7 +188,7 @@ async def patch_group(ctx: Context, principal: Principal, group_id: str, body: G
             field = f"Operations[{i}]"
             verb = op.op.lower()
             path = (op.path or "").strip()
-            removal = _REMOVE_PATH.match(path)
+            removal = _REMOVE_PATH.fullmatch(path)
             if verb == "remove" and removal:
                 refs = [MemberRef(value=removal[1])]
             elif path.lower() == "members" and verb in ("add", "remove"):
@@ -196,14 +207,10 @@ async def patch_group(ctx: Context, principal: Principal, group_id: str, body: G
     return await _group(ctx, group_id)
 
 
-def _refs(value: object, field: str) -> list[MemberRef]:
-    items = value if isinstance(value, list) else [value]
-    refs = []
-    for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("value"), str):
-            raise InvalidParameter(f"{field}: value must be a list of {{'value': ...}}", field)
-        refs.append(MemberRef(value=item["value"]))
-    return refs
+def _refs(value: list[MemberRef] | MemberRef | None, field: str) -> list[MemberRef]:
+    if value is None:
+        raise InvalidParameter(f"{field}: value must be a list of {{'value': ...}}", field)
+    return value if isinstance(value, list) else [value]
 
 
 async def delete_group(ctx: Context, principal: Principal, group_id: str) -> None:

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Router, get
+from litestar import Request, get
 from litestar.di import NamedDependency
-from litestar.response import Response
 
 from catalog.context import Context
 from catalog.metrics import service
+from catalog.openapi import errors
+from catalog.routing import router as build_router
 
 
-@get("/metrics", operation_id="getMetrics")
-async def get_metrics(request: Request[Any, Any, Any], ctx: NamedDependency[Context]) -> Response[str]:
-    return Response(await service.render(ctx, request.user), media_type=service.CONTENT_TYPE)
+@get("/metrics", operation_id="getMetrics", media_type=service.CONTENT_TYPE, responses=errors())
+async def get_metrics(request: Request[Any, Any, Any], ctx: NamedDependency[Context]) -> str:
+    return await service.render(ctx, request.user)
 
 
-router = Router(path="/", route_handlers=[get_metrics], tags=["operations"])
+router = build_router("/", [get_metrics], ["operations"])

@@ -17,7 +17,7 @@ from catalog.governance import SecurableType, action
 from catalog.namespace.repo import locate
 from catalog.search.health import WorkerStatus
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = "text/plain; version=0.0.4"  # Prometheus text format (the charset, utf-8, is added)
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,20 @@ function, shape the reply. Success is always 200 with a JSON body; a delete answ
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from litestar import Request, Router, delete, get, patch, post
+from litestar import Request, delete, get, patch, post
 from litestar.di import NamedDependency
-from litestar.params import FromPath, FromQuery, JSONBody
+from litestar.params import JSONBody, Parameter
 
+from catalog import routing
 from catalog.context import Context
-from catalog.errors import InvalidParameter
+from catalog.names import (
+    MAX_FULL_NAME,
+    NAME_PATTERN,
+    SCHEMA_FULL_NAME_PATTERN,
+    STORE_FULL_NAME_PATTERN,
+)
 from catalog.namespace import service
 from catalog.namespace.schemas import (
     CatalogCreate,
@@ -27,141 +33,135 @@ from catalog.namespace.schemas import (
     SchemaInfo,
     SchemaUpdate,
 )
+from catalog.openapi import Empty, errors
+from catalog.pagination import MaxResults, PageToken
 
 Req = Request[Any, Any, Any]
+Ctx = NamedDependency[Context]
+
+NameParam = Annotated[
+    str, Parameter(pattern=NAME_PATTERN, max_length=255, description="letters, digits, '_', '-'")
+]
+SchemaFullName = Annotated[
+    str, Parameter(pattern=SCHEMA_FULL_NAME_PATTERN, max_length=MAX_FULL_NAME, description="catalog.schema")
+]
+StoreFullName = Annotated[
+    str,
+    Parameter(pattern=STORE_FULL_NAME_PATTERN, max_length=MAX_FULL_NAME, description="catalog.schema.store"),
+]
+Force = Annotated[bool, Parameter(description="delete even when it is not empty (with everything in it)")]
 
 
-def parse_bool(value: str | None, field: str) -> bool:
-    if value is None or value == "":
-        return False
-    lowered = value.lower()
-    if lowered in ("true", "1"):
-        return True
-    if lowered in ("false", "0"):
-        return False
-    raise InvalidParameter(f"{field} must be true or false", field)
-
-
-@get("/metastore_summary", operation_id="getMetastoreSummary")
-async def metastore_summary(request: Req, ctx: NamedDependency[Context]) -> MetastoreSummary:
+@get("/metastore_summary", operation_id="getMetastoreSummary", responses=errors())
+async def metastore_summary(request: Req, ctx: Ctx) -> MetastoreSummary:
     return await service.metastore_summary(ctx, request.user)
 
 
-@post("/catalogs", status_code=200, operation_id="createCatalog")
-async def create_catalog(
-    request: Req, ctx: NamedDependency[Context], data: JSONBody[CatalogCreate]
-) -> CatalogInfo:
+@post("/catalogs", status_code=200, operation_id="createCatalog", responses=errors(409, 413))
+async def create_catalog(request: Req, ctx: Ctx, data: JSONBody[CatalogCreate]) -> CatalogInfo:
     return await service.create_catalog(ctx, request.user, data)
 
 
-@get("/catalogs", operation_id="listCatalogs")
+@get("/catalogs", operation_id="listCatalogs", responses=errors())
 async def list_catalogs(
-    request: Req,
-    ctx: NamedDependency[Context],
-    max_results: FromQuery[int | None] = None,
-    page_token: FromQuery[str | None] = None,
+    request: Req, ctx: Ctx, max_results: MaxResults = None, page_token: PageToken = None
 ) -> ListCatalogsResponse:
     return await service.list_catalogs(ctx, request.user, max_results, page_token)
 
 
-@get("/catalogs/{name:str}", operation_id="getCatalog")
-async def get_catalog(request: Req, ctx: NamedDependency[Context], name: FromPath[str]) -> CatalogInfo:
+@get("/catalogs/{name:str}", operation_id="getCatalog", responses=errors(404))
+async def get_catalog(request: Req, ctx: Ctx, name: NameParam) -> CatalogInfo:
     return await service.get_catalog(ctx, request.user, name)
 
 
-@patch("/catalogs/{name:str}", operation_id="updateCatalog")
+@patch("/catalogs/{name:str}", operation_id="updateCatalog", responses=errors(404, 409, 413))
 async def update_catalog(
-    request: Req, ctx: NamedDependency[Context], name: FromPath[str], data: JSONBody[CatalogUpdate]
+    request: Req, ctx: Ctx, name: NameParam, data: JSONBody[CatalogUpdate]
 ) -> CatalogInfo:
     return await service.update_catalog(ctx, request.user, name, data)
 
 
-@delete("/catalogs/{name:str}", status_code=200, operation_id="deleteCatalog")
-async def delete_catalog(
-    request: Req, ctx: NamedDependency[Context], name: FromPath[str], force: FromQuery[str | None] = None
-) -> dict[str, Any]:
-    await service.delete_catalog(ctx, request.user, name, parse_bool(force, "force"))
-    return {}
+@delete("/catalogs/{name:str}", status_code=200, operation_id="deleteCatalog", responses=errors(404, 409))
+async def delete_catalog(request: Req, ctx: Ctx, name: NameParam, force: Force = False) -> Empty:
+    await service.delete_catalog(ctx, request.user, name, force)
+    return Empty()
 
 
-@post("/schemas", status_code=200, operation_id="createSchema")
-async def create_schema(
-    request: Req, ctx: NamedDependency[Context], data: JSONBody[SchemaCreate]
-) -> SchemaInfo:
+@post("/schemas", status_code=200, operation_id="createSchema", responses=errors(404, 409, 413))
+async def create_schema(request: Req, ctx: Ctx, data: JSONBody[SchemaCreate]) -> SchemaInfo:
     return await service.create_schema(ctx, request.user, data)
 
 
-@get("/schemas", operation_id="listSchemas")
+@get("/schemas", operation_id="listSchemas", responses=errors(404))
 async def list_schemas(
     request: Req,
-    ctx: NamedDependency[Context],
-    catalog_name: FromQuery[str | None] = None,
-    max_results: FromQuery[int | None] = None,
-    page_token: FromQuery[str | None] = None,
+    ctx: Ctx,
+    catalog_name: NameParam,
+    max_results: MaxResults = None,
+    page_token: PageToken = None,
 ) -> ListSchemasResponse:
     return await service.list_schemas(ctx, request.user, catalog_name, max_results, page_token)
 
 
-@get("/schemas/{full_name:str}", operation_id="getSchema")
-async def get_schema(request: Req, ctx: NamedDependency[Context], full_name: FromPath[str]) -> SchemaInfo:
+@get("/schemas/{full_name:str}", operation_id="getSchema", responses=errors(404))
+async def get_schema(request: Req, ctx: Ctx, full_name: SchemaFullName) -> SchemaInfo:
     return await service.get_schema(ctx, request.user, full_name)
 
 
-@patch("/schemas/{full_name:str}", operation_id="updateSchema")
+@patch("/schemas/{full_name:str}", operation_id="updateSchema", responses=errors(404, 409, 413))
 async def update_schema(
-    request: Req, ctx: NamedDependency[Context], full_name: FromPath[str], data: JSONBody[SchemaUpdate]
+    request: Req, ctx: Ctx, full_name: SchemaFullName, data: JSONBody[SchemaUpdate]
 ) -> SchemaInfo:
     return await service.update_schema(ctx, request.user, full_name, data)
 
 
-@delete("/schemas/{full_name:str}", status_code=200, operation_id="deleteSchema")
-async def delete_schema(
-    request: Req, ctx: NamedDependency[Context], full_name: FromPath[str], force: FromQuery[str | None] = None
-) -> dict[str, Any]:
-    await service.delete_schema(ctx, request.user, full_name, parse_bool(force, "force"))
-    return {}
+@delete("/schemas/{full_name:str}", status_code=200, operation_id="deleteSchema", responses=errors(404, 409))
+async def delete_schema(request: Req, ctx: Ctx, full_name: SchemaFullName, force: Force = False) -> Empty:
+    await service.delete_schema(ctx, request.user, full_name, force)
+    return Empty()
 
 
-@post("/memory-stores", status_code=200, operation_id="createMemoryStore")
-async def create_store(
-    request: Req, ctx: NamedDependency[Context], data: JSONBody[MemoryStoreCreate]
-) -> MemoryStoreInfo:
+@post("/memory-stores", status_code=200, operation_id="createMemoryStore", responses=errors(404, 409, 413))
+async def create_store(request: Req, ctx: Ctx, data: JSONBody[MemoryStoreCreate]) -> MemoryStoreInfo:
     return await service.create_store(ctx, request.user, data)
 
 
-@get("/memory-stores", operation_id="listMemoryStores")
+@get("/memory-stores", operation_id="listMemoryStores", responses=errors(404))
 async def list_stores(
     request: Req,
-    ctx: NamedDependency[Context],
-    catalog_name: FromQuery[str | None] = None,
-    schema_name: FromQuery[str | None] = None,
-    max_results: FromQuery[int | None] = None,
-    page_token: FromQuery[str | None] = None,
+    ctx: Ctx,
+    catalog_name: NameParam,
+    schema_name: NameParam,
+    max_results: MaxResults = None,
+    page_token: PageToken = None,
 ) -> ListMemoryStoresResponse:
     return await service.list_stores(ctx, request.user, catalog_name, schema_name, max_results, page_token)
 
 
-@get("/memory-stores/{full_name:str}", operation_id="getMemoryStore")
-async def get_store(request: Req, ctx: NamedDependency[Context], full_name: FromPath[str]) -> MemoryStoreInfo:
+@get("/memory-stores/{full_name:str}", operation_id="getMemoryStore", responses=errors(404))
+async def get_store(request: Req, ctx: Ctx, full_name: StoreFullName) -> MemoryStoreInfo:
     return await service.get_store(ctx, request.user, full_name)
 
 
-@patch("/memory-stores/{full_name:str}", operation_id="updateMemoryStore")
+@patch("/memory-stores/{full_name:str}", operation_id="updateMemoryStore", responses=errors(404, 409, 413))
 async def update_store(
-    request: Req, ctx: NamedDependency[Context], full_name: FromPath[str], data: JSONBody[MemoryStoreUpdate]
+    request: Req, ctx: Ctx, full_name: StoreFullName, data: JSONBody[MemoryStoreUpdate]
 ) -> MemoryStoreInfo:
     return await service.update_store(ctx, request.user, full_name, data)
 
 
-@delete("/memory-stores/{full_name:str}", status_code=200, operation_id="deleteMemoryStore")
-async def delete_store(
-    request: Req, ctx: NamedDependency[Context], full_name: FromPath[str]
-) -> dict[str, Any]:
+@delete(
+    "/memory-stores/{full_name:str}",
+    status_code=200,
+    operation_id="deleteMemoryStore",
+    responses=errors(404, 409),
+)
+async def delete_store(request: Req, ctx: Ctx, full_name: StoreFullName) -> Empty:
     await service.delete_store(ctx, request.user, full_name)
-    return {}
+    return Empty()
 
 
-router = Router(
+router = routing.router(
     path="/api/2.1/unity-catalog",
     route_handlers=[
         metastore_summary,

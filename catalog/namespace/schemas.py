@@ -3,14 +3,28 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+
+from catalog.inputs import NO_NUL, PrincipalName, Scope
+from catalog.names import Name
 
 MAX_COMMENT = 4096
 MAX_PROPERTIES = 100
 MAX_PROPERTY_KEY = 255
 MAX_PROPERTY_VALUE = 4096
+MAX_SHARED_SCOPES = 100
+
+Comment = Annotated[str, msgspec.Meta(max_length=MAX_COMMENT, pattern=NO_NUL)]
+Properties = Annotated[
+    dict[
+        Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PROPERTY_KEY, pattern=NO_NUL)],
+        Annotated[str, msgspec.Meta(max_length=MAX_PROPERTY_VALUE, pattern=NO_NUL)],
+    ],
+    msgspec.Meta(max_length=MAX_PROPERTIES),
+]
+SharedScopes = Annotated[list[Scope], msgspec.Meta(max_length=MAX_SHARED_SCOPES)]
 
 
 class _Input(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -22,49 +36,49 @@ class _Output(msgspec.Struct, omit_defaults=True, kw_only=True):
 
 
 class CatalogCreate(_Input, kw_only=True):
-    name: str
-    comment: str | None = None
-    properties: dict[str, str] | None = None
+    name: Name
+    comment: Comment | None = None
+    properties: Properties | None = None
 
 
 class CatalogUpdate(_Input, kw_only=True):
-    comment: str | None = None
-    properties: dict[str, str] | None = None
-    owner: str | None = None
+    comment: Comment | None = None
+    properties: Properties | None = None
+    owner: PrincipalName | None = None
 
 
 class SchemaCreate(_Input, kw_only=True):
-    name: str
-    catalog_name: str
-    comment: str | None = None
-    properties: dict[str, str] | None = None
+    name: Name
+    catalog_name: Name
+    comment: Comment | None = None
+    properties: Properties | None = None
 
 
 class SchemaUpdate(_Input, kw_only=True):
-    comment: str | None = None
-    properties: dict[str, str] | None = None
-    owner: str | None = None
+    comment: Comment | None = None
+    properties: Properties | None = None
+    owner: PrincipalName | None = None
 
 
 ScopeBinding = Literal["caller", "end_user"]
 
 
 class MemoryStoreCreate(_Input, kw_only=True):
-    name: str
-    catalog_name: str
-    schema_name: str
-    description: str | None = None
-    properties: dict[str, str] | None = None
+    name: Name
+    catalog_name: Name
+    schema_name: Name
+    description: Comment | None = None
+    properties: Properties | None = None
     scope_binding: ScopeBinding = "caller"
-    shared_scopes: list[str] | None = None
+    shared_scopes: SharedScopes | None = None
 
 
 class MemoryStoreUpdate(_Input, kw_only=True):
-    description: str | None = None
-    properties: dict[str, str] | None = None
-    owner: str | None = None
+    description: Comment | None = None
+    properties: Properties | None = None
+    owner: PrincipalName | None = None
     scope_binding: ScopeBinding | None = None
-    shared_scopes: list[str] | None = None
+    shared_scopes: SharedScopes | None = None
 
 
 class CatalogInfo(_Output, kw_only=True):

@@ -7,6 +7,7 @@ from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound
 from catalog.governance import Node, Securable, SecurableType, action
+from catalog.inputs import MAX_SCOPE, blank, has_control
 from catalog.names import split_full_name, validate_name
 from catalog.namespace import repo
 from catalog.namespace.schemas import (
@@ -14,6 +15,7 @@ from catalog.namespace.schemas import (
     MAX_PROPERTIES,
     MAX_PROPERTY_KEY,
     MAX_PROPERTY_VALUE,
+    MAX_SHARED_SCOPES,
     CatalogCreate,
     CatalogInfo,
     CatalogUpdate,
@@ -28,7 +30,7 @@ from catalog.namespace.schemas import (
     SchemaInfo,
     SchemaUpdate,
 )
-from catalog.pagination import collect_page, decode_token, page_size
+from catalog.pagination import Pages, collect_page, page_size
 
 CATALOG, SCHEMA, STORE = SecurableType.CATALOG, SecurableType.SCHEMA, SecurableType.MEMORY_STORE
 
@@ -53,7 +55,7 @@ def _properties(value: dict[str, str] | None) -> dict[str, str] | None:
 
 
 def _owner(value: str | None) -> str | None:
-    if value is not None and (not value.strip() or len(value) > 255):
+    if value is not None and (blank(value) or len(value) > 255):
         raise InvalidParameter("owner must be a principal or group name of 1-255 characters", "owner")
     return value
 
@@ -126,11 +128,13 @@ async def list_catalogs(
     def visible(c: CatalogInfo) -> bool:
         return _can_see(ctx, principal, "catalog.get", _child(root, CATALOG, c.name, c.id, c.owner))
 
+    pages = Pages(ctx.pool, "catalogs")
     catalogs, token = await collect_page(
         lambda after, limit: repo.list_catalogs(ctx.pool, ctx.metastore_id, after, limit),
         lambda c: c.name,
         visible,
-        after=decode_token(page_token),
+        pages=pages,
+        after=await pages.after(page_token, str),
         size=size,
     )
     return ListCatalogsResponse(catalogs=catalogs, next_page_token=token)
@@ -201,11 +205,13 @@ async def list_schemas(
     def visible(s: SchemaInfo) -> bool:
         return _can_see(ctx, principal, "schema.get", _child(parent, SCHEMA, s.name, s.schema_id, s.owner))
 
+    pages = Pages(ctx.pool, "schemas", catalog_name=catalog_name)
     schemas, token = await collect_page(
         lambda after, limit: repo.list_schemas(ctx.pool, ctx.metastore_id, catalog_name, after, limit),
         lambda s: s.name,
         visible,
-        after=decode_token(page_token),
+        pages=pages,
+        after=await pages.after(page_token, str),
         size=size,
     )
     return ListSchemasResponse(schemas=schemas, next_page_token=token)
@@ -259,17 +265,17 @@ async def create_store(ctx: Context, principal: Principal, body: MemoryStoreCrea
         )
 
 
-MAX_SHARED_SCOPES = 100
-
-
 def _shared_scopes(value: list[str] | None) -> list[str] | None:
     if value is None:
         return None
     if len(value) > MAX_SHARED_SCOPES:
         raise InvalidParameter(f"at most {MAX_SHARED_SCOPES} shared scopes", "shared_scopes")
     for scope in value:
-        if not scope or len(scope) > 256 or not scope.isprintable():
-            raise InvalidParameter("shared scopes must be 1-256 printable characters", "shared_scopes")
+        if not scope or len(scope) > MAX_SCOPE or has_control(scope):
+            raise InvalidParameter(
+                f"shared scopes must be 1-{MAX_SCOPE} characters without control characters",
+                "shared_scopes",
+            )
     return list(dict.fromkeys(value))
 
 
@@ -303,11 +309,13 @@ async def list_stores(
         child = _child(parent, STORE, m.name, m.memory_store_id, m.owner)
         return _can_see(ctx, principal, "memory_store.see", child)
 
+    pages = Pages(ctx.pool, "memory_stores", catalog_name=parts[0], schema_name=parts[1])
     stores, token = await collect_page(
         lambda after, limit: repo.list_stores(ctx.pool, ctx.metastore_id, parent.node.id, after, limit),
         lambda m: m.name,
         visible,
-        after=decode_token(page_token),
+        pages=pages,
+        after=await pages.after(page_token, str),
         size=size,
     )
     return ListMemoryStoresResponse(memory_stores=stores, next_page_token=token)

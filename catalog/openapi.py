@@ -1,0 +1,232 @@
+"""The OpenAPI document: what Litestar derives from the routes, plus what it cannot say by itself.
+
+Routes declare their error statuses with `responses=errors(...)` (every error has the body
+`ErrorBody`). `finish(app)` then makes one pass over the generated document:
+- component schemas of the wire types are msgspec's own JSON Schema of them, so the document
+  states exactly what decoding enforces (patterns and lengths of list items and map keys,
+  `additionalProperties: false` for inputs, which Litestar's generator leaves out);
+- a query parameter that may be absent is documented as its type (no `null`: a query string
+  cannot carry one);
+- `X-Request-Id` on every response, `Retry-After` on every 429 and 503 that sets it;
+- the open routes (`/healthz`, `/openapi.json`, `/docs`: the authentication middleware's exempt
+  paths) say so with `security: []`; `/openapi.json` and `/docs` themselves are documented.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import msgspec
+from litestar import Litestar
+from litestar.handlers import HTTPRouteHandler
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import (
+    OpenAPI,
+    OpenAPIHeader,
+    OpenAPIMediaType,
+    OpenAPIResponse,
+    Operation,
+    PathItem,
+    Reference,
+    Schema,
+)
+
+from catalog.auth import AUTH_EXEMPT_PATHS
+
+
+class ErrorDetail(msgspec.Struct, kw_only=True, rename={"type": "@type"}):
+    type: str  # "field_violation"
+    field: str | None = None  # the request field at fault
+
+
+class ErrorBody(msgspec.Struct, kw_only=True):
+    """Every error answer."""
+
+    error_code: typing.Annotated[
+        str,
+        msgspec.Meta(
+            pattern=r"^[A-Z][A-Z_]*$",
+            description="INVALID_PARAMETER_VALUE (400), UNAUTHENTICATED (401), PERMISSION_DENIED (403), "
+            "RESOURCE_DOES_NOT_EXIST or NOT_FOUND (404), ALREADY_EXISTS, ABORTED or RESOURCE_CONFLICT "
+            "(409), PAYLOAD_TOO_LARGE (413), REQUEST_LIMIT_EXCEEDED (429), TEMPORARILY_UNAVAILABLE "
+            "(503), DEADLINE_EXCEEDED (504)",
+        ),
+    ]
+    message: str
+    details: list[ErrorDetail]
+
+
+class Empty(msgspec.Struct):
+    """What a delete (or a grant) answers: `{}`."""
+
+
+class Health(msgspec.Struct, omit_defaults=True, kw_only=True):
+    status: Literal["ok", "unavailable"]
+    reason: Literal["database", "search index"] | None = None
+
+
+_WHY = {
+    400: "INVALID_PARAMETER_VALUE: a parameter or body field is malformed or out of range (the message "
+    "and `details` name it), a query parameter is repeated, or a value holds NUL",
+    401: "UNAUTHENTICATED: no bearer token, or one that is not valid",
+    403: "PERMISSION_DENIED: the caller lacks a privilege the action needs",
+    404: "RESOURCE_DOES_NOT_EXIST / NOT_FOUND: the object named does not exist",
+    409: "ALREADY_EXISTS, ABORTED (If-Match no longer matches, a concurrent change) or "
+    "RESOURCE_CONFLICT (the object is held)",
+    413: "PAYLOAD_TOO_LARGE: the body, or a text field in it, is longer than allowed",
+    429: "REQUEST_LIMIT_EXCEEDED: the caller's rate limit is exceeded; retry after `Retry-After` seconds",
+    503: "TEMPORARILY_UNAVAILABLE: the database cannot be reached; retry after `Retry-After` seconds",
+    504: "DEADLINE_EXCEEDED: the request took longer than the server allows",
+}
+# Answered by any authenticated route: bad parameters, authentication, authorization, rate limits,
+# an unreachable database, the request deadline.
+COMMON = (400, 401, 403, 429, 503, 504)
+
+
+def errors(*statuses: int) -> dict[int, ResponseSpec]:
+    """The error answers of a route: the common ones and `statuses` (404, 409, 413, ...)."""
+    return {
+        status: ResponseSpec(data_container=ErrorBody, description=_WHY[status], generate_examples=False)
+        for status in sorted({*COMMON, *statuses})
+    }
+
+
+# --- the pass over the generated document ------------------------------------------------------------
+
+_REQUEST_ID = OpenAPIHeader(
+    schema=Schema(type="string", pattern="^[0-9a-f]{32}$"),  # type: ignore[arg-type]
+    description="the request's id, also the `request_id` of its audit event",
+    required=True,
+)
+_RETRY_AFTER = OpenAPIHeader(
+    schema=Schema(type="integer", minimum=1),  # type: ignore[arg-type]
+    description="seconds to wait before retrying",
+    required=True,
+)
+_OPEN = [re.compile(pattern) for pattern in AUTH_EXEMPT_PATHS]
+
+
+def finish(app: Litestar) -> OpenAPI:
+    """Complete the app's OpenAPI document in place (it is built once and served as it is)."""
+    doc = app.openapi_schema
+    _document_open_routes(doc)
+    components = doc.components.schemas if doc.components and doc.components.schemas is not None else {}
+    components.update(_wire_schemas(app))  # type: ignore[arg-type]
+    for path, item in (doc.paths or {}).items():
+        open_route = any(pattern.search(path) for pattern in _OPEN)
+        for operation in _operations(item):
+            if open_route:
+                operation.security = []
+            for parameter in operation.parameters or []:
+                if not isinstance(parameter, Reference) and isinstance(parameter.schema, Schema):
+                    _drop_null(parameter.schema)
+            for status, response in (operation.responses or {}).items():
+                if isinstance(response, Reference):
+                    continue
+                headers = dict(response.headers or {})
+                headers["X-Request-Id"] = _REQUEST_ID
+                if status in ("429", "503") and not open_route:
+                    headers["Retry-After"] = _RETRY_AFTER
+                response.headers = headers
+    return doc
+
+
+def _operations(item: PathItem) -> Iterator[Operation]:
+    for method in ("get", "put", "post", "delete", "options", "head", "patch", "trace"):
+        operation = getattr(item, method, None)
+        if operation is not None:
+            yield operation
+
+
+def _drop_null(schema: Schema) -> None:
+    """`{oneOf: [T, null], maxLength: ...}` → `{type: T, maxLength: ...}`."""
+    branches = schema.one_of or []
+    kept = [b for b in branches if not (isinstance(b, Schema) and b.type == "null")]
+    if len(branches) == 2 and len(kept) == 1 and isinstance(kept[0], Schema):
+        schema.one_of = None
+        for name, value in vars(kept[0]).items():
+            if value is not None and getattr(schema, name, None) is None:
+                setattr(schema, name, value)
+
+
+def _structs(annotation: Any, found: set[type]) -> None:
+    if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
+        found.add(annotation)
+    for arg in typing.get_args(annotation):
+        _structs(arg, found)
+
+
+def _wire_schemas(app: Litestar) -> dict[str, Any]:
+    """msgspec's JSON Schema of every wire type the routes read or answer, keyed like Litestar's
+    components (by class name: the wire types' names are unique, see tests/test_inputs.py)."""
+    found: set[type] = {ErrorBody, Health, Empty}
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            if not isinstance(handler, HTTPRouteHandler):
+                continue
+            signature = handler.parsed_fn_signature
+            _structs(signature.return_type.annotation, found)
+            if (data := signature.parameters.get("data")) is not None:
+                _structs(data.annotation, found)
+    ordered = sorted(found, key=lambda t: t.__name__)
+    _, components = msgspec.json.schema_components(ordered, ref_template="#/components/schemas/{name}")
+    return components
+
+
+def _json(schema: Any) -> OpenAPIMediaType:
+    return OpenAPIMediaType(schema=schema)
+
+
+def _document_open_routes(doc: OpenAPI) -> None:
+    """`/healthz` answers `Health` (200 ready, 503 not); `/openapi.json` and `/docs` are served by
+    Litestar itself, outside the route table, so they are added here."""
+    health = Reference(ref="#/components/schemas/Health")
+    error = Reference(ref="#/components/schemas/ErrorBody")
+    common = {
+        "400": OpenAPIResponse(description=_WHY[400], content={"application/json": _json(error)}),
+        "504": OpenAPIResponse(description=_WHY[504], content={"application/json": _json(error)}),
+    }
+    paths = doc.paths if doc.paths is not None else {}
+    healthz = paths.get("/healthz")
+    if healthz is not None and healthz.get is not None:
+        healthz.get.description = "Ready when the database answers and the search index is open."
+        healthz.get.responses = {
+            "200": OpenAPIResponse(description="ready", content={"application/json": _json(health)}),
+            "503": OpenAPIResponse(
+                description="not ready: `reason` says what is missing",
+                content={"application/json": _json(health)},
+            ),
+            **common,
+        }
+    paths["/openapi.json"] = PathItem(
+        get=Operation(
+            operation_id="openapi",
+            tags=["operations"],
+            summary="This document",
+            responses={
+                "200": OpenAPIResponse(
+                    description="the OpenAPI 3.1 document",
+                    # the media type Litestar serves it as
+                    content={"application/vnd.oai.openapi+json": _json(Schema(type="object"))},  # type: ignore[arg-type]
+                ),
+                **common,
+            },
+        )
+    )
+    paths["/docs"] = PathItem(
+        get=Operation(
+            operation_id="docs",
+            tags=["operations"],
+            summary="Browsable documentation",
+            responses={
+                "200": OpenAPIResponse(
+                    description="Swagger UI for this document",
+                    content={"text/html": _json(Schema(type="string"))},  # type: ignore[arg-type]
+                ),
+                **common,
+            },
+        )
+    )

@@ -1,0 +1,32 @@
+"""`router(...)`: every API router is built here, so that each one has the request gate
+(`catalog.inputs.check_request`) and answers OPTIONS with every method of a path.
+
+Litestar 2 adds a default OPTIONS handler to a path when its first handler is registered and
+keeps it when more handlers join the path, so `Allow` would name the first method only
+(litestar-org/litestar#4169, fixed in Litestar 3). Rebuilding each route once all its handlers
+are in makes Litestar create the OPTIONS handler over the complete set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from litestar import Router
+from litestar.handlers import HTTPRouteHandler
+from litestar.routes import HTTPRoute
+
+from catalog.inputs import check_request
+
+
+def _default_options(handler: HTTPRouteHandler) -> bool:
+    return handler.http_methods == {"OPTIONS"} and not handler.include_in_schema
+
+
+def router(path: str, route_handlers: Sequence[Any], tags: list[str]) -> Router:
+    built = Router(path=path, route_handlers=list(route_handlers), tags=tags, before_request=check_request)
+    for i, route in enumerate(built.routes):
+        if isinstance(route, HTTPRoute):
+            handlers = [h for h in route.route_handlers if not _default_options(h)]
+            built.routes[i] = HTTPRoute(path=route.path, route_handlers=handlers)
+    return built

@@ -44,7 +44,7 @@ class DatabaseMonitor:
         pools: Sequence[asyncpg.Pool],
         embedded: EmbeddedPostgres | None = None,
         *,
-        interval_up: float = 2.0,
+        interval_up: float = 5.0,
         interval_down: float = 0.5,
     ) -> None:
         self.url = url

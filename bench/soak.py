@@ -53,6 +53,7 @@ import psutil
 from bench.audit import Connection
 from bench.live import BenchServer
 from bench.search import WORDS, pct
+from catalog.search import FRESH_TIMEOUT
 
 UC = "/api/2.1/unity-catalog"
 STORE_NAME = "soak"
@@ -134,7 +135,7 @@ class Client:
         started = time.perf_counter()
         try:
             status, answer = await self.conn.request(method, target, data)
-        except (OSError, ConnectionError, asyncio.IncompleteReadError) as exc:
+        except Exception as exc:  # refused, reset, or an answer the lean client cannot read: a failure
             if stats is not None:
                 stats.failed(op, exc)
             await self.conn.close()
@@ -157,12 +158,15 @@ class Client:
         op = self.rng.choices(list(MIX), weights=list(MIX.values()))[0]
         if op in ("overwrite", "append", "edit") and not self.owned:
             op = "create"
-        if op == "append" and len(self.owned[-1].contents) > MAX_CONTENTS:
-            op = "overwrite"  # keeps entries small: the appended one is the last touched
         if op == "create":
             await self.create(stats)
         elif op in ("overwrite", "append", "edit"):
-            await self.write(stats, op)
+            # appends keep growing the entry written last until it is too long, then overwrite
+            # it (entries stay under MAX_CONTENTS); the other writes pick any entry of this client
+            entry = self.owned[-1] if op == "append" else self.rng.choice(self.owned)
+            if op == "append" and len(entry.contents) > MAX_CONTENTS:
+                op = "overwrite"
+            await self.write(stats, op, entry)
         elif op == "get":
             scope, path = self.rng.choice(self.shared)
             await self.call(stats, op, "GET", f"{STORE}/entries:get?scope={scope}&path={quote(path)}")
@@ -178,20 +182,18 @@ class Client:
             body.update({"scope": scopes[0]} if len(scopes) == 1 else {"scopes": scopes})
             await self.call(stats, op, "POST", f"{STORE}/entries:search", body)
 
-    async def write(self, stats: Stats, op: str) -> None:
-        # the last entry appended to is moved to the end, so that appends keep growing one entry
-        # until it is overwritten; the others pick any entry of this client
-        entry = self.owned[-1] if op == "append" else self.rng.choice(self.owned)
+    async def write(self, stats: Stats, op: str, entry: Owned) -> None:
+        """Write one of this client's entries; what it knows of the entry changes only with a 200."""
         target = f"{STORE}/entries?scope={entry.scope}"
         if op == "overwrite":
-            entry.status += 1
-            entry.body = sentence(self.rng)
+            fresh = Owned(entry.scope, entry.path, entry.status + 1, sentence(self.rng))
             body: dict[str, object] = {
                 "path": entry.path,
-                "contents": entry.contents,
+                "contents": fresh.contents,
                 "write_mode": "OVERWRITE",
             }
-            await self.call(stats, op, "POST", target, body)
+            if await self.call(stats, op, "POST", target, body) == 200:
+                entry.status, entry.body = fresh.status, fresh.body
         elif op == "append":
             line = sentence(self.rng)
             body = {"path": entry.path, "contents": line, "write_mode": "APPEND"}
@@ -206,7 +208,7 @@ class Client:
             }
             if await self.call(stats, op, "PATCH", f"{STORE}/entries", body) == 200:
                 entry.status += 1
-        self.owned.remove(entry)
+        self.owned.remove(entry)  # the entry written last goes to the end
         self.owned.append(entry)
 
     def pick_scopes(self) -> list[str]:
@@ -346,8 +348,12 @@ class Monitor:
             for name in ("server_version", "shared_buffers", "shared_memory_size", "work_mem")
         }
 
-    async def entries(self) -> int:
-        return int(await self.conn.fetchval("SELECT count(*) FROM entries"))
+    async def entries(self) -> tuple[int, int]:
+        """Entries, and how many of them wait for their vector (searches in their scopes wait too)."""
+        row = await self.conn.fetchrow(
+            "SELECT count(*), count(*) FILTER (WHERE embedded_version IS DISTINCT FROM version) FROM entries"
+        )
+        return int(row[0]), int(row[1])
 
     async def contexts(self, pids: list[int]) -> dict[int, Contexts]:
         offset = self.log.stat().st_size
@@ -414,9 +420,10 @@ class Run:
     stats: Stats
     samples: list[Sample]
     settings: dict[str, str]
-    entries: tuple[int, int]
+    entries: tuple[tuple[int, int], tuple[int, int]]  # (entries, waiting for a vector) at start, end
     elapsed: float
     load: tuple[float, float]
+    behind: int  # searches that stopped waiting for vectors (FRESH_TIMEOUT) and used those there were
 
 
 async def seed(clients: list[Client], per_client: int) -> None:
@@ -468,6 +475,8 @@ async def soak(args: argparse.Namespace) -> Run:
         settings, first_entries = await monitor.settings(), await monitor.entries()
         stats, samples = Stats(), []
         load_before = os.getloadavg()[0]
+        server_log = server.data_dir / "server.log"
+        log_offset = server_log.stat().st_size
         started = time.monotonic()
         until = started + args.duration
 
@@ -496,10 +505,14 @@ async def soak(args: argparse.Namespace) -> Run:
         await monitor.conn.close()
         for client in clients:
             await client.conn.close()
+        with server_log.open("rb") as f:
+            f.seek(log_offset)
+            behind = f.read().decode(errors="replace").count("embeddings are behind")
     finally:
         server.stop()
         shutil.rmtree(server.data_dir, ignore_errors=True)
-    return Run(stats, samples, settings, (first_entries, last_entries), elapsed, (load_before, load_after))
+    entries = (first_entries, last_entries)
+    return Run(stats, samples, settings, entries, elapsed, (load_before, load_after), behind)
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -518,11 +531,13 @@ def mb(value: float) -> str:
 
 def report(args: argparse.Namespace, run: Run) -> None:
     stats, samples, pg = run.stats, run.samples, run.settings
+    first, last = run.entries
     print(f"command: {shlex.join(['.venv/bin/python', 'bench/soak.py', *sys.argv[1:]])}\n")
     print(
         f"{args.clients} clients, one keep-alive connection each, {run.elapsed:.0f} s after a "
-        f"{args.warmup:.0f} s warm-up; {args.scopes} scopes, {run.entries[0]:,} entries at the start and "
-        f"{run.entries[1]:,} at the end; real ONNX model; PostgreSQL {pg['server_version'].split()[0]}, "
+        f"{args.warmup:.0f} s warm-up; {args.scopes} scopes; entries (waiting for their vector) "
+        f"{first[0]:,} ({first[1]:,}) at the start, {last[0]:,} ({last[1]:,}) at the end; real ONNX model; "
+        f"PostgreSQL {pg['server_version'].split()[0]}, "
         f"shared_buffers {pg['shared_buffers']} (shared memory {pg['shared_memory_size']}), work_mem "
         f"{pg['work_mem']}; {os.cpu_count()} cores, load average {run.load[0]:.1f} at the start and "
         f"{run.load[1]:.1f} at the end"
@@ -530,7 +545,12 @@ def report(args: argparse.Namespace, run: Run) -> None:
         + "\n"
     )
     errors = ", ".join(f"{key} x{n}" for key, n in stats.errors.most_common()) or "none"
-    print(f"{stats.total:,} requests, {stats.total / run.elapsed:.0f} req/s; errors: {errors}\n")
+    print(
+        f"{stats.total:,} requests, {stats.total / run.elapsed:.0f} req/s; errors: {errors}; searches that "
+        f"stopped waiting for the vectors of recent writes after {FRESH_TIMEOUT:.0f} s (and searched those "
+        f"there were): "
+        f"{run.behind:,}\n"
+    )
     for key, example in stats.examples.items():
         print(f"    {key}: {example}", file=sys.stderr)
     print("| operation | requests | errors | p50 (ms) | p99 (ms) |")

@@ -473,7 +473,8 @@ async def soak(args: argparse.Namespace) -> Run:
         monitor = Monitor(await asyncpg.connect(server.db_url()), server.data_dir / "postgres" / "log")
         postmaster = int((server.data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
         settings, first_entries = await monitor.settings(), await monitor.entries()
-        stats, samples = Stats(), []
+        stats = Stats()
+        samples: list[Sample] = []
         load_before = os.getloadavg()[0]
         server_log = server.data_dir / "server.log"
         log_offset = server_log.stat().st_size
@@ -566,8 +567,11 @@ def report(args: argparse.Namespace, run: Run) -> None:
     print(f"| all | {len(every):,} | {sum(stats.errors.values())} | {p50:.1f} | {p99:.1f} |\n")
 
     chosen = [samples[0], middle(samples), samples[-1]]
-    print("Memory (MB). PostgreSQL: the postmaster and all its processes. Naive: RSS summed over them, ")
-    print("shared memory counted once by every process that touched it. Honest: PSS summed (shared once).\n")
+    print(
+        "Memory (MB). PostgreSQL: the postmaster and all its processes. Naive: their RSS summed, which\n"
+        "counts a page of shared memory once for every process that touched it. Honest: their PSS\n"
+        "summed (shared memory once), then split into shared memory and private memory.\n"
+    )
     print(
         "| when | server RSS | server private | PG processes | PG RSS sum (naive) | of which shared memory "
         "| PG PSS sum (honest) | shared memory | private, connections | private, others |"
@@ -581,8 +585,10 @@ def report(args: argparse.Namespace, run: Run) -> None:
             f"| {mb(s.pg('pss_anon', 'connection'))} | {mb(s.pg('pss_anon', 'connection', other=True))} |"
         )
 
+    # connections measured at the three samples (the pool keeps them unless one fails or idles)
     lasting = {p.pid for p in samples[0].connections()} & {p.pid for p in samples[-1].connections()}
-    lasting &= set.intersection(*(set(s.contexts) for s in chosen))
+    for s in chosen:
+        lasting &= set(s.contexts)
     if not lasting:
         return
     print(

@@ -18,7 +18,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.installed-run
 
-.PHONY: help install dev run test bench lint fmt typecheck clean
+.PHONY: help install dev run test bench soak lint fmt typecheck clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -36,8 +36,15 @@ test: $(VENV)/.installed-dev ## run the whole test suite against a real PostgreS
 
 BENCHES := authz locomo search audit
 
+# inside `make bench` the soak runs 30 s after a 10 s warm-up (a smoke check); `make soak` runs it in full
+SOAK_SHORT := --duration 30 --warmup 10
+
 bench: $(VENV)/.installed-dev ## run the benchmarks in bench/ and print their tables (a few minutes)
 	@set -e; for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py; echo; done
+	@echo "== bench/soak.py $(SOAK_SHORT)"; $(BIN)/python bench/soak.py $(SOAK_SHORT)
+
+soak: $(VENV)/.installed-dev ## the soak benchmark in full: 32 clients, mixed load, 5 minutes (bench/soak.py)
+	$(BIN)/python bench/soak.py
 
 lint: $(VENV)/.installed-dev ## ruff check
 	$(BIN)/ruff check .

@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.live import BenchServer
 from catalog.auth import Principal
 from catalog.db import EmbeddedPostgres, create_pool
-from catalog.entries.schemas import SearchRequest
+from catalog.entries import operations as ops
+from catalog.entries import service as entries
 from catalog.runtime import EMBEDDED_DATABASE, Runtime, ensure_database, load_encoder
-from catalog.search.service import search_entries
 from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"
@@ -181,10 +181,14 @@ async def measure_in_process(settings: Settings, queries: list[tuple[str, str]])
     try:
         admin = Principal("admin")
         for kind, text in queries[:20]:  # warm-up
-            await search_entries(runtime.context, admin, STORE, SearchRequest(query=text, scope=_scope(kind)))
+            await entries.search(
+                runtime.context, admin, ops.Search(store=STORE, scopes=(_scope(kind),), query=text)
+            )
         for kind, text in queries:
             t0 = time.perf_counter()
-            await search_entries(runtime.context, admin, STORE, SearchRequest(query=text, scope=_scope(kind)))
+            await entries.search(
+                runtime.context, admin, ops.Search(store=STORE, scopes=(_scope(kind),), query=text)
+            )
             latencies[kind].append((time.perf_counter() - t0) * 1000)
     finally:
         await runtime.close()

@@ -25,12 +25,12 @@ from catalog.context import Context
 from catalog.entries.routes import router as entries_router
 from catalog.entries.routes import system_router
 from catalog.errors import handle_exception
-from catalog.governance.routes import router as governance_router
 from catalog.groups.routes import router as groups_router
 from catalog.http import RequestContext
 from catalog.metrics.routes import router as metrics_router
 from catalog.openapi import finish
 from catalog.ops import databricks_config, healthz
+from catalog.permissions.routes import router as permissions_router
 from catalog.runtime import Runtime
 from catalog.search.embedder import Encoder
 from catalog.settings import Settings
@@ -60,7 +60,7 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             databricks_config,
             namespace.router,
             entries_router,
-            governance_router,
+            permissions_router,
             groups_router,
             agents_router,
             system_router,

@@ -1,24 +1,31 @@
+"""What every slice's service needs, built once by the composition root (`catalog.runtime`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import asyncpg
 
-from catalog.governance import Authorizer, Node
+from catalog.governance import Access, Authorizer, Node
 from catalog.search import SearchEngine
 from catalog.settings import Settings
 
 
 @dataclass(frozen=True)
 class Context:
-    """What every service function needs, built once in the app's lifespan."""
-
     settings: Settings
     pool: asyncpg.Pool
-    authorizer: Authorizer
-    metastore: Node  # the root securable; its full name is the metastore id
+    access: Access  # the one access seam (catalog.governance.access)
     search: SearchEngine | None = None  # None only in tools that never touch entries
 
     @property
+    def authorizer(self) -> Authorizer:
+        return self.access.authorizer
+
+    @property
+    def metastore(self) -> Node:
+        return self.access.metastore  # the root securable; its full name is the metastore id
+
+    @property
     def metastore_id(self) -> str:
-        return self.metastore.id
+        return self.access.metastore_id

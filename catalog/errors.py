@@ -29,14 +29,18 @@ class CatalogError(Exception):
         self.details = details or []
 
 
-class InvalidParameter(CatalogError):
-    status_code = 400
-    error_code = "INVALID_PARAMETER_VALUE"
+class FieldError(CatalogError):
+    """An error about one field of the request, named in the message and in `details[].field`."""
 
     def __init__(self, message: str, field: str | None = None) -> None:
         details = [{"@type": "field_violation", "field": field}] if field else None
         super().__init__(message, details)
         self.field = field
+
+
+class InvalidParameter(FieldError):
+    status_code = 400
+    error_code = "INVALID_PARAMETER_VALUE"
 
 
 class Unauthenticated(CatalogError):
@@ -64,7 +68,9 @@ class Aborted(CatalogError):
     error_code = "ABORTED"
 
 
-class PayloadTooLarge(CatalogError):
+class PayloadTooLarge(FieldError):
+    """The body, or one text field of it, is over its limit (the field is named)."""
+
     status_code = 413
     error_code = "PAYLOAD_TOO_LARGE"
 

@@ -14,7 +14,7 @@ from urllib.parse import unquote_plus
 
 from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
 
-from catalog.audit.writer import AuditContext, current
+from catalog.auditlog.writer import AuditContext, current
 from catalog.errors import RequestTimeout, error_body, is_unavailable, log_unexpected
 
 request_log = logging.getLogger("catalog.request")

@@ -15,11 +15,10 @@ import time
 
 import asyncpg
 
-from catalog.audit.writer import record_system_events
+from catalog.auditlog.writer import record_system_events
 from catalog.db import create_pool
-from catalog.entries import repo
 from catalog.runtime import database_url_for_tools, load_encoder, prepare_database
-from catalog.search import SearchEngine
+from catalog.search import SearchEngine, repo
 from catalog.search.embedder import Embedder
 from catalog.search.fulltext import FullTextIndex
 from catalog.search.indexer import Indexer

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from catalog.audit.writer import AuditWriter, early_unlock_supported, record_system_events
+from catalog.auditlog.writer import AuditWriter, early_unlock_supported, record_system_events
 from catalog.auth import TokenVerifier
 from catalog.context import Context
 from catalog.db import DatabaseMonitor, EmbeddedPostgres, apply_migrations, create_pool
-from catalog.governance import Authorizer, Node, SecurableType
+from catalog.governance import Access, Authorizer, Node, SecurableType
 from catalog.limits import RateLimiter
 from catalog.namespace import bootstrap, get_metastore
 from catalog.search import SearchEngine
@@ -168,7 +168,7 @@ class Runtime:
                 await asyncio.to_thread(embedded.stop)
             raise
         context = Context(
-            settings=settings, pool=pool, authorizer=authorizer, metastore=metastore, search=search
+            settings=settings, pool=pool, access=Access(pool, authorizer, metastore), search=search
         )
         monitor.start()
         limiter = RateLimiter(settings.rate_limit, settings.burst) if settings.rate_limit > 0 else None

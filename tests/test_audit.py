@@ -215,7 +215,7 @@ def test_one_chain_across_two_processes_and_a_restart(client, token, database_ur
 
 
 def test_a_change_commits_with_its_event_or_not_at_all(client, token, monkeypatch):
-    import catalog.audit.writer as writer
+    import catalog.auditlog.writer as writer
 
     original = writer.append_on
 
@@ -282,8 +282,8 @@ def test_nul_characters_are_refused_and_still_audited(client, token):
 def test_a_batch_is_numbered_and_hashed_in_order(client, database_url):
     """The writer's batches go through `audit_append()` as one statement: consecutive seqs in the
     given order, and the database's hashes are the ones `verify` recomputes."""
-    from catalog.audit.chain import verify
-    from catalog.audit.writer import append, complete
+    from catalog.auditlog.chain import verify
+    from catalog.auditlog.writer import append, complete
     from catalog.db import create_pool
 
     async def run():  # type: ignore[no-untyped-def]

@@ -54,7 +54,7 @@ def test_other_errors_are_not_outages(exc):
 
 def _down(runtime, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Mark the database down; keep the monitor's probes and the audit appends failing."""
-    import catalog.audit.writer as writer
+    import catalog.auditlog.writer as writer
 
     async def refused(*args, **kwargs):  # type: ignore[no-untyped-def]
         if args:  # append_on(conn, events)
@@ -180,7 +180,7 @@ def test_the_plain_format_is_one_readable_line():
 
 
 def test_a_deferred_event_whose_append_committed_unseen_is_not_appended_twice(client, token, monkeypatch):
-    import catalog.audit.writer as writer
+    import catalog.auditlog.writer as writer
 
     runtime = client.app.state.runtime
     original = writer.append_on

@@ -28,9 +28,9 @@ from catalog.agents.schemas import (
     StoreUpdate,
 )
 from catalog.context import Context
-from catalog.entries.routes import SessionId
-from catalog.entries.schemas import MAX_PATH, PATH_PATTERN, PREFIX_PATTERN
 from catalog.inputs import MAX_SCOPE, NO_CONTROL, integer
+from catalog.keys import MAX_PATH, PATH_PATTERN, PREFIX_PATTERN
+from catalog.keys import SessionParam as SessionId
 from catalog.openapi import Empty, errors
 from catalog.pagination import PageToken
 

@@ -11,8 +11,6 @@ import re
 import uuid
 from datetime import UTC, datetime
 
-import asyncpg
-
 from catalog.agents.schemas import (
     ENTRY_FIELDS,
     ENTRY_UPDATE_MASK_PATTERN,
@@ -32,18 +30,17 @@ from catalog.agents.schemas import (
     StoreCreate,
     StoreUpdate,
 )
-from catalog.audit.writer import audited
 from catalog.auth import Principal
 from catalog.context import Context
-from catalog.entries import repo
-from catalog.entries import schemas as uc
+from catalog.entries import EntryRow
+from catalog.entries import operations as ops
 from catalog.entries import service as entries
 from catalog.errors import InvalidParameter, NotFound
-from catalog.governance import service as governance
-from catalog.governance.schemas import PermissionsChange, UpdatePermissions
+from catalog.keys import validate_scope
 from catalog.namespace import service as namespace
 from catalog.namespace.schemas import MemoryStoreCreate, MemoryStoreInfo, MemoryStoreUpdate
-from catalog.search.service import search_rows
+from catalog.permissions import service as permissions
+from catalog.permissions.schemas import PermissionsChange, UpdatePermissions
 
 _STORE_ID = re.compile(STORE_ID_PATTERN)
 _READ_MASK = re.compile(READ_MASK_PATTERN)
@@ -101,20 +98,22 @@ def _mask(value: str | None, field: str) -> set[str] | None:
     return _fields(value, _READ_MASK, field, ["name", *ENTRY_FIELDS]) or None
 
 
-def to_entry(sid: str, row: asyncpg.Record, mask: set[str] | None = None) -> AgentEntry:
+def agent_entry(sid: str, row: EntryRow, mask: set[str] | None = None) -> AgentEntry:
+    """An entry as this dialect answers it (only the fields `mask` names, when given)."""
+
     def keep(name: str) -> bool:
         return mask is None or name in mask
 
     return AgentEntry(
-        name=f"memory-stores/{sid}/entries/{row['id']}",
-        actor_id=row["scope"],
-        path=row["path"],
-        session_id=(row["session_id"] or None) if keep("session_id") else None,
-        content=row["contents"] if keep("content") else None,
-        description=row["description"] if keep("description") else None,
-        source_type=row["source_type"] if keep("source_type") else None,
-        create_time=rfc3339(row["created_at"]) if keep("create_time") else None,
-        update_time=rfc3339(row["updated_at"]) if keep("update_time") else None,
+        name=f"memory-stores/{sid}/entries/{row.id}",
+        actor_id=row.scope,
+        path=row.path,
+        session_id=(row.session_id or None) if keep("session_id") else None,
+        content=row.contents if keep("content") else None,
+        description=row.description if keep("description") else None,
+        source_type=row.source_type if keep("source_type") else None,
+        create_time=rfc3339(row.created_at) if keep("create_time") else None,
+        update_time=rfc3339(row.updated_at) if keep("update_time") else None,
     )
 
 
@@ -190,7 +189,7 @@ async def grant(ctx: Context, principal: Principal, sid: str, body: GrantRequest
     privileges = (
         ["READ_MEMORY_STORE"] if body.permission == "READ" else ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]
     )
-    await governance.update_permissions(
+    await permissions.update_permissions(
         ctx,
         principal,
         "memory_store",
@@ -206,32 +205,27 @@ async def grant(ctx: Context, principal: Principal, sid: str, body: GrantRequest
 
 
 async def create_entry(ctx: Context, principal: Principal, sid: str, body: AgentEntryCreate) -> AgentEntry:
-    written = await entries.write_entry(
-        ctx,
-        principal,
-        _full_name(ctx, sid),
-        body.actor_id,
-        uc.EntryCreate(
-            path=body.path,
-            contents=body.content,
-            description=body.description,
-            session_id=body.session_id,
-            source_type=body.source_type,
+    write = ops.Write(
+        store=_full_name(ctx, sid),
+        key=ops.ByKey(
+            scope=validate_scope(body.actor_id, "actor_id"), path=body.path, session_id=body.session_id
         ),
+        contents=body.content,
+        description=body.description,
+        source_type=body.source_type,
     )
-    return to_entry(sid, written.row, None if written.readable else WRITE_ONLY_FIELDS)
+    written = await entries.write(ctx, principal, write)
+    return agent_entry(sid, written.row, None if written.readable else WRITE_ONLY_FIELDS)
 
 
 async def get_entry(
     ctx: Context, principal: Principal, sid: str, entry_id: str, read_mask: str | None
 ) -> AgentEntry:
     mask = _mask(read_mask, "read_mask")
-    store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.read")
-    row = await repo.get_by_id(ctx.pool, store.node.id, _entry_id(entry_id))
-    if row is None:
-        raise NotFound(f"memory entry {entry_id} does not exist")
-    await entries.check_binding(ctx, principal, store, [row["scope"]])
-    return to_entry(sid, row, mask)
+    target = ops.ById(entry_id=_entry_id(entry_id))
+    return agent_entry(
+        sid, await entries.get(ctx, principal, ops.Get(store=_full_name(ctx, sid), target=target)), mask
+    )
 
 
 async def list_entries(
@@ -246,21 +240,25 @@ async def list_entries(
     page_token: str | None,
     read_mask: str | None,
 ) -> AgentEntryList:
-    scope = entries.validate_scope(actor_id, "actor_id")
-    prefix = entries.validate_path_prefix(path_prefix)
-    exact = entries.validate_path(path) if path else None
-    session = entries.validate_session(session_id) if session_id is not None else None
+    scope = validate_scope(actor_id, "actor_id")
     if page_size is not None and not 0 <= page_size <= MAX_PAGE:
         raise InvalidParameter(f"page_size must be between 1 and {MAX_PAGE}", "page_size")
-    limit = page_size or MAX_PAGE
     mask = _mask(read_mask, "read_mask")
-    store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.read", [scope])
-    pages = entries.entry_pages(ctx, "agents", store.full_name, [scope], session, prefix, exact)
-    page, token = await entries.page_of_entries(
-        ctx, store.node.id, [scope], session, prefix, limit, pages, page_token, exact
+    listing = ops.List(
+        store=_full_name(ctx, sid),
+        scopes=(scope,),
+        path_prefix=path_prefix,
+        exact_path=path or None,
+        session_id=session_id,
+        page_size=page_size or MAX_PAGE,
+        page_token=page_token,
+        max_page=MAX_PAGE,
+        listing="agents",
     )
+    page = await entries.list_entries(ctx, principal, listing)
     return AgentEntryList(
-        managed_memory_entries=[to_entry(sid, r, mask) for r in page], next_page_token=token
+        managed_memory_entries=[agent_entry(sid, row, mask) for row in page.rows],
+        next_page_token=page.next_page_token,
     )
 
 
@@ -272,53 +270,37 @@ async def update_entry(
     }
     if not fields:
         raise InvalidParameter("update_mask must name content and/or description", "update_mask")
-    store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.write")
-    readable = entries.may_read(ctx, principal, store)
-    async with audited(ctx.pool) as conn:
-        current = await repo.get_by_id(conn, store.node.id, _entry_id(entry_id), for_update=True)
-        if current is None:
-            raise NotFound(f"memory entry {entry_id} does not exist")
-        await entries.check_binding(ctx, principal, store, [current["scope"]])
-        content = body.content if "content" in fields else current["contents"]
-        description = body.description if "description" in fields else current["description"]
-        entries.check_sizes(content, description)
-        row = await repo.update_contents(
-            conn, current["id"], current["version"], content, description, principal.name
-        )
-    entries.after_write(ctx)
-    return to_entry(sid, row, None if readable else WRITE_ONLY_FIELDS)
+    edit = ops.Edit(
+        store=_full_name(ctx, sid),
+        target=ops.ById(entry_id=_entry_id(entry_id)),
+        change=ops.ReplaceAll(contents=body.content) if "content" in fields else None,
+        description=body.description if "description" in fields else None,
+        set_description="description" in fields,
+    )
+    written = await entries.edit(ctx, principal, edit)
+    return agent_entry(sid, written.row, None if written.readable else WRITE_ONLY_FIELDS)
 
 
 async def delete_entry(ctx: Context, principal: Principal, sid: str, entry_id: str) -> None:
-    store = await entries.resolve_store(ctx, principal, _full_name(ctx, sid), "entries.write")
-    row = await repo.get_by_id(ctx.pool, store.node.id, _entry_id(entry_id))
-    if row is not None:
-        await entries.check_binding(ctx, principal, store, [row["scope"]])
-    if row is None:
-        raise NotFound(f"memory entry {entry_id} does not exist")
-    async with audited(ctx.pool) as conn:
-        if not await repo.delete_by_id(conn, store.node.id, row["id"]):
-            raise NotFound(f"memory entry {entry_id} does not exist")
-    entries.after_write(ctx)
+    target = ops.ById(entry_id=_entry_id(entry_id))
+    await entries.delete(ctx, principal, ops.Delete(store=_full_name(ctx, sid), target=target))
 
 
 async def search(ctx: Context, principal: Principal, sid: str, body: SearchBody) -> AgentSearchResult:
     top_k = body.page_size or body.limit or 10
     mask = _mask(body.read_mask, "read_mask")
-    hits = await search_rows(
-        ctx,
-        principal,
-        _full_name(ctx, sid),
-        uc.SearchRequest(
-            query=body.query,
-            scope=body.actor_id,
-            top_k=top_k,
-            path_prefix=body.path_prefix,
-            session_id=body.session_id,
-        ),
+    query = ops.Search(
+        store=_full_name(ctx, sid),
+        scopes=(validate_scope(body.actor_id, "actor_id"),),
+        query=body.query,
+        top_k=top_k,
+        path_prefix=body.path_prefix,
+        session_id=body.session_id,
     )
+    hits = await entries.search(ctx, principal, query)
     return AgentSearchResult(
         results=[
-            AgentSearchHit(managed_memory_entry=to_entry(sid, row, mask), score=score) for row, score in hits
+            AgentSearchHit(managed_memory_entry=agent_entry(sid, row, mask), score=score)
+            for row, score in hits
         ]
     )

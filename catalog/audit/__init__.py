@@ -1,1 +1,1 @@
-"""The audit log: one chained event per request, readable by auditors."""
+"""Auditors' access to the audit log: listing events with filters, and verifying the chain."""

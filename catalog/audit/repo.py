@@ -7,7 +7,7 @@ from datetime import datetime
 
 import asyncpg
 
-from catalog.audit.writer import COLUMNS
+from catalog.auditlog.writer import COLUMNS
 
 
 async def rows_in_order(conn: asyncpg.Connection, batch: int = 5000) -> AsyncIterator[asyncpg.Record]:
@@ -48,23 +48,5 @@ async def list_events(
         decision,
         status_code,
         after_seq,
-        limit,
-    )
-
-
-async def request_lineage(
-    pool: asyncpg.Pool, *, start: datetime | None, end: datetime | None, limit: int
-) -> list[asyncpg.Record]:
-    """Answered entry requests and the store each read or wrote (as `system.lineage`), oldest first."""
-    return await pool.fetch(
-        "SELECT seq, event_id, event_time, request_id, principal, on_behalf_of, action_name, "
-        "securable_full_name AS memory_store, result_count AS entry_count, "
-        "CASE WHEN privilege = 'WRITE_MEMORY_STORE' THEN 'write' ELSE 'read' END AS direction "
-        "FROM audit_events WHERE securable_type = 'MEMORY_STORE' AND action_name LIKE 'entries.%' "
-        "AND decision = 'allow' AND status_code = 200 "
-        "AND ($1::timestamptz IS NULL OR event_time >= $1) AND ($2::timestamptz IS NULL OR event_time < $2) "
-        "ORDER BY seq LIMIT $3",
-        start,
-        end,
         limit,
     )

@@ -11,9 +11,10 @@ from litestar.params import FromQuery, Parameter
 from catalog import routing
 from catalog.audit import service
 from catalog.context import Context
-from catalog.entries.routes import ScopeParam, SessionId, StoreFullName
-from catalog.entries.schemas import MAX_PATH, PATH_PATTERN
 from catalog.inputs import NO_NUL, integer
+from catalog.keys import MAX_PATH, PATH_PATTERN, ScopeParam
+from catalog.keys import SessionParam as SessionId
+from catalog.keys import StoreFullNameParam as StoreFullName
 from catalog.lineage import service as lineage_service
 from catalog.lineage.schemas import Direction, Lineage, OpenLineageEvents
 from catalog.openapi import errors

@@ -8,13 +8,12 @@ import asyncpg
 import msgspec
 
 from catalog.audit import repo
-from catalog.audit.chain import Verification, verify
+from catalog.auditlog.chain import Verification, verify
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter
-from catalog.governance import SecurableType, action
+from catalog.governance import SecurableType
 from catalog.lineage.service import epoch_ms
-from catalog.namespace.repo import locate
 from catalog.pagination import Pages, page_size
 
 Decision = Literal["allow", "deny", "unauthenticated", "system"]
@@ -66,8 +65,7 @@ def _event(row: asyncpg.Record) -> AuditEvent:
 
 
 async def _authorize(ctx: Context, principal: Principal) -> None:
-    securable = await locate(ctx.pool, ctx.metastore, SecurableType.METASTORE, [])
-    await ctx.authorizer.ensure(principal, action("audit.read"), securable)
+    await ctx.access.resolve(principal, "audit.read", SecurableType.METASTORE)
 
 
 async def list_events(

@@ -1,1 +1,6 @@
-"""Memory entries: keyed by (store, scope, session, path), versioned, searchable."""
+"""Entries: the one owner of entry behaviour (operations in, typed rows out)."""
+
+from catalog.entries.repo import EntryRow
+from catalog.entries.service import Page, Written
+
+__all__ = ["EntryRow", "Page", "Written"]

@@ -1,16 +1,50 @@
 """SQL for entries. Each write mode is one statement, so two concurrent writers never lose an
 update; edits read the row under a lock and write it back in the same transaction. The change
-log (`entry_changes`) is written by triggers."""
+log (`entry_changes`) is written by triggers. Rows come back as `EntryRow`s."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import asyncpg
-import numpy as np
+import msgspec
 
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
+Key: TypeAlias = tuple[str, str, str, str]  # store id, scope, session ('' for none), path
+
+
+class EntryRow(msgspec.Struct, frozen=True, kw_only=True):
+    """An entry as stored (times in epoch milliseconds; `session_id` '' for none)."""
+
+    id: str
+    store_id: str
+    scope: str
+    session_id: str
+    path: str
+    contents: str | None
+    description: str | None
+    source_type: str | None
+    version: int
+    created_at: int
+    created_by: str
+    updated_at: int
+    updated_by: str
+
+    @property
+    def has_contents(self) -> bool:
+        return bool(self.contents)
+
+    @property
+    def key(self) -> Key:
+        return (self.store_id, self.scope, self.session_id, self.path)
+
+
+class Fields(msgspec.Struct, frozen=True, kw_only=True):
+    contents: str | None
+    description: str | None
+    source_type: str | None
+
 
 COLUMNS = (
     "id, store_id, scope, session_id, path, contents, description, source_type, version, "
@@ -18,93 +52,128 @@ COLUMNS = (
     "(extract(epoch FROM updated_at) * 1000)::bigint AS updated_at, updated_by"
 )
 _KEY = "store_id = $1 AND scope = $2 AND session_id = $3 AND path = $4"
-_VALUES = "($1, $2, $3, $4, $5, $6, $7, $8, $8)"
 _INSERT = (
     "INSERT INTO entries (store_id, scope, session_id, path, contents, description, source_type, "
-    "created_by, updated_by) VALUES " + _VALUES
+    "created_by, updated_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)"
 )
 
 
-async def insert_exclusive(conn: Conn, key: tuple[str, str, str, str], fields: dict[str, Any], by: str):  # type: ignore[no-untyped-def]
-    return await conn.fetchrow(
-        _INSERT + " ON CONFLICT (store_id, scope, session_id, path) DO NOTHING RETURNING " + COLUMNS,
-        *key,
-        fields["contents"],
-        fields["description"],
-        fields["source_type"],
-        by,
+def _row(record: asyncpg.Record | None) -> EntryRow | None:
+    if record is None:
+        return None
+    values = dict(record)
+    values["id"], values["store_id"] = str(values["id"]), str(values["store_id"])
+    return EntryRow(**values)
+
+
+def _rows(records: Sequence[asyncpg.Record]) -> list[EntryRow]:
+    return [row for row in map(_row, records) if row is not None]
+
+
+async def insert_exclusive(conn: Conn, key: Key, fields: Fields, by: str) -> EntryRow | None:
+    """None when an entry already exists at the key."""
+    return _row(
+        await conn.fetchrow(
+            _INSERT + " ON CONFLICT (store_id, scope, session_id, path) DO NOTHING RETURNING " + COLUMNS,
+            *key,
+            fields.contents,
+            fields.description,
+            fields.source_type,
+            by,
+        )
     )
 
 
-async def upsert_overwrite(conn: Conn, key: tuple[str, str, str, str], fields: dict[str, Any], by: str):  # type: ignore[no-untyped-def]
-    return await conn.fetchrow(
-        _INSERT + " ON CONFLICT (store_id, scope, session_id, path) DO UPDATE SET "
-        "contents = EXCLUDED.contents, description = EXCLUDED.description, "
-        "source_type = coalesce(EXCLUDED.source_type, entries.source_type), "
-        "version = entries.version + 1, updated_at = clock_timestamp(), updated_by = EXCLUDED.updated_by "
-        "RETURNING " + COLUMNS,
-        *key,
-        fields["contents"],
-        fields["description"],
-        fields["source_type"],
-        by,
+async def upsert_overwrite(conn: Conn, key: Key, fields: Fields, by: str) -> EntryRow:
+    row = _row(
+        await conn.fetchrow(
+            _INSERT + " ON CONFLICT (store_id, scope, session_id, path) DO UPDATE SET "
+            "contents = EXCLUDED.contents, description = EXCLUDED.description, "
+            "source_type = coalesce(EXCLUDED.source_type, entries.source_type), "
+            "version = entries.version + 1, updated_at = clock_timestamp(), "
+            "updated_by = EXCLUDED.updated_by RETURNING " + COLUMNS,
+            *key,
+            fields.contents,
+            fields.description,
+            fields.source_type,
+            by,
+        )
     )
+    assert row is not None
+    return row
 
 
-async def upsert_append(  # type: ignore[no-untyped-def]
-    conn: Conn, key: tuple[str, str, str, str], fields: dict[str, Any], by: str, *, dedupe: bool = True
-):
+async def upsert_append(
+    conn: Conn, key: Key, fields: Fields, by: str, *, dedupe: bool = True
+) -> EntryRow | None:
     """Add the text as new lines at the end, unless exactly those lines are already there (so a
-    retried append changes nothing and keeps the version). `dedupe=False` always appends (for a
-    caller who may not read the entry: whether it changed must not tell what it holds)."""
-    return await conn.fetchrow(
-        _INSERT + " ON CONFLICT (store_id, scope, session_id, path) DO UPDATE SET "
-        "contents = CASE WHEN entries.contents IS NULL OR entries.contents = '' THEN EXCLUDED.contents "
-        "  WHEN entries.contents LIKE '%' || chr(10) THEN entries.contents || EXCLUDED.contents "
-        "  ELSE entries.contents || chr(10) || EXCLUDED.contents END, "
-        "description = coalesce(EXCLUDED.description, entries.description), "
-        "source_type = coalesce(EXCLUDED.source_type, entries.source_type), "
-        "version = entries.version + 1, updated_at = clock_timestamp(), updated_by = EXCLUDED.updated_by "
-        "WHERE NOT $9 OR strpos(chr(10) || coalesce(entries.contents, '') || chr(10), "
-        "             chr(10) || rtrim(EXCLUDED.contents, chr(10)) || chr(10)) = 0 "
-        "   OR coalesce(EXCLUDED.description, entries.description) IS DISTINCT FROM entries.description "
-        "RETURNING " + COLUMNS,
-        *key,
-        fields["contents"],
-        fields["description"],
-        fields["source_type"],
-        by,
-        dedupe,
+    retried append changes nothing and keeps the version: None). `dedupe=False` always appends
+    (for a caller who may not read the entry: whether it changed must not tell what it holds)."""
+    return _row(
+        await conn.fetchrow(
+            _INSERT + " ON CONFLICT (store_id, scope, session_id, path) DO UPDATE SET "
+            "contents = CASE WHEN entries.contents IS NULL OR entries.contents = '' THEN EXCLUDED.contents "
+            "  WHEN entries.contents LIKE '%' || chr(10) THEN entries.contents || EXCLUDED.contents "
+            "  ELSE entries.contents || chr(10) || EXCLUDED.contents END, "
+            "description = coalesce(EXCLUDED.description, entries.description), "
+            "source_type = coalesce(EXCLUDED.source_type, entries.source_type), "
+            "version = entries.version + 1, updated_at = clock_timestamp(), "
+            "updated_by = EXCLUDED.updated_by "
+            "WHERE NOT $9 OR strpos(chr(10) || coalesce(entries.contents, '') || chr(10), "
+            "             chr(10) || rtrim(EXCLUDED.contents, chr(10)) || chr(10)) = 0 "
+            "   OR coalesce(EXCLUDED.description, entries.description) IS DISTINCT FROM entries.description "
+            "RETURNING " + COLUMNS,
+            *key,
+            fields.contents,
+            fields.description,
+            fields.source_type,
+            by,
+            dedupe,
+        )
     )
 
 
-async def get(conn: Conn, key: tuple[str, str, str, str], *, for_update: bool = False):  # type: ignore[no-untyped-def]
+async def get(conn: Conn, key: Key, *, for_update: bool = False) -> EntryRow | None:
     lock = " FOR UPDATE" if for_update else ""
-    return await conn.fetchrow(f"SELECT {COLUMNS} FROM entries WHERE {_KEY}{lock}", *key)
+    return _row(await conn.fetchrow(f"SELECT {COLUMNS} FROM entries WHERE {_KEY}{lock}", *key))
 
 
-async def update_contents(  # type: ignore[no-untyped-def]
-    conn: Conn, entry_id: str, version: int, contents: str | None, description: str | None, by: str
-):
-    return await conn.fetchrow(
-        "UPDATE entries SET contents = $3, description = $4, version = version + 1, "
-        "updated_at = clock_timestamp(), updated_by = $5 WHERE id = $1 AND version = $2 RETURNING " + COLUMNS,
-        entry_id,
-        version,
-        contents,
-        description,
-        by,
+async def get_by_id(conn: Conn, store_id: str, entry_id: str, *, for_update: bool = False) -> EntryRow | None:
+    lock = " FOR UPDATE" if for_update else ""
+    return _row(
+        await conn.fetchrow(
+            f"SELECT {COLUMNS} FROM entries WHERE store_id = $1 AND id = $2{lock}", store_id, entry_id
+        )
     )
 
 
-async def delete(conn: Conn, key: tuple[str, str, str, str], version: int | None) -> tuple[bool, int | None]:
-    """(deleted, current version when not deleted because the version did not match)."""
+async def update_contents(
+    conn: Conn, entry_id: str, version: int, contents: str | None, description: str | None, by: str
+) -> EntryRow | None:
+    """None when the entry is no longer at `version`."""
+    return _row(
+        await conn.fetchrow(
+            "UPDATE entries SET contents = $3, description = $4, version = version + 1, "
+            "updated_at = clock_timestamp(), updated_by = $5 WHERE id = $1 AND version = $2 "
+            "RETURNING " + COLUMNS,
+            entry_id,
+            version,
+            contents,
+            description,
+            by,
+        )
+    )
+
+
+async def delete(conn: Conn, entry_id: str, version: int | None) -> tuple[bool, int | None]:
+    """Delete the entry if it is at `version` (any version when None): (deleted, its version
+    when it exists, else None)."""
     row = await conn.fetchrow(
-        f"WITH target AS (SELECT id, version FROM entries WHERE {_KEY}), "
+        "WITH target AS (SELECT id, version FROM entries WHERE id = $1), "
         "gone AS (DELETE FROM entries e USING target t "
-        "         WHERE e.id = t.id AND ($5::bigint IS NULL OR e.version = $5) RETURNING e.id) "
+        "         WHERE e.id = t.id AND ($2::bigint IS NULL OR e.version = $2) RETURNING e.id) "
         "SELECT (SELECT version FROM target) AS version, (SELECT count(*) FROM gone) AS deleted",
-        *key,
+        entry_id,
         version,
     )
     assert row is not None
@@ -120,40 +189,28 @@ async def list_entries(
     after: tuple[str, str, str] | None,
     limit: int,
     exact_path: str | None = None,
-) -> list[asyncpg.Record]:
+) -> list[EntryRow]:
     """Ordered by (path, scope, session_id); `after` is the last key of the previous page."""
     after_path, after_scope, after_session = after or (None, None, None)
-    return await conn.fetch(
-        f"SELECT {COLUMNS}, contents IS NOT NULL AND contents <> '' AS has_contents FROM entries "
-        "WHERE store_id = $1 AND scope = ANY($2::text[]) AND ($3::text IS NULL OR session_id = $3) "
-        "AND ($4::text IS NULL OR starts_with(path, $4)) "
-        "AND ($5::text IS NULL OR (path, scope, session_id) > ($5, $6, $7)) "
-        "AND ($9::text IS NULL OR path = $9) "
-        "ORDER BY path, scope, session_id LIMIT $8",
-        store_id,
-        list(scopes),
-        session_id,
-        path_prefix,
-        after_path,
-        after_scope,
-        after_session,
-        limit,
-        exact_path,
+    return _rows(
+        await conn.fetch(
+            f"SELECT {COLUMNS} FROM entries "
+            "WHERE store_id = $1 AND scope = ANY($2::text[]) AND ($3::text IS NULL OR session_id = $3) "
+            "AND ($4::text IS NULL OR starts_with(path, $4)) "
+            "AND ($5::text IS NULL OR (path, scope, session_id) > ($5, $6, $7)) "
+            "AND ($9::text IS NULL OR path = $9) "
+            "ORDER BY path, scope, session_id LIMIT $8",
+            store_id,
+            list(scopes),
+            session_id,
+            path_prefix,
+            after_path,
+            after_scope,
+            after_session,
+            limit,
+            exact_path,
+        )
     )
-
-
-async def get_by_id(conn: Conn, store_id: str, entry_id: str, *, for_update: bool = False):  # type: ignore[no-untyped-def]
-    lock = " FOR UPDATE" if for_update else ""
-    return await conn.fetchrow(
-        f"SELECT {COLUMNS} FROM entries WHERE store_id = $1 AND id = $2{lock}", store_id, entry_id
-    )
-
-
-async def delete_by_id(conn: Conn, store_id: str, entry_id: str) -> bool:
-    status: str = await conn.execute(
-        "DELETE FROM entries WHERE store_id = $1 AND id = $2", store_id, entry_id
-    )
-    return status.endswith(" 1")
 
 
 async def delete_scope(conn: Conn, store_id: str, scope: str) -> int:
@@ -163,59 +220,18 @@ async def delete_scope(conn: Conn, store_id: str, scope: str) -> int:
     return int(status.split()[-1])
 
 
-async def erase_scope(conn: Conn, scope: str) -> list[asyncpg.Record]:
-    """Delete a scope's entries from every store; how many went from which store."""
-    return await conn.fetch(
+async def erase_scope(conn: Conn, scope: str) -> list[tuple[str, int]]:
+    """Delete a scope's entries from every store; (store full name, how many), by name."""
+    rows = await conn.fetch(
         "WITH gone AS (DELETE FROM entries WHERE scope = $1 RETURNING store_id) "
         "SELECT c.name || '.' || s.name || '.' || m.name AS memory_store, count(*) AS deleted "
         "FROM gone g JOIN memory_stores m ON m.id = g.store_id JOIN schemas s ON s.id = m.schema_id "
         "JOIN catalogs c ON c.id = s.catalog_id GROUP BY 1 ORDER BY 1",
         scope,
     )
+    return [(row["memory_store"], int(row["deleted"])) for row in rows]
 
 
-async def by_ids(conn: Conn, ids: Sequence[str]) -> dict[str, asyncpg.Record]:
-    rows = await conn.fetch(f"SELECT {COLUMNS} FROM entries WHERE id = ANY($1::uuid[])", list(ids))
-    return {str(row["id"]): row for row in rows}
-
-
-async def set_embeddings(conn: Conn, rows: Sequence[tuple[str, int, np.ndarray]]) -> None:
-    await conn.executemany(
-        "UPDATE entries SET embedding = $3, embedded_version = version WHERE id = $1 AND version = $2", rows
-    )
-
-
-async def count_unembedded(conn: Conn) -> int:
-    return int(
-        await conn.fetchval("SELECT count(*) FROM entries WHERE embedded_version IS DISTINCT FROM version")
-    )
-
-
-async def forget_embeddings(conn: Conn) -> None:
-    """Mark every vector stale (they are recomputed by the backfill or `catalog reindex`)."""
-    await conn.execute("UPDATE entries SET embedded_version = NULL")
-
-
-async def rebuild_vector_index(conn: Conn) -> None:
-    await conn.execute("REINDEX INDEX entries_embedding_hnsw")
-
-
-async def claim_unembedded(conn: asyncpg.Connection, limit: int) -> list[asyncpg.Record]:
-    """Lock (inside the caller's transaction) up to `limit` entries whose vector is stale,
-    skipping rows another worker holds."""
-    return await conn.fetch(
-        "SELECT id, version, contents, description FROM entries "
-        "WHERE embedded_version IS DISTINCT FROM version LIMIT $1 FOR UPDATE SKIP LOCKED",
-        limit,
-    )
-
-
-async def has_unembedded(conn: Conn, store_id: str, scopes: Sequence[str]) -> bool:
-    return bool(
-        await conn.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM entries WHERE embedded_version IS DISTINCT FROM version "
-            "AND store_id = $1 AND scope = ANY($2::text[]))",
-            store_id,
-            list(scopes),
-        )
-    )
+async def by_ids(conn: Conn, ids: Sequence[str]) -> dict[str, EntryRow]:
+    rows = _rows(await conn.fetch(f"SELECT {COLUMNS} FROM entries WHERE id = ANY($1::uuid[])", list(ids)))
+    return {row.id: row for row in rows}

@@ -2,82 +2,156 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from litestar import Request, Response, delete, get, patch, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import NamedDependency
-from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
+from litestar.params import HeaderParameter, JSONBody, Parameter
 
 from catalog import routing
 from catalog.context import Context
-from catalog.entries import service
+from catalog.entries import EntryRow, service
+from catalog.entries import operations as ops
 from catalog.entries.schemas import (
-    MAX_PATH,
-    MAX_SCOPES,
-    MAX_SESSION,
-    PATH_PATTERN,
-    PREFIX_PATTERN,
-    SESSION_PATTERN,
     Entry,
     EntryCreate,
     EntryEdit,
+    EntryFields,
+    EntrySummary,
+    ErasedStore,
     EraseRequest,
     EraseResult,
     ListEntriesResponse,
     SearchRequest,
     SearchResponse,
+    SearchResult,
 )
 from catalog.errors import InvalidParameter
-from catalog.inputs import MAX_SCOPE, NO_CONTROL
-from catalog.names import MAX_FULL_NAME, STORE_FULL_NAME_PATTERN
+from catalog.keys import (
+    MAX_PATH,
+    MAX_SCOPES,
+    PATH_PATTERN,
+    PREFIX_PATTERN,
+    SCOPE_SCHEMA,
+    PathParam,
+    RequiredScopeParam,
+    ScopeParam,
+    SessionParam,
+    StoreFullNameParam,
+    validate_scopes,
+)
 from catalog.openapi import Empty, errors
 from catalog.pagination import PageSize, PageToken
-from catalog.search.service import search_entries
 
 Req = Request[Any, Any, Any]
 Ctx = NamedDependency[Context]
+StoreFullName = StoreFullNameParam
+EntryPath = PathParam
+SessionId = SessionParam
+RequiredScope = RequiredScopeParam
 
-_SCOPE_SCHEMA = {"minLength": 1, "maxLength": MAX_SCOPE, "pattern": NO_CONTROL}
-_SCOPE_TEXT = "whose memories (a user, an agent, a team): 1-256 characters, no control characters"
-# `scope` is a name Litestar reserves (the ASGI scope), so the query parameter is mapped explicitly;
-# its rules are checked by the service (entries.service.validate_scope), which names `scope`.
-ScopeParam = Annotated[
-    str | None, QueryParameter(name="scope", description=_SCOPE_TEXT, schema_extra=_SCOPE_SCHEMA)
-]
-RequiredScope = Annotated[
-    str, QueryParameter(name="scope", description=_SCOPE_TEXT, schema_extra=_SCOPE_SCHEMA)
-]
-StoreFullName = Annotated[
-    str,
-    Parameter(pattern=STORE_FULL_NAME_PATTERN, max_length=MAX_FULL_NAME, description="catalog.schema.store"),
-]
-EntryPath = Annotated[
-    str,
-    Parameter(
-        pattern=PATH_PATTERN,
-        max_length=MAX_PATH,
-        description="an absolute path: no empty, '.' or '..' segments, no control characters",
-    ),
-]
-SessionId = Annotated[
-    str | None,
-    Parameter(
-        min_length=1,
-        max_length=MAX_SESSION,
-        pattern=SESSION_PATTERN,
-        description="a session within the scope",
-    ),
-]
-# If-Match is parsed by the service (entries.service.parse_if_match), which names `If-Match`.
+# `"3"`, `W/"3"`, `3`, `*` or empty: an ETag this API returned (versions fit in a bigint)
+IF_MATCH_PATTERN = r'^(\*|(W/)?"[0-9]{1,18}"|[0-9]{1,18})?$'
+_IF_MATCH = re.compile(IF_MATCH_PATTERN)
 IfMatch = Annotated[
     str | None,
     HeaderParameter(
         name="If-Match",
         description="the ETag of the version this change expects; 409 ABORTED when the entry moved on",
-        schema_extra={"pattern": service.IF_MATCH_PATTERN},
+        schema_extra={"pattern": IF_MATCH_PATTERN},
     ),
 ]
+
+
+def parse_if_match(value: str | None) -> int | None:
+    if value is None or value in ("", "*"):
+        return None
+    if not _IF_MATCH.fullmatch(value):
+        raise InvalidParameter("If-Match must be an ETag returned by this API (or *)", "If-Match")
+    return int(value.removeprefix("W/").strip('"'))
+
+
+# --- replies ---------------------------------------------------------------------------------------
+
+
+def to_entry(row: EntryRow, *, readable: bool = True) -> Entry:
+    """The entry as answered; `readable=False` (a caller who may write but not read) leaves out
+    everything it holds: only its key, times, authors and etag are acknowledged."""
+    return Entry(
+        scope=row.scope,
+        path=row.path,
+        session_id=row.session_id or None,
+        contents=row.contents if readable else None,
+        description=row.description if readable else None,
+        source_type=row.source_type if readable else None,
+        created_at=row.created_at,
+        created_by=row.created_by,
+        updated_at=row.updated_at,
+        updated_by=row.updated_by,
+        etag=str(row.version),
+    )
+
+
+def _summary(row: EntryRow, many: bool) -> EntrySummary:
+    return EntrySummary(
+        path=row.path,
+        description=row.description,
+        has_contents=row.has_contents,
+        session_id=row.session_id or None,
+        updated_at=row.updated_at,
+        scope=row.scope if many else None,
+    )
+
+
+def _write(full_name: str, scope: str | None, body: EntryCreate) -> ops.Write:
+    """`{path, contents?, ...}` with `?scope=`, or `{scope, memory_entry: {...}}`."""
+    fields: EntryFields = body
+    if body.memory_entry is not None:
+        if body.path is not None or body.contents is not None:
+            raise InvalidParameter(
+                "give the entry either at the top level or as memory_entry", "memory_entry"
+            )
+        fields = body.memory_entry
+    if body.scope is not None and scope is not None and body.scope != scope:
+        raise InvalidParameter("scope in the query and in the body differ", "scope")
+    return ops.Write(
+        store=full_name,
+        key=ops.ByKey(
+            scope=scope if scope is not None else body.scope or "",
+            path=fields.path or "",
+            session_id=fields.session_id,
+        ),
+        contents=fields.contents,
+        description=fields.description,
+        source_type=fields.source_type,
+        mode=fields.write_mode or "EXCLUSIVE",
+        derived_from=tuple(
+            ops.Source(
+                store=ref.memory_store,
+                key=ops.ByKey(scope=ref.scope, path=ref.path, session_id=ref.session_id),
+            )
+            for ref in fields.derived_from or ()
+        ),
+    )
+
+
+def _change(body: EntryEdit) -> ops.Change | None:
+    given = [op for op in (body.str_replace, body.insert, body.replace_all, body.append) if op is not None]
+    if len(given) > 1:
+        raise InvalidParameter("give one of str_replace, insert, replace_all, append", "str_replace")
+    if body.str_replace is not None:
+        return ops.StrReplace(old=body.str_replace.old_str, new=body.str_replace.new_str)
+    if body.insert is not None:
+        return ops.Insert(text=body.insert.insert_text, line=body.insert.insert_line)
+    if body.replace_all is not None:
+        return ops.ReplaceAll(contents=body.replace_all.contents)
+    if body.append is not None:
+        return ops.Append(text=body.append.text)
+    return None
+
+
 ETAG = [
     ResponseHeader(
         name="ETag",
@@ -107,7 +181,8 @@ async def create_entry(
     data: JSONBody[EntryCreate],
     entry_scope: ScopeParam = None,
 ) -> Response[Entry]:
-    return _with_etag(await service.create_entry(ctx, request.user, full_name, entry_scope, data))
+    written = await service.write(ctx, request.user, _write(full_name, entry_scope, data))
+    return _with_etag(to_entry(written.row, readable=written.readable))
 
 
 @get("/{full_name:str}/entries:get", operation_id="getEntry", response_headers=ETAG, responses=errors(404))
@@ -119,7 +194,8 @@ async def get_entry(
     path: EntryPath,
     session_id: SessionId = None,
 ) -> Response[Entry]:
-    return _with_etag(await service.get_entry(ctx, request.user, full_name, entry_scope, path, session_id))
+    key = ops.ByKey(scope=entry_scope, path=path, session_id=session_id)
+    return _with_etag(to_entry(await service.get(ctx, request.user, ops.Get(store=full_name, target=key))))
 
 
 @get("/{full_name:str}/entries", operation_id="listEntries", responses=errors(404))
@@ -133,7 +209,7 @@ async def list_entries(
         Parameter(
             max_items=MAX_SCOPES,
             description="several scopes at once (with or instead of `scope`; at most 20 in all)",
-            schema_extra={"items": {"type": "string", **_SCOPE_SCHEMA}},
+            schema_extra={"items": {"type": "string", **SCOPE_SCHEMA}},
         ),
     ] = None,
     path_prefix: Annotated[
@@ -143,15 +219,18 @@ async def list_entries(
     page_size: PageSize = None,
     page_token: PageToken = None,
 ) -> ListEntriesResponse:
-    return await service.list_entries(
-        ctx,
-        request.user,
-        full_name,
-        service.validate_scopes(entry_scope, scopes),
-        path_prefix,
-        session_id,
-        page_size,
-        page_token,
+    listing = ops.List(
+        store=full_name,
+        scopes=tuple(validate_scopes(entry_scope, scopes)),
+        path_prefix=path_prefix,
+        session_id=session_id,
+        page_size=page_size,
+        page_token=page_token,
+    )
+    page = await service.list_entries(ctx, request.user, listing)
+    many = len(listing.scopes) > 1
+    return ListEntriesResponse(
+        entries=[_summary(row, many) for row in page.rows], next_page_token=page.next_page_token
     )
 
 
@@ -164,7 +243,15 @@ async def list_entries(
 async def update_entry(
     request: Req, ctx: Ctx, full_name: StoreFullName, data: JSONBody[EntryEdit], if_match: IfMatch = None
 ) -> Response[Entry]:
-    return _with_etag(await service.edit_entry(ctx, request.user, full_name, data, if_match))
+    edit = ops.Edit(
+        store=full_name,
+        target=ops.ByKey(scope=data.scope, path=data.path, session_id=data.session_id),
+        change=_change(data),
+        description=data.description,
+        if_match=parse_if_match(if_match),
+    )
+    written = await service.edit(ctx, request.user, edit)
+    return _with_etag(to_entry(written.row, readable=written.readable))
 
 
 @delete("/{full_name:str}/entries", status_code=200, operation_id="deleteEntry", responses=errors(404, 409))
@@ -185,9 +272,14 @@ async def delete_entry(
     if all:
         if path is not None:
             raise InvalidParameter("give path or all=true, not both", "path")
-        await service.delete_scope(ctx, request.user, full_name, entry_scope)
+        await service.delete_scope(ctx, request.user, ops.DeleteScope(store=full_name, scope=entry_scope))
         return Empty()
-    await service.delete_entry(ctx, request.user, full_name, entry_scope, path, session_id, if_match)
+    if path is None:
+        raise InvalidParameter("path is required (or all=true)", "path")
+    target = ops.ByKey(scope=entry_scope, path=path, session_id=session_id)
+    await service.delete(
+        ctx, request.user, ops.Delete(store=full_name, target=target, if_match=parse_if_match(if_match))
+    )
     return Empty()
 
 
@@ -200,12 +292,27 @@ async def delete_entry(
 async def search(
     request: Req, ctx: Ctx, full_name: StoreFullName, data: JSONBody[SearchRequest]
 ) -> SearchResponse:
-    return await search_entries(ctx, request.user, full_name, data)
+    query = ops.Search(
+        store=full_name,
+        scopes=tuple(validate_scopes(data.scope, data.scopes)),
+        query=data.query,
+        top_k=data.top_k,
+        path_prefix=data.path_prefix,
+        session_id=data.session_id,
+        min_score=data.min_score,
+        mode=data.mode,
+    )
+    hits = await service.search(ctx, request.user, query)
+    return SearchResponse(
+        results=[SearchResult(memory_entry=to_entry(row), score=score) for row, score in hits]
+    )
 
 
 @post("/erase-scope", status_code=200, operation_id="eraseScope", responses=errors(413))
 async def erase_scope(request: Req, ctx: Ctx, data: JSONBody[EraseRequest]) -> EraseResult:
-    return await service.erase_scope(ctx, request.user, data.scope)
+    erased = await service.erase(ctx, request.user, ops.Erase(scope=data.scope))
+    stores = [ErasedStore(memory_store=store, deleted=count) for store, count in erased]
+    return EraseResult(scope=data.scope, deleted=sum(s.deleted for s in stores), stores=stores)
 
 
 router = routing.router(

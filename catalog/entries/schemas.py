@@ -2,54 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 
-from catalog.inputs import NO_CONTROL, NO_NUL, NOT_BLANK, Scope
+from catalog.entries.operations import SearchMode, WriteMode
+from catalog.inputs import NO_NUL, NOT_BLANK, Scope
+from catalog.keys import MAX_SCOPES, EntryPath, PathPrefix, SessionId
 from catalog.names import StoreFullName
 
-MAX_PATH = 1024
-MAX_SESSION = 256
 MAX_CONTENTS = 512 * 1024  # characters
 MAX_DESCRIPTION = 4096
 MAX_SOURCE_TYPE = 64
 MAX_QUERY = 4096
-MAX_SCOPES = 20
 MAX_TOP_K = 100
 MAX_SOURCES = 100
 
-WriteMode = Literal["EXCLUSIVE", "OVERWRITE", "APPEND"]
-SearchMode = Literal["hybrid", "keyword", "semantic"]
-
-# An absolute path of segments that are neither empty, '.' nor '..', without control characters.
-_SEGMENT = (
-    r"([^/\x00-\x1f\x7f.][^/\x00-\x1f\x7f]*|\.[^/\x00-\x1f\x7f.][^/\x00-\x1f\x7f]*|\.\.[^/\x00-\x1f\x7f]+)"
-)
-PATH_PATTERN = rf"^(/{_SEGMENT})+$"
-PREFIX_PATTERN = r"^(/[^\x00]*)?$"
-SESSION_PATTERN = NO_CONTROL
-
-EntryPath = Annotated[
-    str,
-    msgspec.Meta(
-        max_length=MAX_PATH,
-        pattern=PATH_PATTERN,
-        description="an absolute path ('/notes/a.md'): no empty, '.' or '..' segments, no control characters",
-    ),
-]
-PathPrefix = Annotated[
-    str, msgspec.Meta(max_length=MAX_PATH, pattern=PREFIX_PATTERN, description="'' or a path prefix from '/'")
-]
-SessionId = Annotated[
-    str,
-    msgspec.Meta(
-        min_length=1,
-        max_length=MAX_SESSION,
-        pattern=SESSION_PATTERN,
-        description="a session within the scope: 1-256 characters, no control characters",
-    ),
-]
 # Too long is 413 (PAYLOAD_TOO_LARGE), answered by the service: the length is documented here.
 Contents = Annotated[str, msgspec.Meta(pattern=NO_NUL, extra_json_schema={"maxLength": MAX_CONTENTS})]
 Description = Annotated[str, msgspec.Meta(pattern=NO_NUL, extra_json_schema={"maxLength": MAX_DESCRIPTION})]

@@ -1,37 +1,37 @@
-"""Entries: validate, authorize on the store, write in one statement, embed, index.
+"""Entries: the one owner of entry behaviour. Each operation (`catalog.entries.operations`) is
+validated, authorized on its store through the access seam, held to the store's scope binding,
+and run here; both dialects only build operations and shape the replies.
 
-Keys: (store, scope, session or none, path). Versions give optimistic concurrency: every change
-bumps `version`, answered as the ETag; `If-Match` with a stale version is 409 ABORTED.
+Rules:
+- an entry's key is (store, scope, session or none, path); every write is one statement (or a
+  row-locked read-modify-write for edits), so concurrent writers never lose an update;
+- versions give optimistic concurrency: every change bumps `version` (the ETag); an expected
+  version that is stale is 409 ABORTED;
+- a caller holding WRITE but not READ learns nothing of what a store holds: its writes are
+  acknowledged without contents, an edit that depends on the text needs READ too, and its APPEND
+  is never deduplicated (whether it changed the entry would say what the entry held);
+- a search ranks in the engine (`catalog.search`) and every hit is re-read here, so a deleted
+  entry or an old version is never answered.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import asyncpg
-
-from catalog.audit.writer import audited, note_result
+from catalog.auditlog import audited, note_result
 from catalog.auth import Principal
 from catalog.context import Context
+from catalog.entries import operations as ops
 from catalog.entries import repo
+from catalog.entries.repo import EntryRow, Fields, Key
 from catalog.entries.schemas import (
     MAX_CONTENTS,
     MAX_DESCRIPTION,
-    MAX_PATH,
-    MAX_SCOPES,
-    MAX_SESSION,
+    MAX_QUERY,
     MAX_SOURCE_TYPE,
-    Entry,
-    EntryCreate,
-    EntryEdit,
-    EntryFields,
-    EntrySummary,
-    ErasedStore,
-    EraseResult,
-    ListEntriesResponse,
+    MAX_SOURCES,
+    MAX_TOP_K,
 )
 from catalog.errors import (
     Aborted,
@@ -41,123 +41,63 @@ from catalog.errors import (
     PayloadTooLarge,
     PermissionDenied,
 )
-from catalog.governance import Securable, SecurableType, action
-from catalog.inputs import MAX_SCOPE, has_control
-from catalog.lineage import service as lineage
+from catalog.governance import Securable, SecurableType
+from catalog.keys import (
+    validate_path,
+    validate_path_prefix,
+    validate_scope,
+    validate_scopes,
+    validate_session,
+)
+from catalog.lineage import EntryRef
+from catalog.lineage import record as record_lineage
 from catalog.names import split_full_name
-from catalog.namespace.repo import locate, store_binding
+from catalog.namespace.service import scope_binding
 from catalog.pagination import Pages, page_size
+from catalog.search import Query
 
-Key = tuple[str, str, str, str]
-# `"3"`, `W/"3"`, `3`, `*` or empty: an ETag this API returned (versions fit in a bigint)
-IF_MATCH_PATTERN = r'^(\*|(W/)?"[0-9]{1,18}"|[0-9]{1,18})?$'
-_IF_MATCH = re.compile(IF_MATCH_PATTERN)
+MIN_CANDIDATES = 30  # taken from each search mode before fusion (LoCoMo scores the same with more)
+
+
+@dataclass(frozen=True)
+class Written:
+    row: EntryRow  # the entry as stored
+    readable: bool  # whether the caller may also read it (else answer no contents)
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[EntryRow]
+    next_page_token: str | None
 
 
 # --- validation ------------------------------------------------------------------------------------
 
 
-def validate_path(path: str | None, field: str = "path") -> str:
-    if not path:
-        raise InvalidParameter(f"{field} is required", field)
-    if len(path) > MAX_PATH:
-        raise InvalidParameter(f"{field} must be at most {MAX_PATH} characters", field)
-    if not path.startswith("/"):
-        raise InvalidParameter(f"{field} must be absolute (start with '/')", field)
-    if any(ord(c) < 32 or ord(c) == 127 for c in path):
-        raise InvalidParameter(f"{field} must not contain control characters", field)
-    for segment in path[1:].split("/"):
-        if segment in ("", ".", ".."):
-            raise InvalidParameter(f"{field} must not contain empty, '.' or '..' segments", field)
-    return path
-
-
-def validate_path_prefix(prefix: str | None, field: str = "path_prefix") -> str | None:
-    if prefix is None or prefix == "":
-        return None
-    if len(prefix) > MAX_PATH or not prefix.startswith("/"):
-        raise InvalidParameter(f"{field} must start with '/' and be at most {MAX_PATH} characters", field)
-    return prefix
-
-
-def _printable(value: str | None, field: str, limit: int) -> str:
-    if value is None or value == "":
-        raise InvalidParameter(f"{field} is required and must not be empty", field)
-    if len(value) > limit:
-        raise InvalidParameter(f"{field} must be at most {limit} characters", field)
-    if has_control(value):
-        raise InvalidParameter(f"{field} must not contain control characters", field)
-    return value
-
-
-def validate_scope(scope: str | None, field: str = "scope") -> str:
-    return _printable(scope, field, MAX_SCOPE)
-
-
-def validate_scopes(scope: str | None, scopes: list[str] | None) -> list[str]:
-    found: list[str] = []
-    if scope is not None:
-        found.append(validate_scope(scope))
-    for i, item in enumerate(scopes or []):
-        found.append(validate_scope(item, f"scopes[{i}]"))
-    if not found:
-        raise InvalidParameter("scope (or scopes) is required", "scope")
-    unique = list(dict.fromkeys(found))
-    if len(unique) > MAX_SCOPES:
-        raise InvalidParameter(f"at most {MAX_SCOPES} scopes per request", "scopes")
-    return unique
-
-
-def validate_session(session_id: str | None, field: str = "session_id") -> str:
-    """'' stands for "no session"."""
-    return "" if session_id is None else _printable(session_id, field, MAX_SESSION)
-
-
-def _text(value: str | None, field: str, limit: int) -> str | None:
+def text(value: str | None, field: str, limit: int) -> str | None:
+    """Any text field over its limit is 413 naming it."""
     if value is not None and len(value) > limit:
-        raise PayloadTooLarge(f"{field} must be at most {limit} characters")
+        raise PayloadTooLarge(f"{field} must be at most {limit} characters", field)
     return value
 
 
-def _fields(body: EntryFields) -> dict[str, Any]:
-    source_type = body.source_type
+def _fields(op: ops.Write) -> Fields:
+    source_type = op.source_type
     if source_type is not None and (not source_type or len(source_type) > MAX_SOURCE_TYPE):
         raise InvalidParameter(f"source_type must be 1-{MAX_SOURCE_TYPE} characters", "source_type")
-    return {
-        "contents": _text(body.contents, "contents", MAX_CONTENTS),
-        "description": _text(body.description, "description", MAX_DESCRIPTION),
-        "source_type": source_type,
-    }
+    return Fields(
+        contents=text(op.contents, "contents", MAX_CONTENTS),
+        description=text(op.description, "description", MAX_DESCRIPTION),
+        source_type=source_type,
+    )
 
 
-def check_sizes(contents: str | None, description: str | None) -> None:
-    _text(contents, "contents", MAX_CONTENTS)
-    _text(description, "description", MAX_DESCRIPTION)
-
-
-def parse_if_match(value: str | None) -> int | None:
-    if value is None or value in ("", "*"):
-        return None
-    if not _IF_MATCH.fullmatch(value):
-        raise InvalidParameter("If-Match must be an ETag returned by this API (or *)", "If-Match")
-    return int(value.removeprefix("W/").strip('"'))
-
-
-def to_entry(row: asyncpg.Record, *, readable: bool = True) -> Entry:
-    """The entry as answered; `readable=False` (a caller who may write but not read) leaves out
-    everything it holds: only its key, times, authors and etag are acknowledged."""
-    return Entry(
-        scope=row["scope"],
-        path=row["path"],
-        session_id=row["session_id"] or None,
-        contents=row["contents"] if readable else None,
-        description=row["description"] if readable else None,
-        source_type=row["source_type"] if readable else None,
-        created_at=row["created_at"],
-        created_by=row["created_by"],
-        updated_at=row["updated_at"],
-        updated_by=row["updated_by"],
-        etag=str(row["version"]),
+def _key(store: Securable, key: ops.ByKey, prefix: str = "") -> Key:
+    return (
+        store.node.id,
+        validate_scope(key.scope, f"{prefix}scope"),
+        validate_session(key.session_id, f"{prefix}session_id"),
+        validate_path(key.path, f"{prefix}path"),
     )
 
 
@@ -165,24 +105,27 @@ def to_entry(row: asyncpg.Record, *, readable: bool = True) -> Entry:
 
 
 async def resolve_store(
-    ctx: Context, principal: Principal, full_name: str, action_name: str, scopes: Sequence[str] | None = None
+    ctx: Context,
+    principal: Principal,
+    full_name: str,
+    action_name: str,
+    scopes: Sequence[str] | None = None,
+    *,
+    field: str = "memory_store",
 ) -> Securable:
     """Authorize `action_name` on the store, then hold the scopes to its scope binding."""
-    parts = split_full_name(full_name, 3)
-    securable = await locate(ctx.pool, ctx.metastore, SecurableType.MEMORY_STORE, parts)
-    await ctx.authorizer.ensure(principal, action(action_name), securable)
-    if not securable.exists:
-        raise NotFound(f"memory store {securable.full_name} does not exist")
+    parts = split_full_name(full_name, 3, field)
+    store = await ctx.access.resolve(principal, action_name, SecurableType.MEMORY_STORE, parts)
     if scopes is not None:
-        await check_binding(ctx, principal, securable, scopes)
-    return securable
+        await check_binding(ctx, principal, store, scopes)
+    return store
 
 
 async def check_binding(ctx: Context, principal: Principal, store: Securable, scopes: Sequence[str]) -> None:
     """With `scope_binding = end_user`, a request may only touch the scope equal to its verified
     end user (the token's `on_behalf_of`, else its subject), composite scopes `<user>:...`, and
     the store's shared scopes."""
-    binding, shared = await store_binding(ctx.pool, store.node.id)
+    binding, shared = await scope_binding(ctx, store)
     if binding != "end_user":
         return
     identity = principal.on_behalf_of or principal.name
@@ -195,74 +138,85 @@ async def check_binding(ctx: Context, principal: Principal, store: Securable, sc
         )
 
 
-def may_read(ctx: Context, principal: Principal, store: Securable) -> bool:
-    """Whether the caller may read the store's entries (asked without recording a decision: the
-    answer only decides how much of a write's result is shown)."""
-    return ctx.authorizer.authorize(principal, action("entries.read"), store).allowed
-
-
-async def ensure_may_read(ctx: Context, principal: Principal, store: Securable, what: str) -> None:
-    """An edit whose outcome depends on the entry's text needs READ too (else its success or
-    failure would tell a write-only caller what the entry holds)."""
+async def _ensure_may_read(ctx: Context, principal: Principal, store: Securable, what: str) -> None:
     try:
-        await ctx.authorizer.ensure(principal, action("entries.read"), store)
+        await ctx.access.check(principal, "entries.read", store)
     except PermissionDenied as exc:
         raise PermissionDenied(f"{what} reads the entry's text: {exc.message}") from None
 
 
-def after_write(ctx: Context) -> None:
+async def _find(ctx: Context, principal: Principal, store: Securable, target: ops.Target) -> EntryRow:
+    """The entry a target names (its scope held to the binding), or 404."""
+    if isinstance(target, ops.ByKey):
+        key = _key(store, target)
+        await check_binding(ctx, principal, store, [key[1]])
+        row = await repo.get(ctx.pool, key)
+        if row is None:
+            raise NotFound(f"no entry at {key[3]} in scope {key[1]}")
+        return row
+    row = await repo.get_by_id(ctx.pool, store.node.id, target.entry_id)
+    if row is None:
+        raise NotFound(f"memory entry {target.entry_id} does not exist")
+    await check_binding(ctx, principal, store, [row.scope])
+    return row
+
+
+def _written(ctx: Context) -> None:
     """Wake the indexer and the embedding worker (a search waits for them: read-your-writes)."""
     assert ctx.search is not None
     ctx.search.written()
 
 
+async def _sources(ctx: Context, principal: Principal, refs: Sequence[ops.Source]) -> list[EntryRow]:
+    """Each `derived_from` source must exist (400 naming `derived_from[i]`, whether its store or
+    its entry is missing) and be readable by the caller (403, also when a missing store's parents
+    are not usable: no existence leak)."""
+    if len(refs) > MAX_SOURCES:
+        raise InvalidParameter(f"at most {MAX_SOURCES} sources in derived_from", "derived_from")
+    rows = []
+    for i, ref in enumerate(refs):
+        field = f"derived_from[{i}]"
+        scope = validate_scope(ref.key.scope, f"{field}.scope")
+        try:
+            store = await resolve_store(
+                ctx, principal, ref.store, "entries.read", [scope], field=f"{field}.memory_store"
+            )
+        except NotFound:
+            raise InvalidParameter(f"{field}: memory store {ref.store} does not exist", field) from None
+        key = _key(store, ref.key, f"{field}.")
+        row = await repo.get(ctx.pool, key)
+        if row is None:
+            raise InvalidParameter(f"{field}: no entry at {key[3]} in scope {key[1]} of {ref.store}", field)
+        rows.append(row)
+    return rows
+
+
+def _ref(row: EntryRow) -> EntryRef:
+    return EntryRef(
+        id=row.id, store_id=row.store_id, scope=row.scope, session_id=row.session_id, path=row.path
+    )
+
+
 # --- operations --------------------------------------------------------------------------------------
 
 
-async def create_entry(
-    ctx: Context, principal: Principal, full_name: str, scope: str | None, body: EntryCreate
-) -> Entry:
-    written = await write_entry(ctx, principal, full_name, scope, body)
-    return to_entry(written.row, readable=written.readable)
-
-
-@dataclass(frozen=True)
-class Written:
-    row: asyncpg.Record  # the entry as stored
-    readable: bool  # whether the writer may also read it (else answer no contents)
-
-
-async def write_entry(
-    ctx: Context, principal: Principal, full_name: str, scope: str | None, body: EntryCreate
-) -> Written:
-    """Create (or overwrite, or append to) an entry."""
-    fields_body: EntryFields = body
-    if body.memory_entry is not None:
-        if body.path is not None or body.contents is not None:
-            raise InvalidParameter(
-                "give the entry either at the top level or as memory_entry", "memory_entry"
-            )
-        fields_body = body.memory_entry
-    if body.scope is not None and scope is not None and body.scope != scope:
-        raise InvalidParameter("scope in the query and in the body differ", "scope")
-    key_scope = validate_scope(scope if scope is not None else body.scope)
-    path = validate_path(fields_body.path)
-    session = validate_session(fields_body.session_id)
-    fields = _fields(fields_body)
-    mode = fields_body.write_mode or "EXCLUSIVE"
-    if mode == "APPEND" and not fields["contents"]:
+async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
+    """Create (EXCLUSIVE), overwrite or append to an entry, with its lineage."""
+    scope = validate_scope(op.key.scope)
+    fields = _fields(op)
+    if op.mode == "APPEND" and not fields.contents:
         raise InvalidParameter("write_mode APPEND needs contents to append", "contents")
-    store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
-    readable = may_read(ctx, principal, store)
-    sources = await lineage.resolve_sources(ctx, principal, fields_body.derived_from)
-    key: Key = (store.node.id, key_scope, session, path)
+    store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
+    key = _key(store, op.key)
+    readable = ctx.access.visible(principal, "entries.read", store)
+    sources = await _sources(ctx, principal, op.derived_from)
     async with audited(ctx.pool) as conn:
         note_result(1)
-        if mode == "EXCLUSIVE":
+        if op.mode == "EXCLUSIVE":
             row = await repo.insert_exclusive(conn, key, fields, principal.name)
             if row is None:
-                raise AlreadyExists(f"an entry already exists at {path} in scope {key_scope}")
-        elif mode == "OVERWRITE":
+                raise AlreadyExists(f"an entry already exists at {key[3]} in scope {scope}")
+        elif op.mode == "OVERWRITE":
             row = await repo.upsert_overwrite(conn, key, fields, principal.name)
         else:
             row = await repo.upsert_append(conn, key, fields, principal.name, dedupe=readable)
@@ -271,232 +225,188 @@ async def write_entry(
                 if row is None:
                     raise Aborted("the entry changed concurrently; retry")
                 return Written(row, readable)
-        await lineage.record(conn, principal, row, sources)
-    after_write(ctx)
+        await record_lineage(conn, principal.name, _ref(row), [_ref(s) for s in sources])
+    _written(ctx)
     return Written(row, readable)
 
 
-async def get_entry(
-    ctx: Context,
-    principal: Principal,
-    full_name: str,
-    scope: str | None,
-    path: str | None,
-    session_id: str | None,
-) -> Entry:
-    key_scope, key_path, session = validate_scope(scope), validate_path(path), validate_session(session_id)
-    store = await resolve_store(ctx, principal, full_name, "entries.read", [key_scope])
-    row = await repo.get(ctx.pool, (store.node.id, key_scope, session, key_path))
-    if row is None:
-        raise NotFound(f"no entry at {key_path} in scope {key_scope}")
+async def get(ctx: Context, principal: Principal, op: ops.Get) -> EntryRow:
+    scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
+    store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
+    row = await _find(ctx, principal, store, op.target)
     note_result(1)
-    return to_entry(row)
+    return row
 
 
 Cursor = tuple[str, str, str]  # the (path, scope, session) a page of entries ends at
 
 
-def entry_pages(
-    ctx: Context,
-    dialect: str,
-    store: str,
-    scopes: Sequence[str],
-    session: str | None,
-    prefix: str | None,
-    exact_path: str | None = None,
-) -> Pages:
-    """The page tokens of one listing of entries: bound to the store and every filter."""
-    return Pages(
+async def list_entries(ctx: Context, principal: Principal, op: ops.List) -> Page:
+    """One page in (path, scope, session) order; its token is good only for the same listing."""
+    scopes = validate_scopes(None, op.scopes)
+    prefix = validate_path_prefix(op.path_prefix)
+    exact = validate_path(op.exact_path) if op.exact_path else None
+    session = validate_session(op.session_id) if op.session_id is not None else None
+    cap = op.max_page or ctx.settings.page_cap
+    default = min(ctx.settings.page_default, cap)
+    limit = page_size(op.page_size, default=default, cap=cap, field="page_size")
+    store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
+    pages = Pages(
         ctx.pool,
-        f"{dialect}.entries",
-        store=store,
+        f"{op.listing}.entries",
+        store=store.full_name,
         scopes=sorted(scopes),
         session=session,
         prefix=prefix,
-        path=exact_path,
+        path=exact,
     )
-
-
-async def page_of_entries(
-    ctx: Context,
-    store_id: str,
-    scopes: Sequence[str],
-    session: str | None,
-    prefix: str | None,
-    limit: int,
-    pages: Pages,
-    page_token: str | None,
-    exact_path: str | None = None,
-) -> tuple[list[asyncpg.Record], str | None]:
-    """One page of entries in (path, scope, session) order, and the token for the next one."""
-    after = await pages.after(page_token, Cursor)
-    rows = await repo.list_entries(ctx.pool, store_id, scopes, session, prefix, after, limit + 1, exact_path)
+    after = await pages.after(op.page_token, Cursor)
+    rows = await repo.list_entries(ctx.pool, store.node.id, scopes, session, prefix, after, limit + 1, exact)
     page = rows[:limit]
     note_result(len(page))
     if len(rows) <= limit:
-        return page, None
+        return Page(page, None)
     last = page[-1]
-    return page, await pages.token([last["path"], last["scope"], last["session_id"]])
+    return Page(page, await pages.token([last.path, last.scope, last.session_id]))
 
 
-async def list_entries(
-    ctx: Context,
-    principal: Principal,
-    full_name: str,
-    scopes: list[str],
-    path_prefix: str | None,
-    session_id: str | None,
-    size: int | None,
-    page_token: str | None,
-) -> ListEntriesResponse:
-    prefix = validate_path_prefix(path_prefix)
-    session = validate_session(session_id) if session_id is not None else None
-    limit = page_size(size, default=ctx.settings.page_default, cap=ctx.settings.page_cap, field="page_size")
-    store = await resolve_store(ctx, principal, full_name, "entries.read", scopes)
-    pages = entry_pages(ctx, "uc", store.full_name, scopes, session, prefix)
-    page, token = await page_of_entries(ctx, store.node.id, scopes, session, prefix, limit, pages, page_token)
-    many = len(scopes) > 1
-    return ListEntriesResponse(
-        entries=[
-            EntrySummary(
-                path=row["path"],
-                description=row["description"],
-                has_contents=row["has_contents"],
-                session_id=row["session_id"] or None,
-                updated_at=row["updated_at"],
-                scope=row["scope"] if many else None,
-            )
-            for row in page
-        ],
-        next_page_token=token,
-    )
-
-
-def _edit(current: str | None, body: EntryEdit) -> str | None:
-    operations = [
-        op for op in (body.str_replace, body.insert, body.replace_all, body.append) if op is not None
-    ]
-    if len(operations) > 1:
-        raise InvalidParameter("give one of str_replace, insert, replace_all, append", "str_replace")
-    text = current or ""
-    if body.str_replace is not None:
-        old = body.str_replace.old_str
-        if not old:
+def _apply(current: str | None, change: ops.Change | None) -> str | None:
+    text_now = current or ""
+    if isinstance(change, ops.StrReplace):
+        if not change.old:
             raise InvalidParameter("str_replace.old_str must not be empty", "str_replace.old_str")
-        count = text.count(old)
+        count = text_now.count(change.old)
         if count != 1:
             where = "does not occur" if count == 0 else f"occurs {count} times"
             raise InvalidParameter(
                 f"str_replace.old_str {where} in the contents; it must occur exactly once",
                 "str_replace.old_str",
             )
-        return text.replace(old, body.str_replace.new_str, 1)
-    if body.insert is not None:
-        lines = text.split("\n") if text else []
-        at = body.insert.insert_line
-        if not 0 <= at <= len(lines):
+        return text_now.replace(change.old, change.new, 1)
+    if isinstance(change, ops.Insert):
+        lines = text_now.split("\n") if text_now else []
+        if not 0 <= change.line <= len(lines):
             raise InvalidParameter(
                 f"insert.insert_line must be between 0 and {len(lines)}", "insert.insert_line"
             )
-        new_lines = body.insert.insert_text.split("\n")
-        return "\n".join(lines[:at] + new_lines + lines[at:])
-    if body.replace_all is not None:
-        return body.replace_all.contents
-    if body.append is not None:
-        if not text:
-            return body.append.text
-        return text + ("" if text.endswith("\n") else "\n") + body.append.text
+        return "\n".join(lines[: change.line] + change.text.split("\n") + lines[change.line :])
+    if isinstance(change, ops.ReplaceAll):
+        return change.contents
+    if isinstance(change, ops.Append):
+        if not text_now:
+            return change.text
+        return text_now + ("" if text_now.endswith("\n") else "\n") + change.text
     return current
 
 
-async def edit_entry(
-    ctx: Context, principal: Principal, full_name: str, body: EntryEdit, if_match: str | None
-) -> Entry:
-    key_scope, key_path, session = (
-        validate_scope(body.scope),
-        validate_path(body.path),
-        validate_session(body.session_id),
-    )
-    expected = parse_if_match(if_match)
-    description = _text(body.description, "description", MAX_DESCRIPTION)
-    for op, field in ((body.replace_all, "replace_all.contents"),):
-        if op is not None:
-            _text(op.contents, field, MAX_CONTENTS)
-    if (
-        all(op is None for op in (body.str_replace, body.insert, body.replace_all, body.append))
-        and description is None
-    ):
+_READS_TEXT = {ops.StrReplace: "str_replace", ops.Insert: "insert"}
+
+
+async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
+    """One change to the contents and/or the description, under the row's lock."""
+    description = text(op.description, "description", MAX_DESCRIPTION)
+    if isinstance(op.change, ops.ReplaceAll):
+        text(op.change.contents, "replace_all.contents", MAX_CONTENTS)
+    if op.change is None and description is None and not op.set_description:
         raise InvalidParameter("nothing to change: give description or one edit operation", "description")
-    store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
-    readable = may_read(ctx, principal, store)
-    if body.str_replace is not None:
-        await ensure_may_read(ctx, principal, store, "str_replace")
-    if body.insert is not None:
-        await ensure_may_read(ctx, principal, store, "insert")
-    key: Key = (store.node.id, key_scope, session, key_path)
+    scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
+    store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
+    readable = ctx.access.visible(principal, "entries.read", store)
+    if op.change is not None and type(op.change) in _READS_TEXT:
+        await _ensure_may_read(ctx, principal, store, _READS_TEXT[type(op.change)])
+    found = await _find(ctx, principal, store, op.target)
     async with audited(ctx.pool) as conn:
         note_result(1)
-        current = await repo.get(conn, key, for_update=True)
+        current = await repo.get_by_id(conn, store.node.id, found.id, for_update=True)
         if current is None:
-            raise NotFound(f"no entry at {key_path} in scope {key_scope}")
-        if expected is not None and current["version"] != expected:
-            raise Aborted(f"the entry is at version {current['version']}, not {expected}")
-        contents = _edit(current["contents"], body)
-        _text(contents, "contents", MAX_CONTENTS)
+            raise NotFound(f"no entry at {found.path} in scope {found.scope}")
+        if op.if_match is not None and current.version != op.if_match:
+            raise Aborted(f"the entry is at version {current.version}, not {op.if_match}")
+        contents = text(_apply(current.contents, op.change), "contents", MAX_CONTENTS)
+        keep = description is None and not op.set_description
         row = await repo.update_contents(
             conn,
-            current["id"],
-            current["version"],
+            current.id,
+            current.version,
             contents,
-            description if description is not None else current["description"],
+            current.description if keep else description,
             principal.name,
         )
     assert row is not None  # the row lock held the version
-    after_write(ctx)
-    return to_entry(row, readable=readable)
+    _written(ctx)
+    return Written(row, readable)
 
 
-async def delete_scope(ctx: Context, principal: Principal, full_name: str, scope: str | None) -> int:
-    """Erase every entry of one scope in one store (right to be forgotten)."""
-    key_scope = validate_scope(scope)
-    store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
+async def delete(ctx: Context, principal: Principal, op: ops.Delete) -> None:
+    scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
+    store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
+    found = await _find(ctx, principal, store, op.target)
     async with audited(ctx.pool) as conn:
-        deleted = await repo.delete_scope(conn, store.node.id, key_scope)
+        note_result(1)
+        deleted, version = await repo.delete(conn, found.id, op.if_match)
+        if not deleted:
+            if version is None:
+                raise NotFound(f"no entry at {found.path} in scope {found.scope}")
+            raise Aborted(f"the entry is at version {version}, not {op.if_match}")
+    _written(ctx)
+
+
+async def delete_scope(ctx: Context, principal: Principal, op: ops.DeleteScope) -> int:
+    """Every entry of one scope in one store (right to be forgotten); how many."""
+    scope = validate_scope(op.scope)
+    store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
+    async with audited(ctx.pool) as conn:
+        deleted = await repo.delete_scope(conn, store.node.id, scope)
         note_result(deleted)
-    after_write(ctx)
+    _written(ctx)
     return deleted
 
 
-async def erase_scope(ctx: Context, principal: Principal, scope: str) -> EraseResult:
-    """Erase a scope from every store (metastore admin)."""
-    key_scope = validate_scope(scope)
-    securable = await locate(ctx.pool, ctx.metastore, SecurableType.METASTORE, [])
-    await ctx.authorizer.ensure(principal, action("system.erase_scope"), securable)
+async def erase(ctx: Context, principal: Principal, op: ops.Erase) -> list[tuple[str, int]]:
+    """A scope from every store (metastore admin): (store, entries deleted), by store name."""
+    scope = validate_scope(op.scope)
+    await ctx.access.resolve(principal, "system.erase_scope", SecurableType.METASTORE)
     async with audited(ctx.pool) as conn:
-        rows = await repo.erase_scope(conn, key_scope)
-        note_result(sum(row["deleted"] for row in rows))
-    after_write(ctx)
-    stores = [ErasedStore(memory_store=row["memory_store"], deleted=row["deleted"]) for row in rows]
-    return EraseResult(scope=key_scope, deleted=sum(s.deleted for s in stores), stores=stores)
+        erased = await repo.erase_scope(conn, scope)
+        note_result(sum(count for _, count in erased))
+    _written(ctx)
+    return erased
 
 
-async def delete_entry(
-    ctx: Context,
-    principal: Principal,
-    full_name: str,
-    scope: str | None,
-    path: str | None,
-    session_id: str | None,
-    if_match: str | None,
-) -> None:
-    key_scope, key_path, session = validate_scope(scope), validate_path(path), validate_session(session_id)
-    expected = parse_if_match(if_match)
-    store = await resolve_store(ctx, principal, full_name, "entries.write", [key_scope])
-    async with audited(ctx.pool) as conn:
-        note_result(1)
-        deleted, version = await repo.delete(conn, (store.node.id, key_scope, session, key_path), expected)
-        if not deleted:
-            if version is None:
-                raise NotFound(f"no entry at {key_path} in scope {key_scope}")
-            raise Aborted(f"the entry is at version {version}, not {expected}")
-    after_write(ctx)
+async def search(ctx: Context, principal: Principal, op: ops.Search) -> list[tuple[EntryRow, float]]:
+    """The hits, best first: the current rows from PostgreSQL with their scores."""
+    scopes = validate_scopes(None, op.scopes)
+    query = op.query.strip()
+    if not query:
+        raise InvalidParameter("query must not be empty", "query")
+    if len(query) > MAX_QUERY:
+        raise InvalidParameter(f"query must be at most {MAX_QUERY} characters", "query")
+    if not 1 <= op.top_k <= MAX_TOP_K:
+        raise InvalidParameter(f"top_k must be between 1 and {MAX_TOP_K}", "top_k")
+    prefix = validate_path_prefix(op.path_prefix)
+    session = validate_session(op.session_id) if op.session_id is not None else None
+    store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
+    assert ctx.search is not None
+    store_id = store.node.id
+    candidates = max(MIN_CANDIDATES, op.top_k * 3)
+    ranked = await ctx.search.rank(
+        Query(store_id, tuple(scopes), query, candidates, op.mode, session, prefix)
+    )
+    if op.min_score is not None:
+        ranked = [(doc, score) for doc, score in ranked if score >= op.min_score]
+    results: list[tuple[EntryRow, float]] = []
+    first, rest = ranked[: op.top_k * 2], ranked[op.top_k * 2 :]
+    for chunk in (first, rest):
+        if len(results) == op.top_k or not chunk:
+            break
+        rows = await repo.by_ids(ctx.pool, [doc for doc, _ in chunk])
+        for doc, score in chunk:
+            row = rows.get(doc)
+            # a hit deleted or moved since it was indexed is dropped; the entry shown is the current one
+            if row is None or row.store_id != store_id or row.scope not in scopes:
+                continue
+            results.append((row, round(score, 6)))
+            if len(results) == op.top_k:
+                break
+    note_result(len(results))
+    return results

@@ -144,7 +144,7 @@ ACTIONS: dict[str, Action] = {
         _a("audit.read", _S.METASTORE, (_P.READ_AUDIT,), "read the audit log"),
         _a("lineage.read", _S.METASTORE, (_P.READ_AUDIT,), "read lineage"),
         _a("system.erase_scope", _S.METASTORE, (METASTORE_ADMIN,), "erase a scope from every memory store"),
-        _a("groups.list", _S.METASTORE, (), "list the groups the caller belongs to"),
+        _a("groups.list", _S.METASTORE, (), "list or read groups"),
         _a("system.metrics", _S.METASTORE, (_P.READ_AUDIT,), "read the server's metrics"),
     ]
 }

@@ -25,7 +25,7 @@ from typing import Any
 
 import asyncpg
 
-from catalog.audit.writer import note_decision
+from catalog.auditlog.writer import note_decision
 from catalog.auth.principal import Principal
 from catalog.errors import PermissionDenied
 from catalog.governance.actions import EFFECTIVE, METASTORE_ADMIN, Action, Privilege

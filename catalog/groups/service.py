@@ -12,11 +12,11 @@ import re
 import uuid
 from collections import defaultdict
 
-from catalog.audit.writer import audited
+from catalog.auditlog.writer import audited
 from catalog.auth import Principal
 from catalog.context import Context
-from catalog.errors import InvalidParameter, NotFound, PermissionDenied
-from catalog.governance import SecurableType, action
+from catalog.errors import InvalidParameter, NotFound
+from catalog.governance import Securable, SecurableType
 from catalog.governance.policy import ACCOUNT_USERS, PolicyState
 from catalog.groups import repo
 from catalog.groups.schemas import (
@@ -29,7 +29,6 @@ from catalog.groups.schemas import (
     MemberRef,
 )
 from catalog.inputs import blank
-from catalog.namespace.repo import locate
 
 _REMOVE_PATH = re.compile(r'members\[value eq "([^"]+)"\]')
 # the one filter supported (SCIM's attribute and operator, with spaces around them)
@@ -44,13 +43,11 @@ def _group_id(value: str) -> str:
         raise NotFound(f"group {value[:80]} does not exist") from None
 
 
-async def _authorize(ctx: Context, principal: Principal, action_name: str) -> bool:
-    securable = await locate(ctx.pool, ctx.metastore, SecurableType.METASTORE, [])
-    if action_name == "groups.manage":
-        await ctx.authorizer.ensure(principal, action(action_name), securable)
-        return True
-    decision = await ctx.authorizer.check(principal, action("groups.manage"), securable)
-    return decision.allowed
+async def _authorize(ctx: Context, principal: Principal, action_name: str) -> tuple[bool, Securable]:
+    """(whether the caller manages groups, the metastore) once `action_name` is allowed."""
+    metastore = await ctx.access.resolve(principal, action_name, SecurableType.METASTORE)
+    manages = action_name == "groups.manage" or ctx.access.visible(principal, "groups.manage", metastore)
+    return manages, metastore
 
 
 def _display_name(value: str) -> str:
@@ -119,7 +116,7 @@ async def _with_members(ctx: Context, rows: list) -> list[Group]:  # type: ignor
 
 async def create_group(ctx: Context, principal: Principal, body: GroupCreate) -> Group:
     name = _display_name(body.display_name)
-    await _authorize(ctx, principal, "groups.manage")
+    await ctx.access.resolve(principal, "groups.manage", SecurableType.METASTORE)
     async with audited(ctx.pool) as conn:
         await repo.lock_policy(conn)
         await ctx.authorizer.sync()
@@ -132,10 +129,10 @@ async def create_group(ctx: Context, principal: Principal, body: GroupCreate) ->
 
 async def get_group(ctx: Context, principal: Principal, group_id: str) -> Group:
     group_id = _group_id(group_id)
-    admin = await _authorize(ctx, principal, "groups.list")
+    admin, metastore = await _authorize(ctx, principal, "groups.list")
     group = await _group(ctx, group_id)
     if not admin and not ctx.authorizer.is_member(principal.name, group.display_name):
-        raise PermissionDenied(f"{principal.name} may only read the groups it belongs to")
+        ctx.access.refuse(principal, "groups.list", metastore, "a member reads only the groups it belongs to")
     return group
 
 
@@ -154,7 +151,7 @@ async def list_groups(
     if count is not None and count < 0:
         raise InvalidParameter("count must not be negative", "count")
     size = min(count if count else ctx.settings.page_cap, ctx.settings.page_cap)
-    admin = await _authorize(ctx, principal, "groups.list")
+    admin, _ = await _authorize(ctx, principal, "groups.list")
     rows = await repo.list_groups(ctx.pool, display_name)
     if not admin:
         rows = [row for row in rows if ctx.authorizer.is_member(principal.name, row["display_name"])]
@@ -169,7 +166,7 @@ async def list_groups(
 
 async def patch_group(ctx: Context, principal: Principal, group_id: str, body: GroupPatch) -> Group:
     group_id = _group_id(group_id)
-    await _authorize(ctx, principal, "groups.manage")
+    await ctx.access.resolve(principal, "groups.manage", SecurableType.METASTORE)
     if not body.operations:
         raise InvalidParameter("Operations must not be empty", "Operations")
     async with audited(ctx.pool) as conn:
@@ -215,7 +212,7 @@ def _refs(value: list[MemberRef] | MemberRef | None, field: str) -> list[MemberR
 
 async def delete_group(ctx: Context, principal: Principal, group_id: str) -> None:
     group_id = _group_id(group_id)
-    await _authorize(ctx, principal, "groups.manage")
+    await ctx.access.resolve(principal, "groups.manage", SecurableType.METASTORE)
     async with audited(ctx.pool) as conn:
         if await repo.delete_group(conn, group_id) is None:
             raise NotFound(f"group {group_id} does not exist")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TypeAlias
 
 import asyncpg
+import msgspec
 
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
@@ -15,7 +17,17 @@ _STORE_NAME = (
 )
 
 
-async def add_edges(conn: Conn, target: asyncpg.Record, sources: Sequence[asyncpg.Record], by: str) -> None:
+class EntryRef(msgspec.Struct, frozen=True, kw_only=True):
+    """An entry at one end of an edge: its id and key, kept in the edge in case it is deleted."""
+
+    id: str
+    store_id: str
+    scope: str
+    session_id: str  # '' for none
+    path: str
+
+
+async def add_edges(conn: Conn, target: EntryRef, sources: Sequence[EntryRef], by: str) -> None:
     await conn.executemany(
         "INSERT INTO entry_lineage (target_entry_id, target_store_id, target_scope, target_session_id, "
         "target_path, source_entry_id, source_store_id, source_scope, source_session_id, source_path, "
@@ -23,16 +35,16 @@ async def add_edges(conn: Conn, target: asyncpg.Record, sources: Sequence[asyncp
         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING",
         [
             (
-                target["id"],
-                target["store_id"],
-                target["scope"],
-                target["session_id"],
-                target["path"],
-                s["id"],
-                s["store_id"],
-                s["scope"],
-                s["session_id"],
-                s["path"],
+                target.id,
+                target.store_id,
+                target.scope,
+                target.session_id,
+                target.path,
+                s.id,
+                s.store_id,
+                s.scope,
+                s.session_id,
+                s.path,
                 by,
             )
             for s in sources
@@ -77,3 +89,33 @@ async def store_entry_ids(conn: Conn, store_id: str, upstream: bool) -> list[str
         f"SELECT DISTINCT {column} FROM entry_lineage WHERE {store_column} = $1", store_id
     )
     return [str(r[0]) for r in rows]
+
+
+async def entry_id(conn: Conn, store_id: str, scope: str, session_id: str, path: str) -> str | None:
+    """The id of the entry at a key now (edges are walked by id)."""
+    value = await conn.fetchval(
+        "SELECT id FROM entries WHERE store_id = $1 AND scope = $2 AND session_id = $3 AND path = $4",
+        store_id,
+        scope,
+        session_id,
+        path,
+    )
+    return str(value) if value is not None else None
+
+
+async def request_lineage(
+    pool: asyncpg.Pool, *, start: datetime | None, end: datetime | None, limit: int
+) -> list[asyncpg.Record]:
+    """Answered entry requests and the store each read or wrote (as `system.lineage`), oldest first."""
+    return await pool.fetch(
+        "SELECT seq, event_id, event_time, request_id, principal, on_behalf_of, action_name, "
+        "securable_full_name AS memory_store, result_count AS entry_count, "
+        "CASE WHEN privilege = 'WRITE_MEMORY_STORE' THEN 'write' ELSE 'read' END AS direction "
+        "FROM audit_events WHERE securable_type = 'MEMORY_STORE' AND action_name LIKE 'entries.%' "
+        "AND decision = 'allow' AND status_code = 200 "
+        "AND ($1::timestamptz IS NULL OR event_time >= $1) AND ($2::timestamptz IS NULL OR event_time < $2) "
+        "ORDER BY seq LIMIT $3",
+        start,
+        end,
+        limit,
+    )

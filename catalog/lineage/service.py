@@ -1,18 +1,20 @@
-"""Entry provenance: checking `derived_from` on writes, and walking the edges for auditors."""
+"""Entry provenance: the edges a derived write records, and walking them for auditors; request
+lineage as OpenLineage events. Lineage knows entries only by id and key (`EntryRef`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import asyncpg
 
 from catalog.auth import Principal
 from catalog.context import Context
-from catalog.entries import repo as entries_repo
-from catalog.entries.schemas import MAX_SOURCES, SourceRef
 from catalog.errors import InvalidParameter, NotFound
-from catalog.governance import SecurableType, action
+from catalog.governance import SecurableType
+from catalog.keys import validate_path, validate_scope, validate_session
 from catalog.lineage import repo
+from catalog.lineage.repo import EntryRef
 from catalog.lineage.schemas import (
     CatalogRunFacet,
     Dataset,
@@ -26,7 +28,6 @@ from catalog.lineage.schemas import (
     RunFacets,
 )
 from catalog.names import split_full_name
-from catalog.namespace.repo import locate
 from catalog.pagination import page_size
 
 MAX_DEPTH = 10
@@ -35,46 +36,10 @@ DEFAULT_DEPTH = 5
 MAX_EPOCH_MS = 253402300799999
 
 
-async def resolve_sources(
-    ctx: Context, principal: Principal, refs: list[SourceRef] | None
-) -> list[asyncpg.Record]:
-    """Each source must exist (400 naming `derived_from[i]`, whether its store or its entry is
-    missing) and be readable by the caller (403, also when a missing store's parents are not
-    usable: no existence leak)."""
-    from catalog.entries import service as entries
-
-    if not refs:
-        return []
-    if len(refs) > MAX_SOURCES:
-        raise InvalidParameter(f"at most {MAX_SOURCES} sources in derived_from", "derived_from")
-    rows = []
-    for i, ref in enumerate(refs):
-        field = f"derived_from[{i}]"
-        split_full_name(ref.memory_store, 3, f"{field}.memory_store")
-        scope = entries.validate_scope(ref.scope, f"{field}.scope")
-        path = entries.validate_path(ref.path, f"{field}.path")
-        session = entries.validate_session(ref.session_id, f"{field}.session_id")
-        try:
-            store = await entries.resolve_store(ctx, principal, ref.memory_store, "entries.read", [scope])
-        except NotFound:
-            raise InvalidParameter(
-                f"{field}: memory store {ref.memory_store} does not exist", field
-            ) from None
-        row = await entries_repo.get(ctx.pool, (store.node.id, scope, session, path))
-        if row is None:
-            raise InvalidParameter(
-                f"{field}: no entry at {path} in scope {scope} of {ref.memory_store}", field
-            )
-        rows.append(row)
-    return rows
-
-
-async def record(
-    conn: asyncpg.Connection, principal: Principal, target: asyncpg.Record, sources: list[asyncpg.Record]
-) -> None:
-    """Within the write's transaction."""
+async def record(conn: asyncpg.Connection, by: str, target: EntryRef, sources: Sequence[EntryRef]) -> None:
+    """The edges of a write derived from `sources` (within the write's transaction)."""
     if sources:
-        await repo.add_edges(conn, target, sources, principal.name)
+        await repo.add_edges(conn, target, sources, by)
 
 
 def _end(row: asyncpg.Record, side: str) -> LineageEnd:
@@ -97,8 +62,6 @@ async def lineage(
     session_id: str | None,
     depth: int | None,
 ) -> Lineage:
-    from catalog.entries import service as entries
-
     if not securable_full_name:
         raise InvalidParameter("securable_full_name is required", "securable_full_name")
     direction = direction or "upstream"
@@ -107,24 +70,20 @@ async def lineage(
     hops = DEFAULT_DEPTH if depth is None else depth
     if not 1 <= hops <= MAX_DEPTH:
         raise InvalidParameter(f"depth must be between 1 and {MAX_DEPTH}", "depth")
-    metastore = await locate(ctx.pool, ctx.metastore, SecurableType.METASTORE, [])
-    await ctx.authorizer.ensure(principal, action("lineage.read"), metastore)
+    await ctx.access.resolve(principal, "lineage.read", SecurableType.METASTORE)
     parts = split_full_name(securable_full_name, 3, "securable_full_name")
-    store = await locate(ctx.pool, ctx.metastore, SecurableType.MEMORY_STORE, parts)
+    store = await ctx.access.locate(SecurableType.MEMORY_STORE, parts)
     if not store.exists:
         raise NotFound(f"memory store {store.full_name} does not exist")
     upstream = direction == "upstream"
     if scope is not None or path is not None:
-        key = (
-            store.node.id,
-            entries.validate_scope(scope),
-            entries.validate_session(session_id),
-            entries.validate_path(path),
+        key_scope, key_path = validate_scope(scope), validate_path(path)
+        found = await repo.entry_id(
+            ctx.pool, store.node.id, key_scope, validate_session(session_id), key_path
         )
-        row = await entries_repo.get(ctx.pool, key)
-        if row is None:
-            raise NotFound(f"no entry at {key[3]} in scope {key[1]}")
-        start = [str(row["id"])]
+        if found is None:
+            raise NotFound(f"no entry at {key_path} in scope {key_scope}")
+        start = [found]
     else:
         start = await repo.store_entry_ids(ctx.pool, store.node.id, upstream)
     edges = await repo.entry_edges(ctx.pool, start, upstream, hops) if start else []
@@ -156,13 +115,10 @@ async def openlineage_events(
 ) -> OpenLineageEvents:
     """Request lineage as OpenLineage RunEvents: each answered request that read or wrote entries
     is a run of the job named by its action, with the store as input (read) or output (write)."""
-    from catalog.audit import repo as audit_repo
-
     start, end = epoch_ms(start_time, "start_time"), epoch_ms(end_time, "end_time")
     limit = page_size(size, default=ctx.settings.page_default, cap=ctx.settings.page_cap, field="page_size")
-    metastore = await locate(ctx.pool, ctx.metastore, SecurableType.METASTORE, [])
-    await ctx.authorizer.ensure(principal, action("lineage.read"), metastore)
-    rows = await audit_repo.request_lineage(ctx.pool, start=start, end=end, limit=limit)
+    await ctx.access.resolve(principal, "lineage.read", SecurableType.METASTORE)
+    rows = await repo.request_lineage(ctx.pool, start=start, end=end, limit=limit)
     events = []
     for row in rows:
         dataset = Dataset(namespace="memory-catalog", name=row["memory_store"])

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 from catalog.auth import Principal
 from catalog.context import Context
-from catalog.governance import SecurableType, action
-from catalog.namespace.repo import locate
+from catalog.governance import SecurableType
 from catalog.search.health import WorkerStatus
 
 CONTENT_TYPE = "text/plain; version=0.0.4"  # Prometheus text format (the charset, utf-8, is added)
@@ -109,6 +108,5 @@ def text_format(metrics: list[Metric]) -> str:
 
 
 async def render(ctx: Context, principal: Principal) -> str:
-    securable = await locate(ctx.pool, ctx.metastore, SecurableType.METASTORE, [])
-    await ctx.authorizer.ensure(principal, action("system.metrics"), securable)
+    await ctx.access.resolve(principal, "system.metrics", SecurableType.METASTORE)
     return text_format(await collect(ctx))

@@ -9,7 +9,7 @@ import asyncpg
 
 from catalog.db import atomic
 from catalog.errors import AlreadyExists, NotFound
-from catalog.governance.securables import Node, Securable, SecurableType
+from catalog.governance.securables import SecurableType
 from catalog.namespace.schemas import CatalogInfo, MemoryStoreInfo, SchemaInfo
 
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
@@ -66,38 +66,6 @@ async def get_metastore(conn: Conn) -> asyncpg.Record:
     )
     assert row is not None, "metastore is bootstrapped at start"
     return row
-
-
-# --- locating securables -----------------------------------------------------------------------
-
-_LOCATE = """
-SELECT c.id AS c_id, c.owner AS c_owner, s.id AS s_id, s.owner AS s_owner, m.id AS m_id, m.owner AS m_owner,
-       (SELECT coalesce(max(seq), 0) FROM policy_log) AS revision
-FROM (SELECT 1) AS one
-LEFT JOIN catalogs c ON c.name = $1
-LEFT JOIN schemas s ON s.catalog_id = c.id AND s.name = $2
-LEFT JOIN memory_stores m ON m.schema_id = s.id AND m.name = $3
-"""
-
-
-async def locate(conn: Conn, metastore: Node, securable_type: SecurableType, parts: list[str]) -> Securable:
-    """The chain of existing objects from the metastore down to `parts`."""
-    full_name = ".".join(parts) if parts else metastore.full_name
-    chain = [metastore]
-    padded = [*parts, None, None, None][:3]
-    row = await conn.fetchrow(_LOCATE, *padded)
-    assert row is not None
-    if parts:
-        for depth, (prefix, node_type) in enumerate(
-            [("c", SecurableType.CATALOG), ("s", SecurableType.SCHEMA), ("m", SecurableType.MEMORY_STORE)],
-            start=1,
-        ):
-            if depth > len(parts) or row[f"{prefix}_id"] is None:
-                break
-            chain.append(
-                Node(node_type, ".".join(parts[:depth]), str(row[f"{prefix}_id"]), row[f"{prefix}_owner"])
-            )
-    return Securable(securable_type, full_name, tuple(chain), row["revision"])
 
 
 # --- catalogs ----------------------------------------------------------------------------------

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from catalog.audit.writer import audited
+from catalog.auditlog.writer import audited
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound
-from catalog.governance import Node, Securable, SecurableType, action
+from catalog.governance import Access, Securable, SecurableType
 from catalog.inputs import MAX_SCOPE, blank, has_control
 from catalog.names import split_full_name, validate_name
 from catalog.namespace import repo
@@ -60,35 +60,11 @@ def _owner(value: str | None) -> str | None:
     return value
 
 
-async def _resolve(
-    ctx: Context, principal: Principal, action_name: str, securable_type: SecurableType, parts: list[str]
-) -> Securable:
-    """Locate, authorize, and insist that the object exists (403 before 404, see authorize)."""
-    securable = await repo.locate(ctx.pool, ctx.metastore, securable_type, parts)
-    await ctx.authorizer.ensure(principal, action(action_name), securable)
-    if not securable.exists:
-        raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
-    return securable
-
-
-def _can_see(ctx: Context, principal: Principal, action_name: str, securable: Securable) -> bool:
-    return ctx.authorizer.authorize(principal, action(action_name), securable).allowed
-
-
-def _child(
-    parent: Securable, securable_type: SecurableType, name: str, node_id: str, owner: str
-) -> Securable:
-    full_name = name if parent.type == SecurableType.METASTORE else f"{parent.full_name}.{name}"
-    return Securable(
-        securable_type, full_name, (*parent.chain, Node(securable_type, full_name, node_id, owner))
-    )
-
-
 # --- metastore ---------------------------------------------------------------------------------
 
 
 async def metastore_summary(ctx: Context, principal: Principal) -> MetastoreSummary:
-    await _resolve(ctx, principal, "metastore.summary", SecurableType.METASTORE, [])
+    await ctx.access.resolve(principal, "metastore.summary", SecurableType.METASTORE, [])
     row = await repo.get_metastore(ctx.pool)
     return MetastoreSummary(
         metastore_id=str(row["id"]),
@@ -106,7 +82,7 @@ async def create_catalog(ctx: Context, principal: Principal, body: CatalogCreate
     name = validate_name(body.name)
     comment = _text(body.comment, "comment")
     properties = _properties(body.properties) or {}
-    await _resolve(ctx, principal, "catalog.create", SecurableType.METASTORE, [])
+    await ctx.access.resolve(principal, "catalog.create", SecurableType.METASTORE, [])
     async with audited(ctx.pool) as conn:
         return await repo.insert_catalog(
             conn, ctx.metastore_id, name=name, comment=comment, properties=properties, owner=principal.name
@@ -115,7 +91,7 @@ async def create_catalog(ctx: Context, principal: Principal, body: CatalogCreate
 
 async def get_catalog(ctx: Context, principal: Principal, name: str) -> CatalogInfo:
     name = validate_name(name)
-    await _resolve(ctx, principal, "catalog.get", CATALOG, [name])
+    await ctx.access.resolve(principal, "catalog.get", CATALOG, [name])
     return await _must(repo.get_catalog(ctx.pool, ctx.metastore_id, name), f"catalog {name}")
 
 
@@ -123,10 +99,12 @@ async def list_catalogs(
     ctx: Context, principal: Principal, max_results: int | None, page_token: str | None
 ) -> ListCatalogsResponse:
     size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
-    root = await _resolve(ctx, principal, "catalog.list", SecurableType.METASTORE, [])
+    root = await ctx.access.resolve(principal, "catalog.list", SecurableType.METASTORE, [])
 
     def visible(c: CatalogInfo) -> bool:
-        return _can_see(ctx, principal, "catalog.get", _child(root, CATALOG, c.name, c.id, c.owner))
+        return ctx.access.visible(
+            principal, "catalog.get", Access.child(root, CATALOG, c.name, c.id, c.owner)
+        )
 
     pages = Pages(ctx.pool, "catalogs")
     catalogs, token = await collect_page(
@@ -147,14 +125,14 @@ async def update_catalog(ctx: Context, principal: Principal, name: str, body: Ca
         _properties(body.properties),
         _owner(body.owner),
     )
-    securable = await _resolve(ctx, principal, "catalog.update", CATALOG, [name])
+    securable = await ctx.access.resolve(principal, "catalog.update", CATALOG, [name])
     await _update(ctx, principal, securable, comment, properties, owner)
     return await _must(repo.get_catalog(ctx.pool, ctx.metastore_id, name), f"catalog {name}")
 
 
 async def delete_catalog(ctx: Context, principal: Principal, name: str, force: bool) -> None:
     name = validate_name(name)
-    securable = await _resolve(ctx, principal, "catalog.delete", CATALOG, [name])
+    securable = await ctx.access.resolve(principal, "catalog.delete", CATALOG, [name])
     if not force and (count := await repo.count_schemas(ctx.pool, name)):
         raise InvalidParameter(
             f"catalog {name} is not empty ({count} schemas); delete with force=true", "force"
@@ -170,7 +148,7 @@ async def create_schema(ctx: Context, principal: Principal, body: SchemaCreate) 
     name = validate_name(body.name)
     comment = _text(body.comment, "comment")
     properties = _properties(body.properties) or {}
-    parent = await _resolve(ctx, principal, "schema.create", CATALOG, [catalog_name])
+    parent = await ctx.access.resolve(principal, "schema.create", CATALOG, [catalog_name])
     async with audited(ctx.pool) as conn:
         return await repo.insert_schema(
             conn,
@@ -185,7 +163,7 @@ async def create_schema(ctx: Context, principal: Principal, body: SchemaCreate) 
 
 async def get_schema(ctx: Context, principal: Principal, full_name: str) -> SchemaInfo:
     catalog_name, name = split_full_name(full_name, 2)
-    await _resolve(ctx, principal, "schema.get", SCHEMA, [catalog_name, name])
+    await ctx.access.resolve(principal, "schema.get", SCHEMA, [catalog_name, name])
     return await _must(repo.get_schema(ctx.pool, ctx.metastore_id, catalog_name, name), f"schema {full_name}")
 
 
@@ -200,10 +178,12 @@ async def list_schemas(
         raise InvalidParameter("catalog_name is required", "catalog_name")
     catalog_name = validate_name(catalog_name, "catalog_name")
     size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
-    parent = await _resolve(ctx, principal, "schema.list", CATALOG, [catalog_name])
+    parent = await ctx.access.resolve(principal, "schema.list", CATALOG, [catalog_name])
 
     def visible(s: SchemaInfo) -> bool:
-        return _can_see(ctx, principal, "schema.get", _child(parent, SCHEMA, s.name, s.schema_id, s.owner))
+        return ctx.access.visible(
+            principal, "schema.get", Access.child(parent, SCHEMA, s.name, s.schema_id, s.owner)
+        )
 
     pages = Pages(ctx.pool, "schemas", catalog_name=catalog_name)
     schemas, token = await collect_page(
@@ -224,14 +204,14 @@ async def update_schema(ctx: Context, principal: Principal, full_name: str, body
         _properties(body.properties),
         _owner(body.owner),
     )
-    securable = await _resolve(ctx, principal, "schema.update", SCHEMA, [catalog_name, name])
+    securable = await ctx.access.resolve(principal, "schema.update", SCHEMA, [catalog_name, name])
     await _update(ctx, principal, securable, comment, properties, owner)
     return await _must(repo.get_schema(ctx.pool, ctx.metastore_id, catalog_name, name), f"schema {full_name}")
 
 
 async def delete_schema(ctx: Context, principal: Principal, full_name: str, force: bool) -> None:
     catalog_name, name = split_full_name(full_name, 2)
-    securable = await _resolve(ctx, principal, "schema.delete", SCHEMA, [catalog_name, name])
+    securable = await ctx.access.resolve(principal, "schema.delete", SCHEMA, [catalog_name, name])
     if not force and (count := await repo.count_stores(ctx.pool, securable.node.id)):
         raise InvalidParameter(
             f"schema {securable.full_name} is not empty ({count} memory stores); delete with force=true",
@@ -250,7 +230,7 @@ async def create_store(ctx: Context, principal: Principal, body: MemoryStoreCrea
     description = _text(body.description, "description")
     properties = _properties(body.properties) or {}
     shared = _shared_scopes(body.shared_scopes)
-    parent = await _resolve(ctx, principal, "memory_store.create", SCHEMA, [catalog_name, schema_name])
+    parent = await ctx.access.resolve(principal, "memory_store.create", SCHEMA, [catalog_name, schema_name])
     async with audited(ctx.pool) as conn:
         return await repo.insert_store(
             conn,
@@ -281,7 +261,7 @@ def _shared_scopes(value: list[str] | None) -> list[str] | None:
 
 async def get_store(ctx: Context, principal: Principal, full_name: str) -> MemoryStoreInfo:
     parts = split_full_name(full_name, 3)
-    securable = await _resolve(ctx, principal, "memory_store.get", STORE, parts)
+    securable = await ctx.access.resolve(principal, "memory_store.get", STORE, parts)
     return await _must(
         repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
     )
@@ -303,11 +283,11 @@ async def list_stores(
         validate_name(schema_name or "", "schema_name"),
     ]
     size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
-    parent = await _resolve(ctx, principal, "memory_store.list", SCHEMA, parts)
+    parent = await ctx.access.resolve(principal, "memory_store.list", SCHEMA, parts)
 
     def visible(m: MemoryStoreInfo) -> bool:
-        child = _child(parent, STORE, m.name, m.memory_store_id, m.owner)
-        return _can_see(ctx, principal, "memory_store.see", child)
+        child = Access.child(parent, STORE, m.name, m.memory_store_id, m.owner)
+        return ctx.access.visible(principal, "memory_store.see", child)
 
     pages = Pages(ctx.pool, "memory_stores", catalog_name=parts[0], schema_name=parts[1])
     stores, token = await collect_page(
@@ -334,7 +314,7 @@ async def update_store(
     description = _text(body.description, "description")
     properties, owner = _properties(body.properties), _owner(body.owner)
     shared = _shared_scopes(body.shared_scopes)
-    securable = await _resolve(ctx, principal, "memory_store.update", STORE, parts)
+    securable = await ctx.access.resolve(principal, "memory_store.update", STORE, parts)
     if add_properties:
         if properties is None:
             current = await repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id)
@@ -348,7 +328,7 @@ async def update_store(
 
 async def delete_store(ctx: Context, principal: Principal, full_name: str) -> None:
     parts = split_full_name(full_name, 3)
-    securable = await _resolve(ctx, principal, "memory_store.delete", STORE, parts)
+    securable = await ctx.access.resolve(principal, "memory_store.delete", STORE, parts)
     await _delete(ctx, securable)
 
 
@@ -391,3 +371,8 @@ async def _must(result, what: str):  # type: ignore[no-untyped-def]
     if value is None:
         raise NotFound(f"{what} does not exist")
     return value
+
+
+async def scope_binding(ctx: Context, store: Securable) -> tuple[str, list[str]]:
+    """A memory store's scope binding (`caller` or `end_user`) and its shared scopes."""
+    return await repo.store_binding(ctx.pool, store.node.id)

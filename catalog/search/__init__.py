@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from catalog.search import repo
 from catalog.search.embedder import Embedder
-from catalog.search.fusion import FusionWeights
+from catalog.search.fusion import FusionWeights, fuse
 from catalog.search.health import Health, WorkerStatus
 from catalog.search.indexer import Indexer
 from catalog.search.passes import Passes
@@ -57,6 +58,19 @@ class SearchStatus:
     def reasons(self) -> list[str]:
         """Why derived state is not keeping up; empty when all is well."""
         return [f"{w.name}: {w.reason}" for w in (self.index, self.embeddings) if not w.healthy]
+
+
+@dataclass(frozen=True)
+class Query:
+    """What to rank: a store's entries in some scopes (optionally one session, a path prefix)."""
+
+    store_id: str
+    scopes: tuple[str, ...]
+    text: str
+    limit: int  # candidates taken from each mode
+    mode: str = "hybrid"  # hybrid, keyword or semantic
+    session_id: str | None = None
+    path_prefix: str | None = None
 
 
 @dataclass
@@ -101,8 +115,6 @@ class SearchEngine:
 
     async def status(self) -> SearchStatus:
         """Each worker's health, lag and last failure (two small queries)."""
-        from catalog.entries import repo
-
         index = await self.indexer.status()
         backlog = await repo.count_unembedded(self.pool)
         embeddings = self.embedding_health.status(backlog)
@@ -116,8 +128,6 @@ class SearchEngine:
     async def embed_pass(self, limit: int = EMBED_BATCH) -> int:
         """Embed up to `limit` entries whose vector is missing or older than their contents.
         The rows are claimed with SKIP LOCKED, so several processes share the work."""
-        from catalog.entries import repo
-
         async with self.pool.acquire() as conn, conn.transaction():
             rows = await repo.claim_unembedded(conn, limit)
             if rows:
@@ -170,10 +180,51 @@ class SearchEngine:
             if done < EMBED_BATCH or self._stopping:
                 return
 
+    # --- ranking ------------------------------------------------------------------------------------
+
+    async def rank(self, query: Query) -> list[tuple[str, float]]:
+        """(entry id, score), best first, from the query's store and scopes only; each mode waits
+        for its derived state to hold every write committed before the call (read-your-writes).
+        The caller re-reads the hits from PostgreSQL (a hit may have changed since)."""
+        if query.mode == "keyword":
+            return await self._keyword(query)
+        if query.mode == "semantic":
+            return await self._semantic(query)
+        keyword, semantic = await asyncio.gather(self._keyword(query), self._semantic(query))
+        return fuse(keyword, semantic, self.weights)
+
+    async def _keyword(self, query: Query) -> list[tuple[str, float]]:
+        try:
+            await self.indexer.wait_fresh()
+        except TimeoutError:
+            log.warning("full-text index is behind; searching what it holds")
+        index = self.indexer.index
+        assert index is not None
+        return await asyncio.to_thread(
+            index.search,
+            query.store_id,
+            list(query.scopes),
+            query.text,
+            query.limit,
+            session_id=query.session_id,
+            path_prefix=query.path_prefix,
+        )
+
+    async def _semantic(self, query: Query) -> list[tuple[str, float]]:
+        (vector,), _ = await asyncio.gather(
+            self.embedder.embed([query.text]), self.vectors_fresh(query.store_id, query.scopes)
+        )
+        return await self.vectors.search(
+            query.store_id,
+            list(query.scopes),
+            vector,
+            query.limit,
+            session_id=query.session_id,
+            path_prefix=query.path_prefix,
+        )
+
     async def vectors_fresh(self, store_id: str, scopes: Sequence[str]) -> None:
         """Return once no entry of these scopes committed before the call lacks its vector."""
-        from catalog.entries import repo
-
         deadline = time.monotonic() + FRESH_TIMEOUT
         while await repo.has_unembedded(self.pool, store_id, scopes):
             if not self.embedding_health.healthy and not self.embedding_health.outage:

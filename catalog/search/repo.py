@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import asyncpg
 import numpy as np
@@ -115,3 +116,51 @@ class VectorSearch:
             *args,
         )
         return [(row[0], float(row[1])) for row in rows]
+
+
+# --- keeping the vectors current (the embedding worker, `catalog reindex`) ---------------------------
+# An entry's vector is current when `embedded_version` equals its `version`.
+
+Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
+
+
+async def set_embeddings(conn: Conn, rows: Sequence[tuple[str, int, np.ndarray]]) -> None:
+    await conn.executemany(
+        "UPDATE entries SET embedding = $3, embedded_version = version WHERE id = $1 AND version = $2", rows
+    )
+
+
+async def count_unembedded(conn: Conn) -> int:
+    return int(
+        await conn.fetchval("SELECT count(*) FROM entries WHERE embedded_version IS DISTINCT FROM version")
+    )
+
+
+async def forget_embeddings(conn: Conn) -> None:
+    """Mark every vector stale (they are recomputed by the backfill or `catalog reindex`)."""
+    await conn.execute("UPDATE entries SET embedded_version = NULL")
+
+
+async def rebuild_vector_index(conn: Conn) -> None:
+    await conn.execute("REINDEX INDEX entries_embedding_hnsw")
+
+
+async def claim_unembedded(conn: asyncpg.Connection, limit: int) -> list[asyncpg.Record]:
+    """Lock (inside the caller's transaction) up to `limit` entries whose vector is stale,
+    skipping rows another worker holds."""
+    return await conn.fetch(
+        "SELECT id, version, contents, description FROM entries "
+        "WHERE embedded_version IS DISTINCT FROM version LIMIT $1 FOR UPDATE SKIP LOCKED",
+        limit,
+    )
+
+
+async def has_unembedded(conn: Conn, store_id: str, scopes: Sequence[str]) -> bool:
+    return bool(
+        await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM entries WHERE embedded_version IS DISTINCT FROM version "
+            "AND store_id = $1 AND scope = ANY($2::text[]))",
+            store_id,
+            list(scopes),
+        )
+    )

@@ -35,7 +35,7 @@ from typing import Any
 
 import asyncpg
 
-from catalog.audit.chain import HASHED_COLUMNS, canonical_parts, plain_body
+from catalog.auditlog.chain import HASHED_COLUMNS, canonical_parts, plain_body
 from catalog.errors import is_unavailable
 
 log = logging.getLogger("catalog.audit")

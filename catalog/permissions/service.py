@@ -1,16 +1,21 @@
-"""Grants and effective permissions: validate, authorize, one repository call."""
+"""Grants and effective permissions: validate, authorize through the access seam, one repository
+call."""
 
 from __future__ import annotations
 
 import re
 
-from catalog.audit.writer import audited
+from catalog.auditlog.writer import audited
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound
-from catalog.governance import repo
-from catalog.governance.actions import GRANTABLE, Privilege, action
-from catalog.governance.schemas import (
+from catalog.governance.actions import GRANTABLE, Privilege
+from catalog.governance.securables import DEPTH, Securable, SecurableType
+from catalog.inputs import MAX_PRINCIPAL, blank
+from catalog.names import split_full_name
+from catalog.pagination import Pages, page_size
+from catalog.permissions import repo
+from catalog.permissions.schemas import (
     MAX_CHANGES,
     PRIVILEGE_PATTERN,
     EffectivePermissionsList,
@@ -20,11 +25,6 @@ from catalog.governance.schemas import (
     PrivilegeAssignment,
     UpdatePermissions,
 )
-from catalog.governance.securables import DEPTH, Securable, SecurableType
-from catalog.inputs import MAX_PRINCIPAL, blank
-from catalog.names import split_full_name
-from catalog.namespace.repo import locate
-from catalog.pagination import Pages, page_size
 
 # metastore, catalog, schema or memory_store, in any case, '-' for '_'
 SECURABLE_TYPE_PATTERN = (
@@ -55,11 +55,7 @@ async def resolve(
         parts: list[str] = []
     else:
         parts = split_full_name(full_name, DEPTH[kind])
-    securable = await locate(ctx.pool, ctx.metastore, kind, parts)
-    await ctx.authorizer.ensure(principal, action(action_name), securable)
-    if not securable.exists:
-        raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
-    return securable
+    return await ctx.access.resolve(principal, action_name, kind, parts)
 
 
 def _principal_name(value: str, field: str) -> str:

@@ -1,4 +1,4 @@
-"""Grants API routes (Unity Catalog dialect)."""
+"""Permissions routes (Unity Catalog dialect): grants and effective permissions."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from litestar.params import JSONBody, Parameter
 
 from catalog import routing
 from catalog.context import Context
-from catalog.governance import service
-from catalog.governance.schemas import EffectivePermissionsList, PermissionsList, UpdatePermissions
 from catalog.inputs import MAX_PRINCIPAL, NOT_BLANK
 from catalog.names import FULL_NAME_PATTERN, MAX_FULL_NAME
 from catalog.openapi import errors
 from catalog.pagination import MaxResults, PageToken
+from catalog.permissions import service
+from catalog.permissions.schemas import EffectivePermissionsList, PermissionsList, UpdatePermissions
 
 Req = Request[Any, Any, Any]
 Ctx = NamedDependency[Context]

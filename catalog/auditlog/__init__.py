@@ -1,0 +1,22 @@
+"""The audit log's recorder: one hash-chained event per request (and per system event), appended
+durably before the request is answered. Reading and verifying it is the `audit` slice's."""
+
+from catalog.auditlog.writer import (
+    AuditContext,
+    AuditWriter,
+    audited,
+    current,
+    note_decision,
+    note_result,
+    record_system_events,
+)
+
+__all__ = [
+    "AuditContext",
+    "AuditWriter",
+    "audited",
+    "current",
+    "note_decision",
+    "note_result",
+    "record_system_events",
+]

@@ -1,0 +1,126 @@
+"""What can be done to entries, as typed values: each dialect (the Unity Catalog routes, the
+agent-memory routes, and later tools) builds these and hands them to `catalog.entries.service`,
+which validates, authorizes and runs them. Nothing here knows about HTTP.
+
+An entry is named by its key within a store (`ByKey`: scope, session or none, path) or, in the
+agent-memory dialect, by its id (`ById`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+WriteMode = Literal["EXCLUSIVE", "OVERWRITE", "APPEND"]
+SearchMode = Literal["hybrid", "keyword", "semantic"]
+
+
+class ByKey(msgspec.Struct, frozen=True, kw_only=True):
+    scope: str
+    path: str
+    session_id: str | None = None  # None: no session
+
+
+class ById(msgspec.Struct, frozen=True, kw_only=True):
+    entry_id: str
+
+
+Target = ByKey | ById
+
+
+class Source(msgspec.Struct, frozen=True, kw_only=True):
+    """An entry a write was derived from (lineage)."""
+
+    store: str  # catalog.schema.store
+    key: ByKey
+
+
+class Write(msgspec.Struct, frozen=True, kw_only=True):
+    store: str
+    key: ByKey
+    contents: str | None = None
+    description: str | None = None
+    source_type: str | None = None
+    mode: WriteMode = "EXCLUSIVE"
+    derived_from: tuple[Source, ...] = ()
+
+
+class Get(msgspec.Struct, frozen=True, kw_only=True):
+    store: str
+    target: Target
+
+
+class List(msgspec.Struct, frozen=True, kw_only=True):
+    store: str
+    scopes: tuple[str, ...]
+    path_prefix: str | None = None
+    exact_path: str | None = None
+    session_id: str | None = None  # None: every session and none
+    page_size: int | None = None
+    page_token: str | None = None
+    max_page: int | None = None  # a dialect's own cap on page_size (else the server's)
+    listing: str = "uc"  # which dialect's listing: its page tokens are good only there
+
+
+# --- edits: one change to the contents, or none (description only) ---------------------------------
+
+
+class StrReplace(msgspec.Struct, frozen=True, kw_only=True):
+    old: str
+    new: str
+
+
+class Insert(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+    line: int
+
+
+class ReplaceAll(msgspec.Struct, frozen=True, kw_only=True):
+    contents: str | None
+
+
+class Append(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+
+
+Change = StrReplace | Insert | ReplaceAll | Append
+
+
+class Edit(msgspec.Struct, frozen=True, kw_only=True):
+    store: str
+    target: Target
+    change: Change | None = None
+    description: str | None = None
+    set_description: bool = False  # set it even to None (the agent dialect's update mask)
+    if_match: int | None = None
+
+
+class Delete(msgspec.Struct, frozen=True, kw_only=True):
+    store: str
+    target: Target
+    if_match: int | None = None
+
+
+class DeleteScope(msgspec.Struct, frozen=True, kw_only=True):
+    """Every entry of one scope in one store (right to be forgotten)."""
+
+    store: str
+    scope: str
+
+
+class Erase(msgspec.Struct, frozen=True, kw_only=True):
+    """A scope in every store (metastore admin)."""
+
+    scope: str
+
+
+class Search(msgspec.Struct, frozen=True, kw_only=True):
+    store: str
+    scopes: tuple[str, ...]
+    query: str
+    top_k: int = 10
+    path_prefix: str | None = None
+    session_id: str | None = None
+    min_score: float | None = None
+    mode: SearchMode = "hybrid"

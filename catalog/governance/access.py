@@ -1,0 +1,83 @@
+"""The one access seam every service goes through: find the securable, check the action, answer
+as the contract says.
+
+Rules:
+- `resolve()` locates the securable (with the policy revision read in the same statement),
+  checks the action and records the decision for the request's audit event; a denial is 403
+  whether or not the object exists when the caller lacks USE on a parent (no existence leak), and
+  a missing object behind usable parents is 404 (`missing` chooses the error class);
+- `visible()` answers whether an action would be allowed, without recording anything: lists use it
+  to hide rows, and services use it to decide how much of an answer to show (a write-only caller
+  gets no contents); a hidden row is not a denied request;
+- the metastore is addressed with no name parts (its full name is its id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NoReturn
+
+import asyncpg
+
+from catalog.auditlog.writer import note_decision
+from catalog.auth.principal import Principal
+from catalog.errors import NotFound, PermissionDenied
+from catalog.governance.actions import action
+from catalog.governance.authorize import Authorizer, Decision
+from catalog.governance.locate import locate
+from catalog.governance.securables import Node, Securable, SecurableType
+
+
+@dataclass(frozen=True)
+class Access:
+    pool: asyncpg.Pool
+    authorizer: Authorizer
+    metastore: Node
+
+    @property
+    def metastore_id(self) -> str:
+        return self.metastore.id
+
+    async def locate(self, securable_type: SecurableType, parts: Sequence[str] = ()) -> Securable:
+        return await locate(self.pool, self.metastore, securable_type, list(parts))
+
+    async def resolve(
+        self,
+        principal: Principal,
+        action_name: str,
+        securable_type: SecurableType,
+        parts: Sequence[str] = (),
+        *,
+        missing: type[NotFound] = NotFound,
+    ) -> Securable:
+        """The securable, once `action_name` is allowed on it and it exists (else 403 / 404)."""
+        securable = await self.locate(securable_type, parts)
+        await self.authorizer.ensure(principal, action(action_name), securable)
+        if not securable.exists:
+            raise missing(f"{securable.kind} {securable.full_name} does not exist")
+        return securable
+
+    async def check(self, principal: Principal, action_name: str, securable: Securable) -> Decision:
+        """Check (and record) a further action on a securable already resolved; raises 403."""
+        return await self.authorizer.ensure(principal, action(action_name), securable)
+
+    def refuse(self, principal: Principal, action_name: str, securable: Securable, reason: str) -> NoReturn:
+        """Deny `action_name` for a reason the privilege model does not state (e.g. "members only"),
+        recorded like any denial."""
+        note_decision(action_name, securable, Decision(False, reason))
+        raise PermissionDenied(f"{principal.name} may not {action(action_name).description}: {reason}")
+
+    def visible(self, principal: Principal, action_name: str, securable: Securable) -> bool:
+        """Whether `action_name` would be allowed, recording nothing (list filters, answer shaping)."""
+        return self.authorizer.authorize(principal, action(action_name), securable).allowed
+
+    @staticmethod
+    def child(
+        parent: Securable, securable_type: SecurableType, name: str, node_id: str, owner: str
+    ) -> Securable:
+        """A listed row as a securable below `parent` (for `visible`), without another query."""
+        full_name = name if parent.type == SecurableType.METASTORE else f"{parent.full_name}.{name}"
+        return Securable(
+            securable_type, full_name, (*parent.chain, Node(securable_type, full_name, node_id, owner))
+        )

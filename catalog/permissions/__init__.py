@@ -1,0 +1,1 @@
+"""Permissions: granting and revoking privileges, and explaining a principal's effective ones."""

@@ -31,7 +31,8 @@ run: $(VENV)/.installed-run ## start the server on http://127.0.0.1:8080 (embedd
 	@echo "mint an admin token in another terminal:  TOKEN=\$$($(BIN)/catalog token --sub admin)"
 	$(BIN)/catalog serve
 
-test: $(VENV)/.installed-dev ## run the whole test suite against a real PostgreSQL with pgvector
+test: $(VENV)/.installed-dev ## the import layers, then the whole test suite against a real PostgreSQL with pgvector
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 BENCHES := authz locomo search audit
@@ -46,8 +47,9 @@ bench: $(VENV)/.installed-dev ## run the benchmarks in bench/ and print their ta
 soak: $(VENV)/.installed-dev ## the soak benchmark in full: 32 clients, mixed load, 5 minutes (bench/soak.py)
 	$(BIN)/python bench/soak.py
 
-lint: $(VENV)/.installed-dev ## ruff check
+lint: $(VENV)/.installed-dev ## ruff check, and the one-way slice layers (import-linter)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
 fmt: $(VENV)/.installed-dev ## ruff format
 	$(BIN)/ruff format .

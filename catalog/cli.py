@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,14 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings.from_env(None, **overrides)
 
 
-def _server_class():  # type: ignore[no-untyped-def]
+def _server_class() -> type:
     import uvicorn
 
     class Server(uvicorn.Server):
         """Stops cleanly on SIGTERM/SIGINT and exits 0 (uvicorn re-raises the signal otherwise)."""
 
         @contextlib.contextmanager
-        def capture_signals(self):  # type: ignore[no-untyped-def]
+        def capture_signals(self) -> Iterator[None]:
             previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
             try:
                 yield

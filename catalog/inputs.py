@@ -27,7 +27,7 @@ from litestar import Request
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import BodyKwarg, Parameter, ParameterKwarg
 
-from catalog.errors import InvalidParameter
+from catalog.errors import InvalidParameter, PayloadTooLarge
 
 MAX_JSON_DEPTH = 64
 
@@ -46,6 +46,14 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 def blank(value: str) -> bool:
     """Empty, only ASCII whitespace, or holding NUL: what `NOT_BLANK` refuses."""
     return _NOT_BLANK.fullmatch(value) is None
+
+
+def within(value: str | None, field: str, limit: int) -> str | None:
+    """The one length rule for text fields (contents, descriptions, comments, property values):
+    longer than `limit` characters is 413 PAYLOAD_TOO_LARGE naming the field."""
+    if value is not None and len(value) > limit:
+        raise PayloadTooLarge(f"{field} must be at most {limit} characters", field)
+    return value
 
 
 def has_control(value: str) -> bool:

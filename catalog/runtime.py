@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -94,7 +95,7 @@ async def start_search(settings: Settings, pool: asyncpg.Pool, encoder: Encoder 
     return engine
 
 
-async def database_url_for_tools(settings: Settings):  # type: ignore[no-untyped-def]
+async def database_url_for_tools(settings: Settings) -> tuple[str, Callable[[], Awaitable[None]]]:
     """The database URL for a command-line tool, and how to let go of it afterwards: the server's
     PostgreSQL when one runs on the data dir (never a second one), else the embedded one started
     for the tool and stopped after."""

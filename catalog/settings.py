@@ -129,10 +129,6 @@ class Settings:
         return not (self.jwks_url or self.jwt_public_key)
 
     @property
-    def embedded(self) -> bool:
-        return self.database_url is None
-
-    @property
     def postgres_dir(self) -> Path:
         return self.data_dir.resolve() / "postgres"
 

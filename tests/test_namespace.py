@@ -93,7 +93,6 @@ def test_duplicates_are_already_exists_case_insensitively(client, token):
         ("catalogs", {"name": "a.b"}, "name"),
         ("schemas", {"name": "ok", "catalog_name": "no/pe"}, "catalog_name"),
         ("memory-stores", {"name": "ok", "catalog_name": "main", "schema_name": "de fault"}, "schema_name"),
-        ("catalogs", {"name": "ok", "comment": "x" * 5000}, "comment"),
     ],
 )
 def test_invalid_names_and_sizes_name_the_field(client, token, path, body, field):
@@ -103,6 +102,19 @@ def test_invalid_names_and_sizes_name_the_field(client, token, path, body, field
     assert err["error_code"] == "INVALID_PARAMETER_VALUE"
     assert field in err["message"]
     assert err["details"][0]["field"] == field
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("catalogs", {"name": "long_comment", "comment": "x" * 5000}, "comment"),
+        ("catalogs", {"name": "long_property", "properties": {"k": "x" * 5000}}, "properties.k"),
+    ],
+)
+def test_text_over_its_limit_is_413_naming_the_field(client, token, path, body, field):
+    r = client.post(f"{UC}/{path}", headers=token(), json=body)
+    assert r.status_code == 413, r.text
+    assert r.json()["error_code"] == "PAYLOAD_TOO_LARGE" and r.json()["details"][0]["field"] == field
 
 
 @pytest.mark.parametrize("field", ["owner", "created_by", "id", "created_at", "full_name"])

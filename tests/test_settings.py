@@ -21,9 +21,9 @@ def test_settings_from_env_reads_the_contract_variables():
     )
     assert s.data_dir == Path("/srv/cat") and s.database_url == "postgresql://u@h/db"
     assert s.admin == "root" and s.agents_schema == "agents.memory"
-    assert not s.dev_mode and not s.embedded
+    assert not s.dev_mode and s.database_url
     defaults = Settings.from_env({})
-    assert defaults.dev_mode and defaults.embedded and defaults.admin == "admin"
+    assert defaults.dev_mode and defaults.database_url is None and defaults.admin == "admin"
     assert defaults.postgres_dir == Path(".data").resolve() / "postgres"
 
 

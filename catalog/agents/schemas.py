@@ -19,6 +19,7 @@ from catalog.entries.schemas import (
 )
 from catalog.inputs import NO_NUL, NOT_BLANK, PrincipalName, Scope
 from catalog.namespace.schemas import MAX_PROPERTY_VALUE, Comment
+from catalog.wire import Input, Output
 
 # A store id: 3-56 lowercase letters, digits or hyphens, starting with a letter, not ending with '-'.
 STORE_ID_PATTERN = r"^[a-z][a-z0-9-]{1,54}[a-z0-9]$"
@@ -48,36 +49,28 @@ DisplayName = Annotated[str, msgspec.Meta(max_length=MAX_PROPERTY_VALUE, pattern
 Limit = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOP_K, description="results (0: the default, 10)")]
 
 
-class _Input(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    pass
-
-
-class _Output(msgspec.Struct, omit_defaults=True, kw_only=True):
-    pass
-
-
-class StoreCreate(_Input, kw_only=True):
+class StoreCreate(Input, kw_only=True):
     # also the store id when the request names none (then it must have a store id's form)
     display_name: DisplayName | None = None
     description: Comment | None = None
 
 
-class StoreUpdate(_Input, kw_only=True):
+class StoreUpdate(Input, kw_only=True):
     display_name: DisplayName | None = None
     description: Comment | None = None
 
 
-class PrincipalRef(_Input, kw_only=True):
+class PrincipalRef(Input, kw_only=True):
     type: Annotated[str, msgspec.Meta(pattern=NO_NUL)] | None = None
     name: PrincipalName
 
 
-class GrantRequest(_Input, kw_only=True):
+class GrantRequest(Input, kw_only=True):
     principal: PrincipalRef
     permission: Literal["READ", "WRITE"] = "WRITE"
 
 
-class AgentEntryCreate(_Input, kw_only=True):
+class AgentEntryCreate(Input, kw_only=True):
     actor_id: Scope
     path: EntryPath
     content: Contents | None = None
@@ -86,12 +79,12 @@ class AgentEntryCreate(_Input, kw_only=True):
     source_type: SourceType | None = None
 
 
-class EntryUpdate(_Input, kw_only=True):
+class EntryUpdate(Input, kw_only=True):
     content: Contents | None = None
     description: Description | None = None
 
 
-class SearchBody(_Input, kw_only=True):
+class SearchBody(Input, kw_only=True):
     actor_id: Scope
     query: Annotated[str, msgspec.Meta(max_length=MAX_QUERY, pattern=NOT_BLANK)]
     limit: Limit | None = None
@@ -101,7 +94,7 @@ class SearchBody(_Input, kw_only=True):
     read_mask: Annotated[str, msgspec.Meta(pattern=READ_MASK_PATTERN)] | None = None
 
 
-class AgentStore(_Output, kw_only=True):
+class AgentStore(Output, kw_only=True):
     name: str
     display_name: str
     description: str | None = None
@@ -110,12 +103,12 @@ class AgentStore(_Output, kw_only=True):
     update_time: str
 
 
-class AgentStoreList(_Output, kw_only=True):
+class AgentStoreList(Output, kw_only=True):
     managed_memory_stores: list[AgentStore]
     next_page_token: str | None = None
 
 
-class AgentEntry(_Output, kw_only=True):
+class AgentEntry(Output, kw_only=True):
     name: str
     actor_id: str
     path: str
@@ -127,7 +120,7 @@ class AgentEntry(_Output, kw_only=True):
     update_time: str | None = None
 
 
-class AgentEntryList(_Output, kw_only=True):
+class AgentEntryList(Output, kw_only=True):
     managed_memory_entries: list[AgentEntry]
     next_page_token: str | None = None
 

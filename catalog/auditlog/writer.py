@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -87,7 +87,6 @@ class AuditContext:
     reason: str | None = None
     policy_revision: int | None = None
     result_count: int | None = None
-    params: dict[str, Any] = field(default_factory=dict)
     describe: Callable[[int], dict[str, Any]] | None = None  # the request's event for a status
     enabled: bool = True
     committed: bool = False  # a change already committed the request's event with itself

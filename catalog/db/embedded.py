@@ -143,11 +143,6 @@ class EmbeddedPostgres:
         log.info("embedded postgres %s in %s", "initialised" if fresh else "ready", self.pgdata)
         return str(self._server.get_uri())
 
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "start() first"
-        return str(self._server.get_uri())
-
     def alive(self) -> bool:
         """Whether the postmaster of this data dir runs (reads postmaster.pid; cheap)."""
         from pgserver.utils import PostmasterInfo

@@ -10,6 +10,7 @@ from catalog.entries.operations import SearchMode, WriteMode
 from catalog.inputs import NO_NUL, NOT_BLANK, Scope
 from catalog.keys import MAX_SCOPES, EntryPath, PathPrefix, SessionId
 from catalog.names import StoreFullName
+from catalog.wire import Input
 
 MAX_CONTENTS = 512 * 1024  # characters
 MAX_DESCRIPTION = 4096
@@ -24,11 +25,7 @@ Description = Annotated[str, msgspec.Meta(pattern=NO_NUL, extra_json_schema={"ma
 SourceType = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SOURCE_TYPE, pattern=NO_NUL)]
 
 
-class _Input(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    pass
-
-
-class SourceRef(_Input, kw_only=True):
+class SourceRef(Input, kw_only=True):
     """An entry this one was derived from."""
 
     memory_store: StoreFullName
@@ -37,7 +34,7 @@ class SourceRef(_Input, kw_only=True):
     session_id: SessionId | None = None
 
 
-class EntryFields(_Input, kw_only=True):
+class EntryFields(Input, kw_only=True):
     path: EntryPath
     contents: Contents | None = None
     description: Description | None = None
@@ -55,27 +52,27 @@ class EntryCreate(EntryFields, kw_only=True):
     path: EntryPath | None = None  # type: ignore[assignment]
 
 
-class StrReplace(_Input, kw_only=True):
+class StrReplace(Input, kw_only=True):
     old_str: Annotated[str, msgspec.Meta(min_length=1, pattern=NO_NUL)]
     new_str: Annotated[str, msgspec.Meta(pattern=NO_NUL)]
 
 
-class Insert(_Input, kw_only=True):
+class Insert(Input, kw_only=True):
     insert_text: Annotated[str, msgspec.Meta(pattern=NO_NUL)]
     # a line number of the contents: 0 inserts before the first line (contents hold at most
     # MAX_CONTENTS characters, so at most MAX_CONTENTS + 1 lines)
     insert_line: Annotated[int, msgspec.Meta(ge=0, le=MAX_CONTENTS + 1)]
 
 
-class ReplaceAll(_Input, kw_only=True):
+class ReplaceAll(Input, kw_only=True):
     contents: Contents
 
 
-class Append(_Input, kw_only=True):
+class Append(Input, kw_only=True):
     text: Annotated[str, msgspec.Meta(pattern=NO_NUL)]
 
 
-class EntryEdit(_Input, kw_only=True):
+class EntryEdit(Input, kw_only=True):
     scope: Scope
     path: EntryPath
     session_id: SessionId | None = None
@@ -86,7 +83,7 @@ class EntryEdit(_Input, kw_only=True):
     append: Append | None = None
 
 
-class SearchRequest(_Input, kw_only=True):
+class SearchRequest(Input, kw_only=True):
     query: Annotated[str, msgspec.Meta(max_length=MAX_QUERY, pattern=NOT_BLANK)]
     scope: Scope | None = None
     scopes: Annotated[list[Scope], msgspec.Meta(max_length=MAX_SCOPES)] | None = None
@@ -134,7 +131,7 @@ class SearchResponse(msgspec.Struct, kw_only=True):
     results: list[SearchResult]
 
 
-class EraseRequest(_Input, kw_only=True):
+class EraseRequest(Input, kw_only=True):
     scope: Scope
 
 

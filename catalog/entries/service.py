@@ -38,10 +38,10 @@ from catalog.errors import (
     AlreadyExists,
     InvalidParameter,
     NotFound,
-    PayloadTooLarge,
     PermissionDenied,
 )
 from catalog.governance import Securable, SecurableType
+from catalog.inputs import within
 from catalog.keys import (
     validate_path,
     validate_path_prefix,
@@ -74,20 +74,13 @@ class Page:
 # --- validation ------------------------------------------------------------------------------------
 
 
-def text(value: str | None, field: str, limit: int) -> str | None:
-    """Any text field over its limit is 413 naming it."""
-    if value is not None and len(value) > limit:
-        raise PayloadTooLarge(f"{field} must be at most {limit} characters", field)
-    return value
-
-
 def _fields(op: ops.Write) -> Fields:
     source_type = op.source_type
     if source_type is not None and (not source_type or len(source_type) > MAX_SOURCE_TYPE):
         raise InvalidParameter(f"source_type must be 1-{MAX_SOURCE_TYPE} characters", "source_type")
     return Fields(
-        contents=text(op.contents, "contents", MAX_CONTENTS),
-        description=text(op.description, "description", MAX_DESCRIPTION),
+        contents=within(op.contents, "contents", MAX_CONTENTS),
+        description=within(op.description, "description", MAX_DESCRIPTION),
         source_type=source_type,
     )
 
@@ -304,9 +297,9 @@ _READS_TEXT = {ops.StrReplace: "str_replace", ops.Insert: "insert"}
 
 async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
     """One change to the contents and/or the description, under the row's lock."""
-    description = text(op.description, "description", MAX_DESCRIPTION)
+    description = within(op.description, "description", MAX_DESCRIPTION)
     if isinstance(op.change, ops.ReplaceAll):
-        text(op.change.contents, "replace_all.contents", MAX_CONTENTS)
+        within(op.change.contents, "replace_all.contents", MAX_CONTENTS)
     if op.change is None and description is None and not op.set_description:
         raise InvalidParameter("nothing to change: give description or one edit operation", "description")
     scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
@@ -322,7 +315,7 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
             raise NotFound(f"no entry at {found.path} in scope {found.scope}")
         if op.if_match is not None and current.version != op.if_match:
             raise Aborted(f"the entry is at version {current.version}, not {op.if_match}")
-        contents = text(_apply(current.contents, op.change), "contents", MAX_CONTENTS)
+        contents = within(_apply(current.contents, op.change), "contents", MAX_CONTENTS)
         keep = description is None and not op.set_description
         row = await repo.update_contents(
             conn,

@@ -12,7 +12,7 @@ from catalog import routing
 from catalog.context import Context
 from catalog.groups import service
 from catalog.groups.schemas import Group, GroupCreate, GroupList, GroupPatch
-from catalog.inputs import NO_NUL, integer
+from catalog.inputs import integer
 from catalog.openapi import Empty, errors
 from catalog.pagination import MAX_PAGE_PARAMETER
 
@@ -40,9 +40,6 @@ async def list_groups(
     count: Annotated[
         int | None,
         integer(0, MAX_PAGE_PARAMETER, "page size (0 or absent: the server cap)"),
-    ] = None,
-    attributes: Annotated[
-        str | None, Parameter(pattern=NO_NUL, description="accepted and ignored: groups come whole")
     ] = None,
 ) -> GroupList:
     return await service.list_groups(ctx, request.user, filter, startIndex, count)

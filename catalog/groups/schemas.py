@@ -7,10 +7,10 @@ from typing import Annotated
 import msgspec
 
 from catalog.inputs import NO_NUL, PrincipalName
+from catalog.wire import Input
 
 GROUP_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:Group"
 LIST_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:ListResponse"
-PATCH_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
 MAX_MEMBERS_PER_REQUEST = 1000
 
 Text = Annotated[str, msgspec.Meta(pattern=NO_NUL)]
@@ -18,7 +18,7 @@ Text = Annotated[str, msgspec.Meta(pattern=NO_NUL)]
 OP_PATTERN = "^([Aa][Dd][Dd]|[Rr][Ee][Mm][Oo][Vv][Ee])$"
 
 
-class MemberRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class MemberRef(Input, kw_only=True):
     value: PrincipalName  # a principal name, or the id of a group
     display: Text | None = None
     type: Text | None = None
@@ -26,15 +26,13 @@ class MemberRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ref: Text | None = msgspec.field(default=None, name="$ref")
 
 
-class GroupCreate(
-    msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename={"display_name": "displayName"}
-):
+class GroupCreate(Input, kw_only=True, rename={"display_name": "displayName"}):
     display_name: PrincipalName
     members: Annotated[list[MemberRef], msgspec.Meta(max_length=MAX_MEMBERS_PER_REQUEST)] = []
     schemas: list[Text] = []
 
 
-class PatchOperation(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class PatchOperation(Input, kw_only=True):
     op: Annotated[str, msgspec.Meta(pattern=OP_PATTERN, description="add or remove (any case)")]
     path: (
         Annotated[
@@ -49,9 +47,7 @@ class PatchOperation(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     value: list[MemberRef] | MemberRef | None = None
 
 
-class GroupPatch(
-    msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename={"operations": "Operations"}
-):
+class GroupPatch(Input, kw_only=True, rename={"operations": "Operations"}):
     operations: Annotated[list[PatchOperation], msgspec.Meta(min_length=1)]
     schemas: list[Text] = []
 

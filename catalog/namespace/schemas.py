@@ -9,6 +9,7 @@ import msgspec
 
 from catalog.inputs import NO_NUL, PrincipalName, Scope
 from catalog.names import Name
+from catalog.wire import Input, Output
 
 MAX_COMMENT = 4096
 MAX_PROPERTIES = 100
@@ -16,45 +17,39 @@ MAX_PROPERTY_KEY = 255
 MAX_PROPERTY_VALUE = 4096
 MAX_SHARED_SCOPES = 100
 
-Comment = Annotated[str, msgspec.Meta(max_length=MAX_COMMENT, pattern=NO_NUL)]
+# Text longer than its limit is 413 (PAYLOAD_TOO_LARGE), answered by the service: the length is
+# documented here.
+Comment = Annotated[str, msgspec.Meta(pattern=NO_NUL, extra_json_schema={"maxLength": MAX_COMMENT})]
 Properties = Annotated[
     dict[
         Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PROPERTY_KEY, pattern=NO_NUL)],
-        Annotated[str, msgspec.Meta(max_length=MAX_PROPERTY_VALUE, pattern=NO_NUL)],
+        Annotated[str, msgspec.Meta(pattern=NO_NUL, extra_json_schema={"maxLength": MAX_PROPERTY_VALUE})],
     ],
     msgspec.Meta(max_length=MAX_PROPERTIES),
 ]
 SharedScopes = Annotated[list[Scope], msgspec.Meta(max_length=MAX_SHARED_SCOPES)]
 
 
-class _Input(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    pass
-
-
-class _Output(msgspec.Struct, omit_defaults=True, kw_only=True):
-    pass
-
-
-class CatalogCreate(_Input, kw_only=True):
+class CatalogCreate(Input, kw_only=True):
     name: Name
     comment: Comment | None = None
     properties: Properties | None = None
 
 
-class CatalogUpdate(_Input, kw_only=True):
+class CatalogUpdate(Input, kw_only=True):
     comment: Comment | None = None
     properties: Properties | None = None
     owner: PrincipalName | None = None
 
 
-class SchemaCreate(_Input, kw_only=True):
+class SchemaCreate(Input, kw_only=True):
     name: Name
     catalog_name: Name
     comment: Comment | None = None
     properties: Properties | None = None
 
 
-class SchemaUpdate(_Input, kw_only=True):
+class SchemaUpdate(Input, kw_only=True):
     comment: Comment | None = None
     properties: Properties | None = None
     owner: PrincipalName | None = None
@@ -63,7 +58,7 @@ class SchemaUpdate(_Input, kw_only=True):
 ScopeBinding = Literal["caller", "end_user"]
 
 
-class MemoryStoreCreate(_Input, kw_only=True):
+class MemoryStoreCreate(Input, kw_only=True):
     name: Name
     catalog_name: Name
     schema_name: Name
@@ -73,7 +68,7 @@ class MemoryStoreCreate(_Input, kw_only=True):
     shared_scopes: SharedScopes | None = None
 
 
-class MemoryStoreUpdate(_Input, kw_only=True):
+class MemoryStoreUpdate(Input, kw_only=True):
     description: Comment | None = None
     properties: Properties | None = None
     owner: PrincipalName | None = None
@@ -81,7 +76,7 @@ class MemoryStoreUpdate(_Input, kw_only=True):
     shared_scopes: SharedScopes | None = None
 
 
-class CatalogInfo(_Output, kw_only=True):
+class CatalogInfo(Output, kw_only=True):
     name: str
     full_name: str
     id: str
@@ -96,7 +91,7 @@ class CatalogInfo(_Output, kw_only=True):
     securable_type: str = "CATALOG"
 
 
-class SchemaInfo(_Output, kw_only=True):
+class SchemaInfo(Output, kw_only=True):
     name: str
     full_name: str
     catalog_name: str
@@ -112,7 +107,7 @@ class SchemaInfo(_Output, kw_only=True):
     securable_type: str = "SCHEMA"
 
 
-class MemoryStoreInfo(_Output, kw_only=True):
+class MemoryStoreInfo(Output, kw_only=True):
     name: str
     full_name: str
     catalog_name: str
@@ -131,22 +126,22 @@ class MemoryStoreInfo(_Output, kw_only=True):
     securable_type: str = "MEMORY_STORE"
 
 
-class ListCatalogsResponse(_Output, kw_only=True):
+class ListCatalogsResponse(Output, kw_only=True):
     catalogs: list[CatalogInfo]
     next_page_token: str | None = None
 
 
-class ListSchemasResponse(_Output, kw_only=True):
+class ListSchemasResponse(Output, kw_only=True):
     schemas: list[SchemaInfo]
     next_page_token: str | None = None
 
 
-class ListMemoryStoresResponse(_Output, kw_only=True):
+class ListMemoryStoresResponse(Output, kw_only=True):
     memory_stores: list[MemoryStoreInfo]
     next_page_token: str | None = None
 
 
-class MetastoreSummary(_Output, kw_only=True):
+class MetastoreSummary(Output, kw_only=True):
     metastore_id: str
     name: str
     owner: str

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from typing import TypeVar
+
 from catalog.auditlog.writer import audited
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound
 from catalog.governance import Access, Securable, SecurableType
-from catalog.inputs import MAX_SCOPE, blank, has_control
+from catalog.inputs import MAX_SCOPE, blank, has_control, within
 from catalog.names import split_full_name, validate_name
 from catalog.namespace import repo
 from catalog.namespace.schemas import (
@@ -32,13 +35,13 @@ from catalog.namespace.schemas import (
 )
 from catalog.pagination import Pages, collect_page, page_size
 
+T = TypeVar("T")
+
 CATALOG, SCHEMA, STORE = SecurableType.CATALOG, SecurableType.SCHEMA, SecurableType.MEMORY_STORE
 
 
 def _text(value: str | None, field: str) -> str | None:
-    if value is not None and len(value) > MAX_COMMENT:
-        raise InvalidParameter(f"{field} must be at most {MAX_COMMENT} characters", field)
-    return value
+    return within(value, field, MAX_COMMENT)
 
 
 def _properties(value: dict[str, str] | None) -> dict[str, str] | None:
@@ -49,8 +52,7 @@ def _properties(value: dict[str, str] | None) -> dict[str, str] | None:
     for key, item in value.items():
         if not key or len(key) > MAX_PROPERTY_KEY:
             raise InvalidParameter(f"property keys must be 1-{MAX_PROPERTY_KEY} characters", "properties")
-        if len(item) > MAX_PROPERTY_VALUE:
-            raise InvalidParameter(f"property {key!r} is longer than {MAX_PROPERTY_VALUE}", "properties")
+        within(item, f"properties.{key}", MAX_PROPERTY_VALUE)
     return value
 
 
@@ -366,7 +368,7 @@ async def _delete(ctx: Context, securable: Securable) -> None:
             raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
 
 
-async def _must(result, what: str):  # type: ignore[no-untyped-def]
+async def _must(result: Awaitable[T | None], what: str) -> T:
     value = await result
     if value is None:
         raise NotFound(f"{what} does not exist")

@@ -8,6 +8,7 @@ import msgspec
 
 from catalog.governance.actions import Privilege
 from catalog.inputs import PrincipalName
+from catalog.wire import Input
 
 MAX_CHANGES = 1000
 
@@ -35,13 +36,13 @@ PrivilegeName = Annotated[
 ]
 
 
-class PermissionsChange(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class PermissionsChange(Input, kw_only=True):
     principal: PrincipalName
     add: list[PrivilegeName] = []
     remove: list[PrivilegeName] = []
 
 
-class UpdatePermissions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class UpdatePermissions(Input, kw_only=True):
     changes: Annotated[list[PermissionsChange], msgspec.Meta(max_length=MAX_CHANGES)] = []
     omit_permissions_in_response: bool = False
 

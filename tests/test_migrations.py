@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import asyncpg
 import pytest
 
 from catalog.db import MIGRATIONS_DIR, apply_migrations, load_migrations
 from catalog.namespace import bootstrap
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 async def test_migrations_apply_once_and_are_idempotent(database_url):
@@ -30,8 +34,14 @@ async def test_migrations_apply_once_and_are_idempotent(database_url):
 
 
 def test_migration_files_are_numbered(tmp_path):
-    names = sorted(p.name for p in MIGRATIONS_DIR.glob("*.sql"))
+    names = sorted(p.name for p in MIGRATIONS_DIR.iterdir() if p.name.endswith(".sql"))
     assert names and names[0] == "0001_extensions.sql"
     (tmp_path / "1_bad.sql").write_text("SELECT 1")
     with pytest.raises(ValueError, match="NNNN_name"):
         load_migrations(tmp_path)
+
+
+def test_migrations_are_package_data_beside_the_runner():
+    # read through importlib.resources from the package, so an installed wheel finds them too
+    assert Path(str(MIGRATIONS_DIR)) == REPO / "catalog" / "db" / "migrations"
+    assert [m.name for m in load_migrations()][:2] == ["extensions", "namespace"]

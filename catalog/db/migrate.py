@@ -17,9 +17,10 @@ from importlib.resources.abc import Traversable
 
 import asyncpg
 
+from catalog.db import locks
+
 MIGRATIONS_DIR: Traversable = files("catalog.db") / "migrations"
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_LOCK_KEY = 0x6D656D63  # "memc": one advisory lock for the runner
 
 _VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -55,7 +56,7 @@ async def apply_migrations(
 ) -> list[Migration]:
     """Apply the pending migrations; returns the ones applied by this call."""
     applied: list[Migration] = []
-    await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
+    await conn.execute("SELECT pg_advisory_lock($1)", locks.MIGRATIONS)
     try:
         await conn.execute(_VERSION_TABLE)
         done = {row["version"] for row in await conn.fetch("SELECT version FROM schema_migrations")}
@@ -71,5 +72,5 @@ async def apply_migrations(
                 )
             applied.append(migration)
     finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+        await conn.execute("SELECT pg_advisory_unlock($1)", locks.MIGRATIONS)
     return applied

@@ -1,21 +1,26 @@
-"""The migration runner: `sql/migrations/NNNN_name.sql`, applied in order, each once.
+"""The migration runner: `catalog/db/migrations/NNNN_name.sql`, applied in order, each once.
 
 Each applied file is recorded in `schema_migrations` in the same transaction as its statements.
 A session advisory lock serialises concurrent starts of several processes on one database. The
 files themselves are written to be idempotent too, so running them twice changes nothing.
+
+The files are package data, read through `importlib.resources`: an installed wheel finds them
+in site-packages, wherever the process was started from.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 
 import asyncpg
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "sql" / "migrations"
+from catalog.db import locks
+
+MIGRATIONS_DIR: Traversable = files("catalog.db") / "migrations"
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_LOCK_KEY = 0x6D656D63  # "memc": one advisory lock for the runner
 
 _VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -33,23 +38,25 @@ class Migration:
     sql: str
 
 
-def load_migrations(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+def load_migrations(directory: Traversable = MIGRATIONS_DIR) -> list[Migration]:
     migrations = []
-    for path in sorted(directory.glob("*.sql")):
+    for path in sorted((p for p in directory.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name):
         match = _FILE.match(path.name)
         if not match:
             raise ValueError(f"migration file name must be NNNN_name.sql: {path.name}")
-        migrations.append(Migration(int(match[1]), match[2], path.read_text()))
+        migrations.append(Migration(int(match[1]), match[2], path.read_text(encoding="utf-8")))
     versions = [m.version for m in migrations]
     if len(set(versions)) != len(versions):
         raise ValueError("two migrations share a version number")
     return migrations
 
 
-async def apply_migrations(conn: asyncpg.Connection, directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+async def apply_migrations(
+    conn: asyncpg.Connection, directory: Traversable = MIGRATIONS_DIR
+) -> list[Migration]:
     """Apply the pending migrations; returns the ones applied by this call."""
     applied: list[Migration] = []
-    await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
+    await conn.execute("SELECT pg_advisory_lock($1)", locks.MIGRATIONS)
     try:
         await conn.execute(_VERSION_TABLE)
         done = {row["version"] for row in await conn.fetch("SELECT version FROM schema_migrations")}
@@ -65,5 +72,5 @@ async def apply_migrations(conn: asyncpg.Connection, directory: Path = MIGRATION
                 )
             applied.append(migration)
     finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+        await conn.execute("SELECT pg_advisory_unlock($1)", locks.MIGRATIONS)
     return applied

@@ -1,6 +1,6 @@
 """The one authorization seam: `Authorizer.authorize(principal, action, securable) -> Decision`.
 
-Rules (policies/model.conf states them for the engine; policies/README.md for people):
+Rules (model.conf states them for the engine; README.md beside it for people):
 1. A privilege granted on a catalog or schema applies to everything below it; ALL_PRIVILEGES is
    every privilege applicable there or below except MANAGE. Grants reach a principal directly or
    through its groups (nested; `account users` holds every authenticated principal).

@@ -1,7 +1,7 @@
-"""Casbin, the engine that decides. `policies/model.conf` states the rules; this module hands the
-engine, per check, only the slice of the policy that can matter: the grants and ownerships on the
-securable's own chain (metastore → catalog → schema → store) held by the caller or one of its
-groups, the caller's group edges (g), and the chain's parent edges (g2).
+"""Casbin, the engine that decides. `model.conf` (beside this module) states the rules; this
+module hands the engine, per check, only the slice of the policy that can matter: the grants and
+ownerships on the securable's own chain (metastore → catalog → schema → store) held by the caller
+or one of its groups, the caller's group edges (g), and the chain's parent edges (g2).
 
 Why a slice: pycasbin's `enforce()` evaluates the matcher once per policy line (several µs each), so
 handing it every grant would cost tens of ms per check at 100,000 grants. A slice has a handful
@@ -12,12 +12,14 @@ only, so loading a slice and enforcing on it cannot interleave with another chec
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any
 
 import casbin
 
-MODEL_PATH = Path(__file__).resolve().parents[2] / "policies" / "model.conf"
+# Package data, read through importlib.resources so that an installed wheel finds it.
+MODEL: Traversable = files("catalog.governance") / "model.conf"
 
 
 class _Enforcer(casbin.Enforcer):
@@ -37,8 +39,8 @@ class _Enforcer(casbin.Enforcer):
 
 
 class CasbinEngine:
-    def __init__(self, model_path: Path = MODEL_PATH) -> None:
-        self.enforcer = _Enforcer(casbin.Enforcer.new_model(path=str(model_path)))
+    def __init__(self, model: Traversable = MODEL) -> None:
+        self.enforcer = _Enforcer(casbin.Enforcer.new_model(text=model.read_text(encoding="utf-8")))
         self.enforcer.enable_log = False  # type: ignore[attr-defined]
         self._policy = self.enforcer.model.model["p"]["p"]
         self._members = self.enforcer.rm_map["g"]

@@ -6,6 +6,7 @@ from typing import TypeAlias
 
 import asyncpg
 
+from catalog.db import locks
 from catalog.errors import AlreadyExists
 
 Conn: TypeAlias = asyncpg.Connection
@@ -14,7 +15,7 @@ Conn: TypeAlias = asyncpg.Connection
 async def lock_policy(conn: Conn) -> None:
     """The policy writers' lock (the log triggers take the same one): the membership checks made
     under it see every committed change and no concurrent one."""
-    await conn.execute("SELECT pg_advisory_xact_lock(1886350457)")
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", locks.POLICY_LOG)
 
 
 async def insert_group(conn: Conn, display_name: str, created_by: str) -> str:

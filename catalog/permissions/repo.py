@@ -1,4 +1,4 @@
-"""SQL for grants. Changes are logged to `policy_log` by triggers (sql/migrations/0003)."""
+"""SQL for grants. Changes are logged to `policy_log` by triggers (catalog/db/migrations/0003)."""
 
 from __future__ import annotations
 

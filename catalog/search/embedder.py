@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Protocol
 
@@ -29,8 +30,9 @@ import numpy as np
 
 log = logging.getLogger("catalog.search")
 
-DATA = Path(__file__).resolve().parent / "data"
-TOKENIZER_FILE = DATA / "minilm-tokenizer.json"
+# Package data. onnxruntime and tokenizers open files by path, so the package is used as installed
+# files (site-packages or the checkout), never from a zip: the resource is then a real path.
+TOKENIZER_FILE = Path(str(files("catalog.search") / "data" / "minilm-tokenizer.json"))
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 MAX_TOKENS = 256

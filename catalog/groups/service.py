@@ -32,7 +32,7 @@ from catalog.inputs import blank
 
 _REMOVE_PATH = re.compile(r'members\[value eq "([^"]+)"\]')
 # the one filter supported (SCIM's attribute and operator, with spaces around them)
-FILTER_PATTERN = r'^ *displayName +eq +"([^"]*)" *$'
+FILTER_PATTERN = r'^ *displayName +eq +"([^"\x00]*)" *$'
 _FILTER = re.compile(FILTER_PATTERN[1:-1])
 
 

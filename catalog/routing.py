@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from litestar import Router
+from litestar import Response, Router
+from litestar.enums import HttpMethod
 from litestar.handlers import HTTPRouteHandler
 from litestar.routes import HTTPRoute
+from litestar.types import Scope
 
 from catalog.inputs import check_request
 
@@ -23,10 +25,23 @@ def _default_options(handler: HTTPRouteHandler) -> bool:
     return handler.http_methods == {"OPTIONS"} and not handler.include_in_schema
 
 
+class _Route(HTTPRoute):
+    """A path whose OPTIONS answer is 200 `{}` with `Allow` (success is always 200 with a JSON
+    body here; Litestar's own answer is 204 without one)."""
+
+    def create_options_handler(self, path: str) -> HTTPRouteHandler:
+        def options_handler(scope: Scope) -> Response[dict[str, Any]]:
+            return Response(content={}, status_code=200, headers={"Allow": ", ".join(sorted(self.methods))})
+
+        return HTTPRouteHandler(
+            path=path, http_method=[HttpMethod.OPTIONS], include_in_schema=False, sync_to_thread=False
+        )(options_handler)
+
+
 def router(path: str, route_handlers: Sequence[Any], tags: list[str]) -> Router:
     built = Router(path=path, route_handlers=list(route_handlers), tags=tags, before_request=check_request)
     for i, route in enumerate(built.routes):
         if isinstance(route, HTTPRoute):
             handlers = [h for h in route.route_handlers if not _default_options(h)]
-            built.routes[i] = HTTPRoute(path=route.path, route_handlers=handlers)
+            built.routes[i] = _Route(path=route.path, route_handlers=handlers)
     return built

@@ -131,9 +131,12 @@ def test_multi_valued_parameters_are_audited_with_every_value(client, token):
     assert event["request_params"]["scopes"] == ["team", "alice"]
 
 
-def test_options_needs_a_token(client):
+def test_options_needs_a_token_and_answers_200_json(client, token):
     r = client.options(f"{UC}/catalogs")
     assert r.status_code == 401 and r.json()["error_code"] == "UNAUTHENTICATED"
+    r = client.options(f"{UC}/catalogs", headers=token())
+    assert (r.status_code, r.json()) == (200, {})  # success is always 200 with a JSON body
+    assert set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "POST", "OPTIONS"}
 
 
 # --- the connection layer, on a real server ---------------------------------------------------

@@ -9,8 +9,8 @@ from catalog.db import MIGRATIONS_DIR, apply_migrations, load_migrations
 from catalog.namespace import bootstrap
 
 
-async def test_migrations_apply_once_and_are_idempotent(database_url):
-    conn = await asyncpg.connect(database_url)
+async def test_migrations_apply_once_and_are_idempotent(empty_database_url):
+    conn = await asyncpg.connect(empty_database_url)
     try:
         first = await apply_migrations(conn)
         assert [m.version for m in first] == [m.version for m in load_migrations()]

@@ -68,7 +68,9 @@ def walk(client, token):
     )
     body = {"name": "m", "catalog_name": "walk", "schema_name": "s"}
     assert client.post(f"{UC}/memory-stores", headers=token(), json=body).status_code == 200
-    group = client.post(SCIM, headers=token(), json={"displayName": "walk_group"}).json()
+    r = client.post(SCIM, headers=token(), json={"displayName": "walk_group"})
+    assert r.status_code == 200, r.text
+    group = r.json()
     r = client.post(
         "/api/2.0/agents/memory-stores",
         headers=token(),

@@ -132,27 +132,60 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("data")
 
 
-@pytest.fixture(scope="module")
-def settings(database_url: str, data_dir: Path) -> Settings:
+def _settings(database_url: str, data_dir: Path) -> Settings:
     return Settings(data_dir=data_dir, database_url=database_url, admin="admin", page_default=5, page_cap=20)
 
 
-@pytest.fixture(scope="module")
-def client(settings: Settings) -> Iterator[TestClient]:
+@contextmanager
+def _app(settings: Settings) -> Iterator[TestClient]:
     with TestClient(
         create_app(settings, encoder=HashEncoder()), raise_server_exceptions=False
     ) as test_client:
         yield test_client
 
 
-@pytest.fixture(scope="module")
-def token(settings: Settings):  # type: ignore[no-untyped-def]
-    """`token("alice")` → headers with a valid bearer token for alice."""
-
+def _token_maker(settings: Settings):  # type: ignore[no-untyped-def]
     def make(sub: str = "admin", **kwargs: object) -> dict[str, str]:
         return {"Authorization": f"Bearer {mint_dev_token(settings, sub, **kwargs)}"}  # type: ignore[arg-type]
 
     return make
+
+
+@pytest.fixture(scope="module")
+def settings(database_url: str, data_dir: Path) -> Settings:
+    return _settings(database_url, data_dir)
+
+
+@pytest.fixture(scope="module")
+def client(settings: Settings) -> Iterator[TestClient]:
+    """The app on the module's database, shared by the module's tests."""
+    with _app(settings) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def token(settings: Settings):  # type: ignore[no-untyped-def]
+    """`token("alice")` → headers with a valid bearer token for alice."""
+    return _token_maker(settings)
+
+
+@pytest.fixture
+def own_settings(fresh_database_url: str, tmp_path: Path) -> Settings:
+    """Settings for a database and a data dir of the test's own."""
+    return _settings(fresh_database_url, tmp_path / "data")
+
+
+@pytest.fixture
+def own_client(own_settings: Settings) -> Iterator[TestClient]:
+    """An app of the test's own, on its own database (for a test that must not share one)."""
+    with _app(own_settings) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def own_token(own_settings: Settings):  # type: ignore[no-untyped-def]
+    """`own_token("alice")`: headers with a bearer token that `own_client` accepts."""
+    return _token_maker(own_settings)
 
 
 def free_port() -> int:

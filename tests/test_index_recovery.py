@@ -23,10 +23,10 @@ STORE = f"{UC}/memory-stores/main.default.rec"
 
 
 @pytest.fixture
-def own(fresh_database_url: str, tmp_path: Path) -> Settings:
-    """Settings with a database and a data dir of the test's own: these tests count every entry
-    and every index slot there is."""
-    return Settings(data_dir=tmp_path / "data", database_url=fresh_database_url, admin="admin")
+def own(own_settings: Settings) -> Settings:
+    """A database and a data dir of the test's own: these tests count every entry and every
+    index slot there is."""
+    return own_settings
 
 
 def create_store(client, settings) -> None:  # type: ignore[no-untyped-def]

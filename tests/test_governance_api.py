@@ -82,6 +82,9 @@ def test_patch_is_all_or_nothing_and_validates_privileges(client, token, corp):
         assert r.status_code == 400 and message in r.json()["message"], r.text
     r = client.get(f"{UC}/permissions/schema/corp.support", headers=token(), params={"principal": "bob"})
     assert r.json()["privilege_assignments"] == []  # the valid first change was not applied either
+    grant(client, token, "schema", "corp.support", "bob", add=["USE_SCHEMA"])  # alone, it is
+    r = client.get(f"{UC}/permissions/schema/corp.support", headers=token(), params={"principal": "bob"})
+    assert r.json()["privilege_assignments"] == [{"principal": "bob", "privileges": ["USE_SCHEMA"]}]
     r = client.patch(
         f"{UC}/permissions/metastore/{_metastore_id(client, token)}",
         headers=token(),

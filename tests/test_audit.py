@@ -33,12 +33,23 @@ def event_for(client, token, request_id):  # type: ignore[no-untyped-def]
     return next(e for e in events if e["request_id"] == request_id)
 
 
-def test_every_outcome_is_one_event(client, token):
-    client.post(
+def create_store(client, token, name: str) -> str:
+    r = client.post(
         f"{UC}/memory-stores",
         headers=token(),
-        json={"name": "aud", "catalog_name": "main", "schema_name": "default"},
+        json={"name": name, "catalog_name": "main", "schema_name": "default"},
     )
+    assert r.status_code == 200, r.text
+    return f"main.default.{name}"
+
+
+@pytest.fixture(scope="module")
+def aud(client, token) -> str:  # type: ignore[no-untyped-def]
+    """Store `main.default.aud`, empty: tests write entries of their own scopes into it."""
+    return create_store(client, token, "aud")
+
+
+def test_every_outcome_is_one_event(client, token, aud):
     cases = [
         (client.get(f"{UC}/memory-stores/main.default.aud", headers=token()), "allow", "memory_store.get"),
         (
@@ -63,19 +74,24 @@ def test_every_outcome_is_one_event(client, token):
     assert event_for(client, token, cases[2][0].headers["x-request-id"])["principal"] is None
 
 
-def test_no_contents_or_tokens_in_the_log(client, token, database_url):
+def test_no_contents_or_tokens_in_the_log(client, token, aud, database_url):
     headers = token()
-    client.post(
+    written = client.post(
         f"{UC}/memory-stores/main.default.aud/entries",
         headers=headers,
-        params={"scope": "u"},
+        params={"scope": "u-secret"},
         json={"path": "/s.md", "contents": SECRET, "description": SECRET},
     )
-    client.post(
+    assert written.status_code == 200, written.text
+    found = client.post(
         f"{UC}/memory-stores/main.default.aud/entries:search",
         headers=headers,
-        json={"scope": "u", "query": SECRET},
+        json={"scope": "u-secret", "query": SECRET, "mode": "keyword"},
     )
+    assert found.status_code == 200 and len(found.json()["results"]) == 1, found.text
+    # both requests are in the log, but neither the text nor the token
+    for r in (written, found):
+        assert event_for(client, token, r.headers["x-request-id"])["status_code"] == 200
     jwt = headers["Authorization"].split()[1]
     for needle in (SECRET, jwt[:40]):
         rows = sql(
@@ -88,18 +104,25 @@ def test_no_contents_or_tokens_in_the_log(client, token, database_url):
 
 def test_read_audit_is_needed(client, token):
     assert client.get(AUDIT, headers=token("auditor")).status_code == 403
+    denied = client.post(f"{UC}/catalogs", headers=token("nosy"), json={"name": "nosy_catalog"})
+    assert denied.status_code == 403
     ms = client.get(f"{UC}/metastore_summary", headers=token()).json()["metastore_id"]
-    client.patch(
+    r = client.patch(
         f"{UC}/permissions/metastore/{ms}",
         headers=token(),
         json={"changes": [{"principal": "auditor", "add": ["READ_AUDIT"]}]},
     )
-    r = client.get(AUDIT, headers=token("auditor"), params={"principal": "eve", "decision": "deny"})
-    assert r.status_code == 200 and {e["principal"] for e in r.json()["events"]} == {"eve"}
+    assert r.status_code == 200, r.text
+    r = client.get(AUDIT, headers=token("auditor"), params={"principal": "nosy", "decision": "deny"})
+    assert r.status_code == 200
+    assert [e["request_id"] for e in r.json()["events"]] == [denied.headers["x-request-id"]]
     assert client.get(f"{AUDIT}:verify", headers=token("auditor")).json()["ok"] is True
 
 
 def test_pagination_and_order(client, token):
+    # a fresh database holds the first start's system events; a few requests make sure of 12
+    for _ in range(12):
+        assert client.get(f"{UC}/catalogs/main", headers=token()).status_code == 200
     seen, page_token = [], None
     for _ in range(3):
         params = {"page_size": 4, "order": "asc", **({"page_token": page_token} if page_token else {})}
@@ -178,12 +201,24 @@ def test_the_auditor_role_reads_the_views_and_nothing_else(client, token, databa
     from catalog.cli import with_role
 
     auditor = with_role(database_url, "catalog_auditor")
-    client.get(f"{UC}/memory-stores/main.default.aud/entries", headers=token(), params={"scope": "u"})
-    assert sql(auditor, "SELECT count(*) FROM system.audit")[0][0] > 10
-    lineage = sql(
-        auditor, "SELECT direction, entry_count FROM system.lineage WHERE memory_store = 'main.default.aud'"
+    store = create_store(client, token, "aud_lineage")
+    r = client.post(
+        f"{UC}/memory-stores/{store}/entries",
+        headers=token(),
+        params={"scope": "u"},
+        json={"path": "/l.md", "contents": "one entry"},
     )
-    assert ("write", 1) in [tuple(r) for r in lineage] and ("read", 1) in [tuple(r) for r in lineage]
+    assert r.status_code == 200, r.text
+    r = client.get(f"{UC}/memory-stores/{store}/entries", headers=token(), params={"scope": "u"})
+    assert r.status_code == 200 and len(r.json()["entries"]) == 1
+    total = client.get(f"{AUDIT}:verify", headers=token()).json()["checked"]
+    assert sql(auditor, "SELECT count(*) FROM system.audit")[0][0] >= total > 10
+    lineage = sql(
+        auditor,
+        "SELECT direction, entry_count FROM system.lineage WHERE memory_store = $1 ORDER BY event_seq",
+        store,
+    )
+    assert [tuple(r) for r in lineage] == [("write", 1), ("read", 1)]
     for table in ("entries", "grants", "audit_events", "group_members"):
         with pytest.raises(asyncpg.InsufficientPrivilegeError):
             sql(auditor, f"SELECT * FROM public.{table} LIMIT 1")
@@ -214,7 +249,7 @@ def test_one_chain_across_two_processes_and_a_restart(client, token, database_ur
     assert verified["ok"] is True and verified["checked"] >= len(rows)
 
 
-def test_a_change_commits_with_its_event_or_not_at_all(client, token, monkeypatch):
+def test_a_change_commits_with_its_event_or_not_at_all(client, token, aud, monkeypatch):
     import catalog.auditlog.writer as writer
 
     original = writer.append_on
@@ -251,14 +286,9 @@ def test_a_change_commits_with_its_event_or_not_at_all(client, token, monkeypatc
     )
 
 
-def test_nul_characters_are_refused_and_still_audited(client, token):
+def test_nul_characters_are_refused_and_still_audited(client, token, aud):
     """PostgreSQL text cannot hold NUL: such input is a 400 naming where it was, and its event
     (with U+FFFD in place of the NUL) is written like any other."""
-    client.post(
-        f"{UC}/memory-stores",
-        headers=token(),
-        json={"name": "aud", "catalog_name": "main", "schema_name": "default"},
-    )
     store = f"{UC}/memory-stores/main.default.aud"
     r = client.get(f"{store}/entries:get", headers=token(), params={"scope": "s\x00", "path": "/a.md"})
     assert r.status_code == 400 and "`scope`" in r.json()["message"], r.text

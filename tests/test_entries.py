@@ -26,6 +26,13 @@ def post(client, token, scope, body, who="admin"):
     return client.post(ENTRIES, headers=token(who), params={"scope": scope}, json=body)
 
 
+def put(client, token, scope, body, who="admin"):
+    """A write that must succeed; returns the entry."""
+    r = post(client, token, scope, body, who)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
 def search(client, token, body, who="admin"):
     r = client.post(f"{STORE}/entries:search", headers=token(who), json=body)
     assert r.status_code == 200, r.text
@@ -48,7 +55,7 @@ def test_seed_flow(client, token):
     assert entry["scope"] == "user-123" and entry["path"] == "/memories/preferences.md"
     assert entry["etag"] == "1" and r.headers["etag"] == '"1"'
     assert entry["created_by"] == "admin" and "session_id" not in entry
-    post(
+    put(
         client,
         token,
         "user-123",
@@ -92,7 +99,10 @@ def test_body_form_with_memory_entry(client, token):
 
 
 def test_overwrite_and_append(client, token):
-    post(client, token, "u-wm", {"path": "/w.md", "contents": "first", "write_mode": "OVERWRITE"})
+    assert (
+        put(client, token, "u-wm", {"path": "/w.md", "contents": "first", "write_mode": "OVERWRITE"})["etag"]
+        == "1"
+    )
     r = post(client, token, "u-wm", {"path": "/w.md", "contents": "second", "write_mode": "OVERWRITE"})
     assert r.json()["contents"] == "second" and r.json()["etag"] == "2"
     r = post(client, token, "u-wm", {"path": "/w.md", "contents": "line two", "write_mode": "APPEND"})
@@ -130,14 +140,14 @@ def test_concurrent_exclusive_creates_one_winner(client, token):
 
 def test_get_and_list(client, token):
     for i in range(7):
-        post(
+        put(
             client,
             token,
             "u-list",
             {"path": f"/notes/{i:02d}.md", "contents": f"note {i}", "description": f"d{i}"},
         )
-    post(client, token, "u-list", {"path": "/other/x.md", "description": "described only"})
-    post(client, token, "u-list", {"path": "/notes/00.md", "contents": "session copy", "session_id": "s9"})
+    put(client, token, "u-list", {"path": "/other/x.md", "description": "described only"})
+    put(client, token, "u-list", {"path": "/notes/00.md", "contents": "session copy", "session_id": "s9"})
     r = client.get(
         f"{STORE}/entries:get", headers=token(), params={"scope": "u-list", "path": "/notes/03.md"}
     )
@@ -186,16 +196,16 @@ def test_get_and_list(client, token):
         ({"append": {"text": "delta"}}, "alpha\nbeta\ngamma\ndelta"),
     ],
 )
-def test_edit_operations(client, token, edit, expected):
-    path = f"/edit/{abs(hash(str(edit)))}.md"
-    post(client, token, "u-edit", {"path": path, "contents": "alpha\nbeta\ngamma"})
+def test_edit_operations(client, token, edit, expected, request):
+    path = f"/edit/{request.node.callspec.id}.md"  # one entry per case
+    put(client, token, "u-edit", {"path": path, "contents": "alpha\nbeta\ngamma"})
     r = client.patch(ENTRIES, headers=token(), json={"scope": "u-edit", "path": path, **edit})
     assert r.status_code == 200, r.text
     assert r.json()["contents"] == expected and r.json()["etag"] == "2"
 
 
 def test_failed_edits_change_nothing(client, token):
-    post(client, token, "u-edit", {"path": "/fixed.md", "contents": "a a b"})
+    put(client, token, "u-edit", {"path": "/fixed.md", "contents": "a a b"})
     for edit, field in [
         ({"str_replace": {"old_str": "a", "new_str": "x"}}, "occurs 2 times"),
         ({"str_replace": {"old_str": "zzz", "new_str": "x"}}, "does not occur"),
@@ -210,7 +220,7 @@ def test_failed_edits_change_nothing(client, token):
 
 
 def test_if_match_guards_edits_and_deletes(client, token):
-    post(client, token, "u-etag", {"path": "/e.md", "contents": "v1"})
+    put(client, token, "u-etag", {"path": "/e.md", "contents": "v1"})
     r = client.patch(
         ENTRIES,
         headers={**token(), "If-Match": '"1"'},
@@ -279,8 +289,8 @@ def test_search_needs_a_query_and_a_scope(client, token):
 
 
 def test_scopes_never_cross(client, token):
-    post(client, token, "alice", {"path": "/secret.md", "contents": "alice loves quantum chromodynamics"})
-    post(client, token, "bob", {"path": "/secret.md", "contents": "bob loves quantum chromodynamics"})
+    put(client, token, "alice", {"path": "/secret.md", "contents": "alice loves quantum chromodynamics"})
+    put(client, token, "bob", {"path": "/secret.md", "contents": "bob loves quantum chromodynamics"})
     for mode in ("hybrid", "keyword", "semantic"):
         results = search(client, token, {"scope": "bob", "query": "quantum chromodynamics", "mode": mode})
         assert {r["memory_entry"]["scope"] for r in results} == {"bob"}, mode
@@ -292,21 +302,24 @@ def test_scopes_never_cross(client, token):
 
 def test_read_your_writes_and_deletes_vanish_from_every_mode(client, token):
     for i in range(5):
-        post(client, token, "u-ryw", {"path": f"/n{i}.md", "contents": f"ordinary note number {i}"})
+        put(client, token, "u-ryw", {"path": f"/n{i}.md", "contents": f"ordinary note number {i}"})
         results = search(
             client, token, {"scope": "u-ryw", "query": f"ordinary note number {i}", "mode": "keyword"}
         )
         assert f"/n{i}.md" in [r["memory_entry"]["path"] for r in results]
-    client.delete(ENTRIES, headers=token(), params={"scope": "u-ryw", "path": "/n2.md"})
+    r = client.delete(ENTRIES, headers=token(), params={"scope": "u-ryw", "path": "/n2.md"})
+    assert r.status_code == 200, r.text
     for mode in ("hybrid", "keyword", "semantic"):
         results = search(client, token, {"scope": "u-ryw", "query": "ordinary note number 2", "mode": mode})
-        assert "/n2.md" not in [r["memory_entry"]["path"] for r in results], mode
+        found = [r["memory_entry"]["path"] for r in results]
+        assert "/n2.md" not in found and "/n3.md" in found, (mode, found)  # the others are still found
     # an edit is searchable by its new words at once, and not by the old ones
-    client.patch(
+    r = client.patch(
         ENTRIES,
         headers=token(),
         json={"scope": "u-ryw", "path": "/n1.md", "replace_all": {"contents": "zebra migration"}},
     )
+    assert r.status_code == 200, r.text
     assert (
         search(client, token, {"scope": "u-ryw", "query": "zebra", "mode": "keyword"})[0]["memory_entry"][
             "path"
@@ -314,13 +327,14 @@ def test_read_your_writes_and_deletes_vanish_from_every_mode(client, token):
         == "/n1.md"
     )
     stale = search(client, token, {"scope": "u-ryw", "query": "ordinary note number 1", "mode": "keyword"})
-    assert "/n1.md" not in [r["memory_entry"]["path"] for r in stale]
+    found = [r["memory_entry"]["path"] for r in stale]
+    assert "/n1.md" not in found and "/n0.md" in found, found
 
 
 def test_search_filters(client, token):
-    post(client, token, "u-filter", {"path": "/projects/a.md", "contents": "kayak trip planning"})
-    post(client, token, "u-filter", {"path": "/journal/a.md", "contents": "kayak trip memories"})
-    post(
+    put(client, token, "u-filter", {"path": "/projects/a.md", "contents": "kayak trip planning"})
+    put(client, token, "u-filter", {"path": "/journal/a.md", "contents": "kayak trip memories"})
+    put(
         client,
         token,
         "u-filter",
@@ -346,11 +360,12 @@ def test_search_filters(client, token):
 def test_entries_need_their_privileges(client, token):
     r = post(client, token, "u", {"path": "/x.md", "contents": "x"}, who="reader")
     assert r.status_code == 403 and "WRITE_MEMORY_STORE" in r.json()["message"]
-    client.patch(
+    r = client.patch(
         f"{UC}/permissions/memory_store/main.default.mem",
         headers=token(),
         json={"changes": [{"principal": "reader", "add": ["READ_MEMORY_STORE"]}]},
     )
+    assert r.status_code == 200, r.text
     assert (
         client.post(
             f"{STORE}/entries:search", headers=token("reader"), json={"scope": "user-123", "query": "email"}
@@ -360,11 +375,12 @@ def test_entries_need_their_privileges(client, token):
     assert client.get(ENTRIES, headers=token("reader"), params={"scope": "user-123"}).status_code == 200
     r = post(client, token, "u", {"path": "/x.md", "contents": "x"}, who="reader")
     assert r.status_code == 403
-    client.patch(
+    r = client.patch(
         f"{UC}/permissions/memory_store/main.default.mem",
         headers=token(),
         json={"changes": [{"principal": "writer", "add": ["WRITE_MEMORY_STORE"]}]},
     )
+    assert r.status_code == 200, r.text
     assert (
         post(client, token, "u-writer", {"path": "/x.md", "contents": "x"}, who="writer").status_code == 200
     )
@@ -378,21 +394,23 @@ def test_a_filtered_hnsw_search_never_loses_results(client, token, monkeypatch):
     from catalog.search import repo as vector_repo
 
     for i in range(40):
-        post(
-            client, token, "u-hnsw", {"path": f"/many/{i}.md", "contents": f"river delta sediment layer {i}"}
-        )
+        put(client, token, "u-hnsw", {"path": f"/many/{i}.md", "contents": f"river delta sediment layer {i}"})
+    # the session's entries share no word with the query: the HNSW index's few nearest candidates
+    # are the other entries, so the filtered HNSW result comes up short
     for i in range(3):
-        post(
+        put(
             client,
             token,
             "u-hnsw",
-            {"path": f"/rare/{i}.md", "contents": f"river delta note {i}", "session_id": "s-rare"},
+            {"path": f"/rare/{i}.md", "contents": f"glacier moraine note {i}", "session_id": "s-rare"},
         )
     # force the HNSW path with a tiny candidate list: the session filter leaves too few, so the
     # exact scan must run after all
     monkeypatch.setattr(vector_repo, "EXACT_LIMIT", 5)
     monkeypatch.setattr(vector_repo, "MIN_CANDIDATES", 4)
     monkeypatch.setattr(vector_repo, "OVERSAMPLE", 1)
+    vectors = client.app.state.runtime.context.search.vectors
+    fallbacks = vectors.fallbacks
     results = search(
         client,
         token,
@@ -405,3 +423,4 @@ def test_a_filtered_hnsw_search_never_loses_results(client, token, monkeypatch):
         },
     )
     assert sorted(r["memory_entry"]["path"] for r in results) == ["/rare/0.md", "/rare/1.md", "/rare/2.md"]
+    assert vectors.fallbacks == fallbacks + 1  # the HNSW scan ran, came up short, the exact scan ran

@@ -6,29 +6,39 @@ import asyncio
 
 import asyncpg
 import httpx
+import pytest
 
 UC = "/api/2.1/unity-catalog"
 SCIM = "/api/2.0/preview/scim/v2/Groups"
 
 
-def grant(client, token, kind, name, principal, add=(), remove=(), as_="admin"):
-    return client.patch(
+def grant(client, token, kind, name, principal, add=(), remove=(), as_="admin", expect=200):
+    """Change one principal's privileges; the answer must have status `expect`."""
+    r = client.patch(
         f"{UC}/permissions/{kind}/{name}",
         headers=token(as_),
         json={"changes": [{"principal": principal, "add": list(add), "remove": list(remove)}]},
     )
+    assert r.status_code == expect, r.text
+    return r
 
 
-def test_setup_namespace(client, token):
+def create_store(client, token, name, catalog="corp", schema="support"):
+    body = {"name": name, "catalog_name": catalog, "schema_name": schema}
+    r = client.post(f"{UC}/memory-stores", headers=token(), json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.fixture(scope="module")
+def corp(client, token):
+    """Catalog `corp`, schema `corp.support` and store `corp.support.mem`, owned by the admin and
+    granted to nobody. Tests grant on them to principals of their own."""
     assert client.post(f"{UC}/catalogs", headers=token(), json={"name": "corp"}).status_code == 200
-    assert (
-        client.post(
-            f"{UC}/schemas", headers=token(), json={"name": "support", "catalog_name": "corp"}
-        ).status_code
-        == 200
-    )
-    body = {"name": "mem", "catalog_name": "corp", "schema_name": "support"}
-    assert client.post(f"{UC}/memory-stores", headers=token(), json=body).status_code == 200
+    r = client.post(f"{UC}/schemas", headers=token(), json={"name": "support", "catalog_name": "corp"})
+    assert r.status_code == 200, r.text
+    create_store(client, token, "mem")
+    return "corp.support.mem"
 
 
 def test_bootstrap_grants_account_users_use_on_main(client, token):
@@ -42,11 +52,10 @@ def test_bootstrap_grants_account_users_use_on_main(client, token):
     assert client.get(f"{UC}/schemas/main.default", headers=token("newcomer")).status_code == 200
 
 
-def test_grant_then_revoke_takes_effect_on_the_next_request(client, token):
+def test_grant_then_revoke_takes_effect_on_the_next_request(client, token, corp):
     store = f"{UC}/memory-stores/corp.support.mem"
     assert client.get(store, headers=token("alice")).status_code == 403
     r = grant(client, token, "catalog", "corp", "alice", add=["USE CATALOG", "use_schema"])
-    assert r.status_code == 200, r.text
     assert {"principal": "alice", "privileges": ["USE_CATALOG", "USE_SCHEMA"]} in r.json()[
         "privilege_assignments"
     ]
@@ -58,7 +67,7 @@ def test_grant_then_revoke_takes_effect_on_the_next_request(client, token):
     assert client.get(store, headers=token("alice")).status_code == 403
 
 
-def test_patch_is_all_or_nothing_and_validates_privileges(client, token):
+def test_patch_is_all_or_nothing_and_validates_privileges(client, token, corp):
     cases = [
         ({"principal": "bob", "add": ["NOT_A_PRIVILEGE"]}, "unknown privilege"),
         ({"principal": "bob", "add": ["USE_CATALOG"]}, "cannot be granted on a schema"),
@@ -73,6 +82,9 @@ def test_patch_is_all_or_nothing_and_validates_privileges(client, token):
         assert r.status_code == 400 and message in r.json()["message"], r.text
     r = client.get(f"{UC}/permissions/schema/corp.support", headers=token(), params={"principal": "bob"})
     assert r.json()["privilege_assignments"] == []  # the valid first change was not applied either
+    grant(client, token, "schema", "corp.support", "bob", add=["USE_SCHEMA"])  # alone, it is
+    r = client.get(f"{UC}/permissions/schema/corp.support", headers=token(), params={"principal": "bob"})
+    assert r.json()["privilege_assignments"] == [{"principal": "bob", "privileges": ["USE_SCHEMA"]}]
     r = client.patch(
         f"{UC}/permissions/metastore/{_metastore_id(client, token)}",
         headers=token(),
@@ -89,13 +101,12 @@ def _metastore_id(client, token):
     return client.get(f"{UC}/metastore_summary", headers=token()).json()["metastore_id"]
 
 
-def test_only_managers_may_grant(client, token):
-    r = grant(client, token, "schema", "corp.support", "eve", add=["READ_MEMORY_STORE"], as_="eve")
-    assert r.status_code == 403
+def test_only_managers_may_grant(client, token, corp):
+    grant(client, token, "schema", "corp.support", "eve", add=["READ_MEMORY_STORE"], as_="eve", expect=403)
     grant(client, token, "catalog", "corp", "mgr", add=["USE_CATALOG", "USE_SCHEMA"])
     grant(client, token, "schema", "corp.support", "mgr", add=["MANAGE"])
     r = grant(client, token, "memory_store", "corp.support.mem", "carl", add=["READ_MEMORY_STORE"], as_="mgr")
-    assert r.status_code == 200
+    assert {"principal": "carl", "privileges": ["READ_MEMORY_STORE"]} in r.json()["privilege_assignments"]
     # MANAGE gives no data access
     assert client.get(f"{UC}/memory-stores/corp.support.mem", headers=token("mgr")).status_code == 403
     # reading grants needs some privilege on the object
@@ -126,7 +137,7 @@ def test_metastore_grants(client, token):
     assert r.status_code == 403  # only the admin grants on the metastore
 
 
-def test_effective_permissions_explain_inheritance_and_groups(client, token):
+def test_effective_permissions_explain_inheritance_and_groups(client, token, corp):
     r = client.post(
         SCIM, headers=token(), json={"displayName": "support_team", "members": [{"value": "dora"}]}
     )
@@ -165,7 +176,7 @@ def test_effective_permissions_explain_inheritance_and_groups(client, token):
     assert "requires USE_CATALOG on catalog corp" in r.json()["message"]
 
 
-def test_groups_lifecycle_nesting_and_refusals(client, token):
+def test_groups_lifecycle_nesting_and_refusals(client, token, corp):
     inner = client.post(
         SCIM, headers=token(), json={"displayName": "inner", "members": [{"value": "ivan"}]}
     ).json()
@@ -219,7 +230,7 @@ def test_groups_lifecycle_nesting_and_refusals(client, token):
     assert client.get(f"{SCIM}/{outer['id']}", headers=token()).status_code == 404
 
 
-def test_nesting_deeper_than_the_engine_follows_is_refused(client, token, settings):
+def test_nesting_deeper_than_the_engine_follows_is_refused(client, token, corp):
     ids = []
     previous = None
     for level in range(9):
@@ -235,36 +246,33 @@ def test_nesting_deeper_than_the_engine_follows_is_refused(client, token, settin
     assert r.status_code == 400 and "nest at most 9" in r.json()["message"]
 
 
-def test_deleting_an_object_drops_its_grants(client, token):
-    client.post(
-        f"{UC}/memory-stores",
-        headers=token(),
-        json={"name": "temp", "catalog_name": "corp", "schema_name": "support"},
-    )
+def test_deleting_an_object_drops_its_grants(client, token, corp):
+    first = create_store(client, token, "temp")
     grant(client, token, "memory_store", "corp.support.temp", "tina", add=["READ_MEMORY_STORE"])
-    client.delete(f"{UC}/memory-stores/corp.support.temp", headers=token())
-    client.post(
-        f"{UC}/memory-stores",
-        headers=token(),
-        json={"name": "temp", "catalog_name": "corp", "schema_name": "support"},
-    )
     r = client.get(f"{UC}/permissions/memory_store/corp.support.temp", headers=token())
-    assert r.json()["privilege_assignments"] == []
+    assert r.json()["privilege_assignments"] == [{"principal": "tina", "privileges": ["READ_MEMORY_STORE"]}]
+    assert client.get(f"{UC}/memory-stores/corp.support.temp", headers=token("tina")).status_code == 403
+    r = client.delete(f"{UC}/memory-stores/corp.support.temp", headers=token())
+    assert r.status_code == 200 and r.json() == {}
+    # a new store of the same name is another object: the old grants do not come back with the name
+    second = create_store(client, token, "temp")
+    assert second["memory_store_id"] != first["memory_store_id"]
+    r = client.get(f"{UC}/permissions/memory_store/corp.support.temp", headers=token())
+    assert r.status_code == 200 and r.json()["privilege_assignments"] == []
 
 
-def test_ownership_transfer_moves_the_rights(client, token):
-    client.post(
-        f"{UC}/memory-stores",
-        headers=token(),
-        json={"name": "owned", "catalog_name": "corp", "schema_name": "support"},
-    )
+def test_ownership_transfer_moves_the_rights(client, token, corp):
+    create_store(client, token, "owned")
     assert client.get(f"{UC}/memory-stores/corp.support.owned", headers=token("olive")).status_code == 403
-    client.patch(f"{UC}/memory-stores/corp.support.owned", headers=token(), json={"owner": "olive"})
+    r = client.patch(f"{UC}/memory-stores/corp.support.owned", headers=token(), json={"owner": "olive"})
+    assert r.status_code == 200 and r.json()["owner"] == "olive", r.text
     assert client.get(f"{UC}/memory-stores/corp.support.owned", headers=token("olive")).status_code == 200
+    # the owner holds the rights on the object itself, no more: a sibling stays closed to it
+    assert client.get(f"{UC}/memory-stores/corp.support.mem", headers=token("olive")).status_code == 403
 
 
 def test_a_grant_reaches_a_second_server_process_on_the_next_request(
-    client, token, database_url, tmp_path, live_server
+    client, token, corp, database_url, tmp_path, live_server
 ):
     other = live_server(tmp_path / "second", env={"CATALOG_DATABASE_URL": database_url})
     try:
@@ -280,12 +288,54 @@ def test_a_grant_reaches_a_second_server_process_on_the_next_request(
         other.stop()
 
 
-def test_policy_log_follows_every_change(database_url):
-    async def count() -> int:
+def test_policy_log_follows_every_change(client, token, corp, database_url):
+    """Every change to grants, groups and memberships appends its row to `policy_log`, in order."""
+
+    async def rows_after(seq: int) -> list[tuple[int, str, str, str, str]]:
         conn = await asyncpg.connect(database_url)
         try:
-            return int(await conn.fetchval("SELECT count(*) FROM policy_log"))
+            rows = await conn.fetch(
+                "SELECT seq, kind, op, b, c FROM policy_log WHERE seq > $1 ORDER BY seq", seq
+            )
+            return [(r["seq"], r["kind"], r["op"], r["b"], r["c"]) for r in rows]
         finally:
             await conn.close()
 
-    assert asyncio.run(count()) > 10
+    def logged(action) -> set[tuple[str, str, str, str]]:  # type: ignore[no-untyped-def]
+        """What `action` appended (other tests' changes cannot interleave: one client, in turn)."""
+        before = max([row[0] for row in asyncio.run(rows_after(0))], default=0)
+        action()
+        return {row[1:] for row in asyncio.run(rows_after(before))}
+
+    assert logged(
+        lambda: grant(client, token, "catalog", "corp", "logan", add=["USE_CATALOG", "USE_SCHEMA"])
+    ) == {("grant", "add", "logan", "USE_CATALOG"), ("grant", "add", "logan", "USE_SCHEMA")}
+    assert logged(lambda: grant(client, token, "catalog", "corp", "logan", remove=["USE_SCHEMA"])) == {
+        ("grant", "remove", "logan", "USE_SCHEMA")
+    }
+    group: dict[str, str] = {}
+
+    def create_group() -> None:
+        r = client.post(
+            SCIM, headers=token(), json={"displayName": "loggers", "members": [{"value": "logan"}]}
+        )
+        assert r.status_code == 200, r.text
+        group.update(r.json())
+
+    assert logged(create_group) == {("group", "add", "loggers", ""), ("member", "add", "principal", "logan")}
+
+    def remove_member() -> None:
+        r = client.patch(
+            f"{SCIM}/{group['id']}",
+            headers=token(),
+            json={"Operations": [{"op": "remove", "path": 'members[value eq "logan"]'}]},
+        )
+        assert r.status_code == 200, r.text
+
+    assert logged(remove_member) == {("member", "remove", "principal", "logan")}
+
+    def delete_group() -> None:
+        r = client.delete(f"{SCIM}/{group['id']}", headers=token())
+        assert r.status_code == 200 and r.json() == {}, r.text
+
+    assert logged(delete_group) == {("group", "remove", "loggers", "")}

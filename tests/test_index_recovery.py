@@ -10,14 +10,32 @@ import sys
 from pathlib import Path
 
 import asyncpg
+import pytest
 from litestar.testing import TestClient
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.search.embedder import HashEncoder
+from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.rec"
+
+
+@pytest.fixture
+def own(own_settings: Settings) -> Settings:
+    """A database and a data dir of the test's own: these tests count every entry and every
+    index slot there is."""
+    return own_settings
+
+
+def create_store(client, settings) -> None:  # type: ignore[no-untyped-def]
+    r = client.post(
+        f"{UC}/memory-stores",
+        headers=headers(settings),
+        json={"name": "rec", "catalog_name": "main", "schema_name": "default"},
+    )
+    assert r.status_code == 200, r.text
 
 
 def app_client(settings):
@@ -57,13 +75,10 @@ async def _fetch(url: str, statement: str) -> list[asyncpg.Record]:
         await conn.close()
 
 
-def test_index_catches_up_rebuilds_and_reindexes(settings, database_url):
+def test_index_catches_up_rebuilds_and_reindexes(own):
+    settings, database_url = own, own.database_url
     with app_client(settings) as c:
-        c.post(
-            f"{UC}/memory-stores",
-            headers=headers(settings),
-            json={"name": "rec", "catalog_name": "main", "schema_name": "default"},
-        )
+        create_store(c, settings)
         for i in range(5):
             r = c.post(
                 f"{STORE}/entries",
@@ -132,9 +147,11 @@ def test_index_catches_up_rebuilds_and_reindexes(settings, database_url):
         assert r.json()["results"][0]["memory_entry"]["path"] == "/after/1.md"
 
 
-def test_two_processes_keep_their_own_index(settings, database_url):
+def test_two_processes_keep_their_own_index(own):
+    settings = own
     # two servers on one data dir: the second takes its own index slot and sees every write
     with app_client(settings) as first, app_client(settings) as second:
+        create_store(first, settings)
         r = first.post(
             f"{STORE}/entries",
             headers=headers(settings),

@@ -43,6 +43,7 @@ def world(client, token):
             r = client.post(AGENTS, headers=token(), params={"managed_memory_store_id": name}, json={})
             assert r.status_code == 200, r.text
     r = client.post(SCIM, headers=token(), json={"displayName": "inp_group"})
+    assert r.status_code == 200, r.text
     return {"group_id": r.json()["id"]}
 
 

@@ -115,11 +115,12 @@ def test_repeated_single_valued_parameters_are_refused(client, token):
 
 
 def test_multi_valued_parameters_are_audited_with_every_value(client, token):
-    client.post(
+    r = client.post(
         f"{UC}/memory-stores",
         headers=token(),
         json={"name": "multi", "catalog_name": "main", "schema_name": "default"},
     )
+    assert r.status_code == 200, r.text
     r = client.get(
         f"{UC}/memory-stores/main.default.multi/entries",
         headers=token(),

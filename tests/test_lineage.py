@@ -3,6 +3,8 @@ ways, deleted sources shown as deleted, READ_AUDIT to read it."""
 
 from __future__ import annotations
 
+import pytest
+
 UC = "/api/2.1/unity-catalog"
 LINEAGE = f"{UC}/system/lineage"
 
@@ -21,13 +23,23 @@ def ref(store, scope, path):  # type: ignore[no-untyped-def]
     return {"memory_store": f"main.default.{store}", "scope": scope, "path": path}
 
 
-def test_provenance_is_checked_and_walked(client, token):
+def create_store(client, token, name):  # type: ignore[no-untyped-def]
+    r = client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": name, "catalog_name": "main", "schema_name": "default"},
+    )
+    assert r.status_code == 200, r.text
+
+
+@pytest.fixture(scope="module")
+def stores(client, token):  # type: ignore[no-untyped-def]
+    """Three empty stores: raw → facts → summary."""
     for name in ("raw", "facts", "summary"):
-        client.post(
-            f"{UC}/memory-stores",
-            headers=token(),
-            json={"name": name, "catalog_name": "main", "schema_name": "default"},
-        )
+        create_store(client, token, name)
+
+
+def test_provenance_is_checked_and_walked(client, token, stores):
     assert write(client, token, "raw", "u", "/chat/1.md", "User said they moved to Lyon").status_code == 200
     assert write(client, token, "raw", "u", "/chat/2.md", "User works nights").status_code == 200
     r = write(client, token, "facts", "u", "/city.md", "Lives in Lyon", [ref("raw", "u", "/chat/1.md")])
@@ -46,11 +58,12 @@ def test_provenance_is_checked_and_walked(client, token):
     # a source that does not exist is 400 (naming it), one the caller may not read is 403; nothing is written
     r = write(client, token, "summary", "u", "/bad.md", "x", [ref("raw", "u", "/nope.md")])
     assert r.status_code == 400 and "derived_from[0]" in r.json()["message"]
-    client.patch(
+    r = client.patch(
         f"{UC}/permissions/memory_store/main.default.summary",
         headers=token(),
         json={"changes": [{"principal": "writer", "add": ["WRITE_MEMORY_STORE"]}]},
     )
+    assert r.status_code == 200, r.text
     r = write(client, token, "summary", "u", "/bad.md", "x", [ref("raw", "u", "/chat/1.md")], who="writer")
     assert r.status_code == 403 and "READ_MEMORY_STORE" in r.json()["message"]
     assert (
@@ -92,11 +105,12 @@ def test_provenance_is_checked_and_walked(client, token):
     assert targets == {("main.default.facts", "/city.md"), ("main.default.summary", "/profile.md")}
 
     # a deleted source stays, marked deleted; edges survive changes to the entries
-    client.delete(
+    r = client.delete(
         f"{UC}/memory-stores/main.default.raw/entries",
         headers=token(),
         params={"scope": "u", "path": "/chat/1.md"},
     )
+    assert r.status_code == 200, r.text
     r = client.get(
         LINEAGE,
         headers=token(),
@@ -112,9 +126,11 @@ def test_provenance_is_checked_and_walked(client, token):
     assert edge["target"]["deleted"] is False
 
 
-def test_lineage_needs_read_audit_and_valid_parameters(client, token):
+def test_lineage_needs_read_audit_and_valid_parameters(client, token, stores):
     params = {"securable_full_name": "main.default.raw"}
     assert client.get(LINEAGE, headers=token("someone"), params=params).status_code == 403
+    r = client.get(LINEAGE, headers=token(), params=params)
+    assert r.status_code == 200 and isinstance(r.json()["edges"], list)
     assert client.get(LINEAGE, headers=token(), params={**params, "direction": "sideways"}).status_code == 400
     assert client.get(LINEAGE, headers=token(), params={**params, "depth": 99}).status_code == 400
     assert (
@@ -124,19 +140,19 @@ def test_lineage_needs_read_audit_and_valid_parameters(client, token):
 
 
 def test_request_lineage_as_openlineage_run_events(client, token):
-    write(client, token, "raw", "u2", "/x.md", "a note")
-    client.get(f"{UC}/memory-stores/main.default.raw/entries", headers=token(), params={"scope": "u2"})
+    create_store(client, token, "ol")
+    assert write(client, token, "ol", "u2", "/x.md", "a note").status_code == 200
+    r = client.get(f"{UC}/memory-stores/main.default.ol/entries", headers=token(), params={"scope": "u2"})
+    assert r.status_code == 200
     r = client.get(f"{LINEAGE}/openlineage", headers=token(), params={"page_size": 1000})
     assert r.status_code == 200
     events = r.json()["events"]
     writes = [
-        e for e in events if e["outputs"] == [{"namespace": "memory-catalog", "name": "main.default.raw"}]
+        e for e in events if e["outputs"] == [{"namespace": "memory-catalog", "name": "main.default.ol"}]
     ]
-    reads = [
-        e for e in events if e["inputs"] == [{"namespace": "memory-catalog", "name": "main.default.raw"}]
-    ]
-    assert writes and reads
-    event = writes[-1]
+    reads = [e for e in events if e["inputs"] == [{"namespace": "memory-catalog", "name": "main.default.ol"}]]
+    assert len(writes) == 1 and len(reads) == 1
+    (event,) = writes
     assert event["eventType"] == "COMPLETE" and event["job"]["name"] == "entries.write"
     assert event["run"]["facets"]["catalog"]["principal"] == "admin" and event["eventTime"].endswith("Z")
     assert client.get(f"{LINEAGE}/openlineage", headers=token("someone")).status_code == 403

@@ -16,8 +16,8 @@ REPO = Path(__file__).resolve().parents[1]
 _LOCK_CALL = re.compile(r"pg_(?:try_)?advisory_(?:xact_)?(?:un)?lock(?:_shared)?\s*\(\s*(\d[^)]*)\)")
 
 
-async def test_migrations_apply_once_and_are_idempotent(database_url):
-    conn = await asyncpg.connect(database_url)
+async def test_migrations_apply_once_and_are_idempotent(empty_database_url):
+    conn = await asyncpg.connect(empty_database_url)
     try:
         first = await apply_migrations(conn)
         assert [m.version for m in first] == [m.version for m in load_migrations()]

@@ -10,6 +10,19 @@ import pytest
 UC = "/api/2.1/unity-catalog"
 
 
+def ok(r):  # type: ignore[no-untyped-def]
+    """The answer of a request that must succeed."""
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.fixture(scope="module")
+def known_store(client, token) -> str:  # type: ignore[no-untyped-def]
+    """`main.default.known`: a store that exists, granted to nobody."""
+    body = {"name": "known", "catalog_name": "main", "schema_name": "default"}
+    return str(ok(client.post(f"{UC}/memory-stores", headers=token(), json=body))["full_name"])
+
+
 def test_bootstrap_creates_main_and_default_owned_by_admin(client, token):
     main = client.get(f"{UC}/catalogs/main", headers=token()).json()
     assert main["owner"] == "admin" and main["full_name"] == "main"
@@ -70,10 +83,10 @@ def test_catalog_crud_and_owner_transfer(client, token):
 
 
 def test_duplicates_are_already_exists_case_insensitively(client, token):
-    client.post(f"{UC}/catalogs", headers=token(), json={"name": "dup"})
+    ok(client.post(f"{UC}/catalogs", headers=token(), json={"name": "dup"}))
     r = client.post(f"{UC}/catalogs", headers=token(), json={"name": "DUP"})
     assert r.status_code == 409 and r.json()["error_code"] == "ALREADY_EXISTS"
-    client.post(f"{UC}/schemas", headers=token(), json={"name": "s", "catalog_name": "dup"})
+    ok(client.post(f"{UC}/schemas", headers=token(), json={"name": "s", "catalog_name": "dup"}))
     r = client.post(f"{UC}/schemas", headers=token(), json={"name": "S", "catalog_name": "dup"})
     assert r.status_code == 409
     body = {"name": "m", "catalog_name": "dup", "schema_name": "s"}
@@ -133,33 +146,37 @@ def test_wrong_types_and_malformed_json_are_400(client, token):
 
 
 def test_pagination_is_stable_and_clamped(client, token):
-    for i in range(12):
-        assert (
-            client.post(f"{UC}/catalogs", headers=token(), json={"name": f"page{i:02d}"}).status_code == 200
+    # a principal of its own, who sees exactly its own catalogs and main: the counts are exact
+    ms = ok(client.get(f"{UC}/metastore_summary", headers=token()))["metastore_id"]
+    ok(
+        client.patch(
+            f"{UC}/permissions/metastore/{ms}",
+            headers=token(),
+            json={"changes": [{"principal": "pager", "add": ["CREATE_CATALOG"]}]},
         )
+    )
+    made = [f"page{i:02d}" for i in range(24)]
+    for name in made:
+        ok(client.post(f"{UC}/catalogs", headers=token("pager"), json={"name": name}))
+    visible = sorted([*made, "main"])
     seen: list[str] = []
     page_token = None
     pages = 0
     while True:
         params = {"max_results": 4, **({"page_token": page_token} if page_token else {})}
-        body = client.get(f"{UC}/catalogs", headers=token(), params=params).json()
-        assert len(body["catalogs"]) <= 4
+        body = ok(client.get(f"{UC}/catalogs", headers=token("pager"), params=params))
         seen += [c["name"] for c in body["catalogs"]]
         pages += 1
         page_token = body.get("next_page_token")
         if not page_token:
             break
-    assert seen == sorted(seen) and len(seen) == len(set(seen))
-    assert {f"page{i:02d}" for i in range(12)} <= set(seen)
+    assert seen == visible and pages == 7  # in order, each once, full pages but the last
     # absent or 0 = the default (5 in these tests); above the cap (20) = the cap
-    assert (
-        len(client.get(f"{UC}/catalogs", headers=token(), params={"max_results": 0}).json()["catalogs"]) == 5
-    )
-    assert len(client.get(f"{UC}/catalogs", headers=token()).json()["catalogs"]) == 5
-    assert (
-        len(client.get(f"{UC}/catalogs", headers=token(), params={"max_results": 999}).json()["catalogs"])
-        <= 20
-    )
+    for params in ({"max_results": 0}, {}):
+        body = ok(client.get(f"{UC}/catalogs", headers=token("pager"), params=params))
+        assert [c["name"] for c in body["catalogs"]] == visible[:5] and body["next_page_token"]
+    body = ok(client.get(f"{UC}/catalogs", headers=token("pager"), params={"max_results": 999}))
+    assert [c["name"] for c in body["catalogs"]] == visible[:20] and body["next_page_token"]
     r = client.get(f"{UC}/catalogs", headers=token(), params={"max_results": -1})
     assert r.status_code == 400 and "max_results" in r.json()["message"]
     r = client.get(f"{UC}/catalogs", headers=token(), params={"page_token": "!!nope"})
@@ -167,13 +184,25 @@ def test_pagination_is_stable_and_clamped(client, token):
 
 
 def test_last_page_has_no_token(client, token):
-    body = client.get(f"{UC}/catalogs", headers=token(), params={"max_results": 20}).json()
-    assert "next_page_token" not in body
+    ok(client.post(f"{UC}/catalogs", headers=token(), json={"name": "lasts"}))
+    ok(client.patch(f"{UC}/catalogs/lasts", headers=token(), json={"owner": "last"}))
+    body = ok(client.get(f"{UC}/catalogs", headers=token("last"), params={"max_results": 1}))
+    assert [c["name"] for c in body["catalogs"]] == ["lasts"] and body["next_page_token"]
+    body = ok(
+        client.get(
+            f"{UC}/catalogs",
+            headers=token("last"),
+            params={"max_results": 1, "page_token": body["next_page_token"]},
+        )
+    )
+    assert [c["name"] for c in body["catalogs"]] == ["main"] and "next_page_token" not in body
+    body = ok(client.get(f"{UC}/catalogs", headers=token("last"), params={"max_results": 2}))
+    assert [c["name"] for c in body["catalogs"]] == ["lasts", "main"] and "next_page_token" not in body
 
 
 def test_lists_show_only_what_the_caller_may_see(client, token):
-    client.post(f"{UC}/catalogs", headers=token(), json={"name": "carols"})
-    client.patch(f"{UC}/catalogs/carols", headers=token(), json={"owner": "carol"})
+    ok(client.post(f"{UC}/catalogs", headers=token(), json={"name": "carols"}))
+    ok(client.patch(f"{UC}/catalogs/carols", headers=token(), json={"owner": "carol"}))
     names = [c["name"] for c in client.get(f"{UC}/catalogs", headers=token("carol")).json()["catalogs"]]
     assert names == ["carols", "main"]  # main: account users may use it (bootstrap)
     assert [c["name"] for c in client.get(f"{UC}/catalogs", headers=token("nobody")).json()["catalogs"]] == [
@@ -181,24 +210,30 @@ def test_lists_show_only_what_the_caller_may_see(client, token):
     ]
 
 
-def test_schema_and_store_lists_require_their_parent_names(client, token):
+def test_schema_and_store_lists_require_their_parent_names(client, token, known_store):
     r = client.get(f"{UC}/schemas", headers=token())
     assert r.status_code == 400 and "catalog_name" in r.json()["message"]
     r = client.get(f"{UC}/memory-stores", headers=token(), params={"catalog_name": "main"})
     assert r.status_code == 400 and "schema_name" in r.json()["message"]
-    body = client.get(
-        f"{UC}/memory-stores", headers=token(), params={"catalog_name": "main", "schema_name": "default"}
-    )
-    assert "support_agent_memory" in [m["name"] for m in body.json()["memory_stores"]]
+    names, params = [], {"catalog_name": "main", "schema_name": "default"}
+    while True:  # every page: the module's other tests add stores of their own
+        body = ok(client.get(f"{UC}/memory-stores", headers=token(), params=params))
+        names += [m["name"] for m in body["memory_stores"]]
+        if "next_page_token" not in body:
+            break
+        params["page_token"] = body["next_page_token"]
+    assert "known" in names
 
 
-def test_no_existence_leak_without_use_on_the_parent(client, token):
-    client.post(f"{UC}/catalogs", headers=token(), json={"name": "hidden"})
-    client.post(f"{UC}/schemas", headers=token(), json={"name": "s", "catalog_name": "hidden"})
-    client.post(
-        f"{UC}/memory-stores",
-        headers=token(),
-        json={"name": "m", "catalog_name": "hidden", "schema_name": "s"},
+def test_no_existence_leak_without_use_on_the_parent(client, token, known_store):
+    ok(client.post(f"{UC}/catalogs", headers=token(), json={"name": "hidden"}))
+    ok(client.post(f"{UC}/schemas", headers=token(), json={"name": "s", "catalog_name": "hidden"}))
+    ok(
+        client.post(
+            f"{UC}/memory-stores",
+            headers=token(),
+            json={"name": "m", "catalog_name": "hidden", "schema_name": "s"},
+        )
     )
     # (a catalog's only parent is the metastore: a missing catalog is 404 for everyone)
     assert client.get(f"{UC}/catalogs/does_not_exist", headers=token("stranger")).status_code == 404
@@ -212,7 +247,7 @@ def test_no_existence_leak_without_use_on_the_parent(client, token):
         "memory-stores/hidden.s.nope",
         "memory-stores/hidden.nope.m",
         "memory-stores/nope.nope.nope",
-        "memory-stores/main.default.support_agent_memory",
+        f"memory-stores/{known_store}",
     ]:
         r = client.get(f"{UC}/{path}", headers=token("stranger"))
         assert r.status_code == 403, (path, r.text)
@@ -237,12 +272,14 @@ def test_permission_denied_says_what_is_missing(client, token):
 
 
 def test_delete_refuses_non_empty_unless_forced(client, token):
-    client.post(f"{UC}/catalogs", headers=token(), json={"name": "gone"})
-    client.post(f"{UC}/schemas", headers=token(), json={"name": "s1", "catalog_name": "gone"})
-    client.post(
-        f"{UC}/memory-stores",
-        headers=token(),
-        json={"name": "m1", "catalog_name": "gone", "schema_name": "s1"},
+    ok(client.post(f"{UC}/catalogs", headers=token(), json={"name": "gone"}))
+    ok(client.post(f"{UC}/schemas", headers=token(), json={"name": "s1", "catalog_name": "gone"}))
+    ok(
+        client.post(
+            f"{UC}/memory-stores",
+            headers=token(),
+            json={"name": "m1", "catalog_name": "gone", "schema_name": "s1"},
+        )
     )
     r = client.delete(f"{UC}/schemas/gone.s1", headers=token())
     assert r.status_code == 400 and "not empty" in r.json()["message"]
@@ -255,10 +292,12 @@ def test_delete_refuses_non_empty_unless_forced(client, token):
 
 
 def test_store_update_and_delete(client, token):
-    client.post(
-        f"{UC}/memory-stores",
-        headers=token(),
-        json={"name": "tmp", "catalog_name": "main", "schema_name": "default"},
+    ok(
+        client.post(
+            f"{UC}/memory-stores",
+            headers=token(),
+            json={"name": "tmp", "catalog_name": "main", "schema_name": "default"},
+        )
     )
     r = client.patch(
         f"{UC}/memory-stores/main.default.tmp",
@@ -273,7 +312,7 @@ def test_store_update_and_delete(client, token):
 
 
 def test_schema_update_and_empty_delete(client, token):
-    client.post(f"{UC}/schemas", headers=token(), json={"name": "tmp_schema", "catalog_name": "main"})
+    ok(client.post(f"{UC}/schemas", headers=token(), json={"name": "tmp_schema", "catalog_name": "main"}))
     r = client.patch(f"{UC}/schemas/main.tmp_schema", headers=token(), json={"comment": "hello"})
     assert r.json()["comment"] == "hello"
     assert client.delete(f"{UC}/schemas/main.tmp_schema", headers=token()).status_code == 200
@@ -281,15 +320,14 @@ def test_schema_update_and_empty_delete(client, token):
     assert r.status_code == 400 and "full_name" in r.json()["message"]
 
 
-def test_store_owner_may_act_without_use_on_parents(client, token):
-    client.post(
-        f"{UC}/memory-stores",
-        headers=token(),
-        json={"name": "owned", "catalog_name": "main", "schema_name": "default"},
+def test_store_owner_may_act_without_use_on_parents(client, token, known_store):
+    ok(
+        client.post(
+            f"{UC}/memory-stores",
+            headers=token(),
+            json={"name": "owned", "catalog_name": "main", "schema_name": "default"},
+        )
     )
-    client.patch(f"{UC}/memory-stores/main.default.owned", headers=token(), json={"owner": "dave"})
+    ok(client.patch(f"{UC}/memory-stores/main.default.owned", headers=token(), json={"owner": "dave"}))
     assert client.get(f"{UC}/memory-stores/main.default.owned", headers=token("dave")).status_code == 200
-    assert (
-        client.get(f"{UC}/memory-stores/main.default.support_agent_memory", headers=token("dave")).status_code
-        == 403
-    )
+    assert client.get(f"{UC}/memory-stores/{known_store}", headers=token("dave")).status_code == 403

@@ -59,7 +59,19 @@ QUERIES = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
+def client(own_client):  # type: ignore[no-untyped-def]
+    """An app and a database for each test: a walk sends every operation of the API, and one that
+    got through (a refusal that regressed) would change what the next test walks."""
+    return own_client
+
+
+@pytest.fixture
+def token(own_token):  # type: ignore[no-untyped-def]
+    return own_token
+
+
+@pytest.fixture
 def walk(client, token):
     assert client.post(f"{UC}/catalogs", headers=token(), json={"name": "walk"}).status_code == 200
     assert (
@@ -68,7 +80,9 @@ def walk(client, token):
     )
     body = {"name": "m", "catalog_name": "walk", "schema_name": "s"}
     assert client.post(f"{UC}/memory-stores", headers=token(), json=body).status_code == 200
-    group = client.post(SCIM, headers=token(), json={"displayName": "walk_group"}).json()
+    r = client.post(SCIM, headers=token(), json={"displayName": "walk_group"})
+    assert r.status_code == 200, r.text
+    group = r.json()
     r = client.post(
         "/api/2.0/agents/memory-stores",
         headers=token(),

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.bound"
 ENTRIES = f"{STORE}/entries"
 
 
-def test_setup(client, token):
+def create_bound_store(client, token, name: str) -> str:
+    """A store whose scopes are bound to the end user, sharing `team-support`; `support-app` may
+    read and write it."""
     r = client.post(
         f"{UC}/memory-stores",
         headers=token(),
         json={
-            "name": "bound",
+            "name": name,
             "catalog_name": "main",
             "schema_name": "default",
             "scope_binding": "end_user",
@@ -23,11 +26,18 @@ def test_setup(client, token):
     )
     assert r.status_code == 200, r.text
     assert r.json()["scope_binding"] == "end_user" and r.json()["shared_scopes"] == ["team-support"]
-    client.patch(
-        f"{UC}/permissions/memory_store/main.default.bound",
+    r = client.patch(
+        f"{UC}/permissions/memory_store/main.default.{name}",
         headers=token(),
         json={"changes": [{"principal": "support-app", "add": ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]}]},
     )
+    assert r.status_code == 200, r.text
+    return f"{UC}/memory-stores/main.default.{name}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def bound(client, token) -> str:  # type: ignore[no-untyped-def]
+    return create_bound_store(client, token, "bound")
 
 
 def as_app(token, user=None):  # type: ignore[no-untyped-def]
@@ -75,45 +85,77 @@ def test_end_user_binding_refuses_other_scopes_with_a_reason(client, token):
 
 
 def test_multi_scope_search_and_list_say_where_each_entry_came_from(client, token):
+    written = [
+        ("mia", "/multi/own.md"),
+        ("mia:project-y", "/multi/project.md"),
+        ("team-support", "/multi/mia.md"),
+    ]
+    for scope, path in written:
+        r = client.post(
+            ENTRIES,
+            headers=as_app(token, "mia"),
+            params={"scope": scope},
+            json={"path": path, "contents": f"canoe log of {scope}"},
+        )
+        assert r.status_code == 200, (scope, r.text)
     r = client.post(
         f"{STORE}/entries:search",
-        headers=as_app(token, "alice"),
-        json={"scopes": ["alice", "alice:project-x", "team-support"], "query": "kayak notes"},
+        headers=as_app(token, "mia"),
+        json={"scopes": ["mia", "mia:project-y", "team-support"], "query": "canoe", "mode": "keyword"},
     )
-    assert r.status_code == 200
-    assert sorted(x["memory_entry"]["scope"] for x in r.json()["results"]) == [
-        "alice",
-        "alice:project-x",
-        "team-support",
-    ]
-    r = client.get(ENTRIES, headers=as_app(token, "alice"), params={"scopes": ["alice", "team-support"]})
-    assert sorted(e["scope"] for e in r.json()["entries"]) == ["alice", "team-support"]
+    assert r.status_code == 200, r.text
+    hits = {(x["memory_entry"]["scope"], x["memory_entry"]["path"]) for x in r.json()["results"]}
+    assert hits == set(written)
+    r = client.get(
+        ENTRIES,
+        headers=as_app(token, "mia"),
+        params={"scopes": ["mia", "team-support"], "path_prefix": "/multi/"},
+    )
+    assert r.status_code == 200, r.text
+    listed = {(e["scope"], e["path"]) for e in r.json()["entries"]}
+    assert listed == {("mia", "/multi/own.md"), ("team-support", "/multi/mia.md")}
 
 
 def test_binding_is_set_by_manage_only(client, token):
-    r = client.patch(STORE, headers=as_app(token, "alice"), json={"scope_binding": "caller"})
+    store = create_bound_store(client, token, "rebound")  # its own: the test changes the store
+    r = client.patch(store, headers=as_app(token, "alice"), json={"scope_binding": "caller"})
     assert r.status_code == 403
-    r = client.patch(STORE, headers=token(), json={"shared_scopes": ["team-support", "team-sales"]})
+    r = client.post(
+        f"{store}/entries",
+        headers=as_app(token, "alice"),
+        params={"scope": "team-sales"},
+        json={"path": "/s.md", "contents": "x"},
+    )
+    assert r.status_code == 403  # not shared yet
+    r = client.patch(store, headers=token(), json={"shared_scopes": ["team-support", "team-sales"]})
     assert r.status_code == 200 and r.json()["shared_scopes"] == ["team-support", "team-sales"]
     r = client.post(
-        ENTRIES,
+        f"{store}/entries",
         headers=as_app(token, "alice"),
         params={"scope": "team-sales"},
         json={"path": "/s.md", "contents": "x"},
     )
     assert r.status_code == 200
-    r = client.patch(STORE, headers=token(), json={"scope_binding": "sometimes"})
+    r = client.patch(store, headers=token(), json={"scope_binding": "sometimes"})
     assert r.status_code == 400
+    assert client.get(store, headers=token()).json()["scope_binding"] == "end_user"
 
 
 def test_erase_a_scope_in_one_store(client, token):
     for i in range(3):
-        client.post(
+        r = client.post(
             ENTRIES,
             headers=as_app(token, "carol"),
             params={"scope": "carol"},
             json={"path": f"/c{i}.md", "contents": f"carol likes walruses {i}"},
         )
+        assert r.status_code == 200, r.text
+    r = client.post(
+        f"{STORE}/entries:search",
+        headers=as_app(token, "carol"),
+        json={"scope": "carol", "query": "walruses", "mode": "keyword"},
+    )
+    assert len(r.json()["results"]) == 3  # found before the erasure
     assert (
         client.delete(
             ENTRIES, headers=as_app(token, "dave"), params={"scope": "carol", "all": "true"}
@@ -135,29 +177,24 @@ def test_erase_a_scope_in_one_store(client, token):
 
 
 def test_erase_a_scope_everywhere(client, token, database_url, tmp_path, live_server):
-    client.post(
+    r = client.post(
         f"{UC}/memory-stores",
         headers=token(),
         json={"name": "other", "catalog_name": "main", "schema_name": "default"},
     )
-    client.post(
-        f"{UC}/memory-stores/main.default.other/entries",
-        headers=token(),
-        params={"scope": "erin"},
-        json={"path": "/e.md", "contents": "erin owns a narwhal"},
-    )
-    client.post(
-        ENTRIES,
-        headers=as_app(token, "erin"),
-        params={"scope": "erin"},
-        json={"path": "/e.md", "contents": "erin narwhal"},
-    )
-    client.post(
-        ENTRIES,
-        headers=as_app(token, "erin"),
-        params={"scope": "erin:work"},
-        json={"path": "/w.md", "contents": "narwhal"},
-    )
+    assert r.status_code == 200, r.text
+    for url, headers, scope, body in [
+        (
+            f"{UC}/memory-stores/main.default.other/entries",
+            token(),
+            "erin",
+            {"path": "/e.md", "contents": "erin owns a narwhal"},
+        ),
+        (ENTRIES, as_app(token, "erin"), "erin", {"path": "/e.md", "contents": "erin narwhal"}),
+        (ENTRIES, as_app(token, "erin"), "erin:work", {"path": "/w.md", "contents": "narwhal"}),
+    ]:
+        r = client.post(url, headers=headers, params={"scope": scope}, json=body)
+        assert r.status_code == 200, r.text
     other = live_server(tmp_path / "second", env={"CATALOG_DATABASE_URL": database_url})
     try:
         headers = {"Authorization": f"Bearer {other.cli('token', '--sub', 'admin').stdout.strip()}"}
@@ -189,6 +226,12 @@ def test_erase_a_scope_everywhere(client, token, database_url, tmp_path, live_se
                 json={**search, "mode": mode},
             )
             assert r.json()["results"] == [], mode
+        r = client.get(
+            f"{STORE}/entries:get",
+            headers=as_app(token, "erin"),
+            params={"scope": "erin:work", "path": "/w.md"},
+        )
+        assert r.status_code == 200 and r.json()["contents"] == "narwhal"
         r = httpx.get(
             f"{other.url}{UC}/memory-stores/main.default.other/entries:get",
             headers=headers,

@@ -107,7 +107,7 @@ def test_hybrid_is_at_least_as_good_as_either_mode(real_client, token):
     )
     assert r.status_code == 200
     for other in ("/memories/travel.md", "/memories/food.md"):
-        c.post(
+        r = c.post(
             f"{STORE}/entries",
             headers=token(),
             params={"scope": "user-123"},
@@ -116,6 +116,7 @@ def test_hybrid_is_at_least_as_good_as_either_mode(real_client, token):
                 "contents": MEMORIES["/travel/fear.md" if "travel" in other else "/health/diet.md"],
             },
         )
+        assert r.status_code == 200, r.text
     r = c.post(
         f"{STORE}/entries:search",
         headers=token(),

@@ -34,6 +34,7 @@ from catalog.permissions.routes import router as permissions_router
 from catalog.runtime import Runtime
 from catalog.search.embedder import Encoder
 from catalog.settings import Settings
+from catalog.toolkit import routes as toolkit
 
 
 def _context(request: Request[Any, Any, Any]) -> Context:
@@ -66,8 +67,9 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             system_router,
             audit_router,
             metrics_router,
+            toolkit.memory_mcp,
         ],
-        lifespan=[lifespan],
+        lifespan=[lifespan, toolkit.lifespan],
         dependencies={"ctx": Provide(_context, sync_to_thread=False)},
         # OPTIONS too: no route is open without a token but those in AUTH_EXEMPT_PATHS
         middleware=[DefineMiddleware(JWTAuthMiddleware, exclude=AUTH_EXEMPT_PATHS, exclude_http_methods=[])],

@@ -70,8 +70,8 @@ def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> No
     root.setLevel(level)
     # uvicorn's own error logger repeats what the request line says; casbin dumps its model at
     # info; asyncpg's pool logs a trace per failed reconnect during an outage, which the database
-    # monitor reports in one line
-    for noisy in ("uvicorn.access", "uvicorn.error", "pgserver", "casbin"):
+    # monitor reports in one line; the MCP transport logs every stateless message's end at info
+    for noisy in ("uvicorn.access", "uvicorn.error", "pgserver", "casbin", "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
 
@@ -176,6 +176,7 @@ class RequestContext:
         token = current.set(audit)
         response_started = False
         replaced = False
+        failed = False
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, response_started, replaced
@@ -215,6 +216,9 @@ class RequestContext:
                 )
             finally:
                 self.in_flight -= 1
+        except BaseException:
+            failed = True  # the server answers 500 for what escapes
+            raise
         finally:
             current.reset(token)
             route = scope.get("path_template") or scope.get("path")
@@ -223,7 +227,8 @@ class RequestContext:
                 extra={
                     "method": scope.get("method"),
                     "route": route,
-                    "status": status,
+                    # 499: the client went away before anything was answered
+                    "status": status if response_started or replaced or failed else 499,
                     "error_code": state.get("error_code") if status >= 400 else None,
                     "principal": state.get("principal"),
                     "duration_ms": round((time.perf_counter() - started) * 1000, 3),
@@ -371,6 +376,9 @@ def request_event(
 ) -> dict[str, Any]:
     """The request's audit event, as far as the request has got."""
     route = _storable(scope.get("path_template") or scope.get("path", ""))
+    error_code = state.get("error_code") if status >= 400 else None
+    if audit.outcome is not None and status < 400:
+        status, error_code = audit.outcome
     decision = audit.decision
     if status == 401:
         decision = "unauthenticated"
@@ -390,10 +398,10 @@ def request_event(
         "securable_id": audit.securable_id,
         "privilege": audit.privilege,
         "decision": decision,
-        "reason": audit.reason or (state.get("error_code") if status >= 400 else None),
+        "reason": audit.reason or error_code,
         "status_code": status,
-        "error_code": state.get("error_code") if status >= 400 else None,
-        "request_params": _params(scope),
+        "error_code": error_code,
+        "request_params": {**_params(scope), **(audit.params or {})},
         "result_count": audit.result_count,
         "policy_revision": audit.policy_revision,
     }

@@ -38,6 +38,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     max_body_bytes: int = MAX_BODY_BYTES
+    # An MCP tool call may carry more than a REST body, so that a memory too long to keep is a
+    # tool error the model reads ("contents: at most ... characters") rather than a failed request.
+    mcp_max_body_bytes: int = 16 * 1024 * 1024
     page_default: int = 100
     page_cap: int = 1000
     log_format: str = "auto"  # auto: plain text on a terminal, JSON lines otherwise

@@ -170,6 +170,13 @@ def test_every_registered_action_is_used_by_a_route(client, token, walk, monkeyp
     for who in ("nobody", "admin"):
         # the admin asks about somebody else (the stranger about itself)
         extra_queries = {"getEffectivePermissions": {"principal": "somebody-else"}} if who == "admin" else {}
+        # the MCP endpoint speaks JSON-RPC, outside the OpenAPI document (before the walk deletes the store)
+        mcp = client.post(
+            "/mcp/memory-stores/walk.s.m",
+            headers={**token(who), "Accept": "application/json, text/event-stream"},
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        )
+        assert mcp.status_code == (200 if who == "admin" else 403), mcp.text
         for method, path, operation_id in _operations(client):
             if operation_id in OPEN_WITHOUT_TOKEN:
                 continue

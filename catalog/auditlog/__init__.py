@@ -5,8 +5,10 @@ from catalog.auditlog.writer import (
     AuditContext,
     AuditWriter,
     audited,
+    begin_operation,
     current,
     note_decision,
+    note_outcome,
     note_result,
     record_system_events,
 )
@@ -15,8 +17,10 @@ __all__ = [
     "AuditContext",
     "AuditWriter",
     "audited",
+    "begin_operation",
     "current",
     "note_decision",
+    "note_outcome",
     "note_result",
     "record_system_events",
 ]

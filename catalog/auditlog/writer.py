@@ -88,6 +88,10 @@ class AuditContext:
     policy_revision: int | None = None
     result_count: int | None = None
     describe: Callable[[int], dict[str, Any]] | None = None  # the request's event for a status
+    params: dict[str, Any] | None = None  # what the request did beyond its query (a tool call)
+    # the status and error code of an operation whose transport answered 200 anyway (an MCP tool
+    # call that failed is a successful JSON-RPC answer)
+    outcome: tuple[int, str] | None = None
     enabled: bool = True
     committed: bool = False  # a change already committed the request's event with itself
     early_unlock: bool = True  # see FLUSH_TAIL
@@ -111,6 +115,25 @@ def note_decision(action_name: str, securable: Any, decision: Any) -> None:
         context.decision = "allow" if decision.allowed else "deny"
         context.reason = decision.reason
         context.policy_revision = securable.revision
+
+
+def begin_operation(params: dict[str, Any]) -> None:
+    """The request's transport was authorized; what follows is the operation its event records
+    (a tool call: the entry operation it runs names the action and the decision)."""
+    context = current.get()
+    if context is None:
+        return
+    context.action_name = context.securable_type = context.securable_full_name = None
+    context.securable_id = context.privilege = context.decision = context.reason = None
+    context.policy_revision = context.result_count = None
+    context.params = params
+
+
+def note_outcome(status: int, error_code: str) -> None:
+    """The operation failed although its transport answers 200 (see `AuditContext.outcome`)."""
+    context = current.get()
+    if context is not None:
+        context.outcome = (status, error_code)
 
 
 def note_result(count: int) -> None:

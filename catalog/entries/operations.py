@@ -73,7 +73,7 @@ class StrReplace(msgspec.Struct, frozen=True, kw_only=True):
 
 class Insert(msgspec.Struct, frozen=True, kw_only=True):
     text: str
-    line: int
+    line: int | None = None  # None: after the last line
 
 
 class ReplaceAll(msgspec.Struct, frozen=True, kw_only=True):

@@ -278,11 +278,12 @@ def _apply(current: str | None, change: ops.Change | None) -> str | None:
         return text_now.replace(change.old, change.new, 1)
     if isinstance(change, ops.Insert):
         lines = text_now.split("\n") if text_now else []
-        if not 0 <= change.line <= len(lines):
+        line = len(lines) if change.line is None else change.line
+        if not 0 <= line <= len(lines):
             raise InvalidParameter(
                 f"insert.insert_line must be between 0 and {len(lines)}", "insert.insert_line"
             )
-        return "\n".join(lines[: change.line] + change.text.split("\n") + lines[change.line :])
+        return "\n".join(lines[:line] + change.text.split("\n") + lines[line:])
     if isinstance(change, ops.ReplaceAll):
         return change.contents
     if isinstance(change, ops.Append):

@@ -124,6 +124,12 @@ ACTIONS: dict[str, Action] = {
             (_P.READ_MEMORY_STORE, _P.WRITE_MEMORY_STORE, _P.MANAGE),
             "see a memory store in a list",
         ),
+        _a(
+            "mcp.connect",
+            _S.MEMORY_STORE,
+            (_P.READ_MEMORY_STORE, _P.WRITE_MEMORY_STORE, _P.MANAGE),
+            "use a memory store's MCP server (each tool call is then authorized as its entry operation)",
+        ),
         _a("memory_store.get", _S.MEMORY_STORE, (_P.READ_MEMORY_STORE,), "read a memory store's metadata"),
         _a("memory_store.update", _S.MEMORY_STORE, (_P.MANAGE,), "update a memory store or its owner"),
         _a("memory_store.delete", _S.MEMORY_STORE, (_P.MANAGE,), "delete a memory store"),

@@ -1,0 +1,386 @@
+"""The memory tools over MCP: the real `mcp` client, over streamable HTTP, against `catalog serve`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from catalog.auth import mint_dev_token
+from catalog.settings import Settings
+from catalog.toolkit import MEMORY_INSTRUCTIONS
+
+UC = "/api/2.1/unity-catalog"
+STORE = "main.default.assistant"
+TOOLS = ["search_memory", "save_memory", "get_memory", "list_memories", "update_memory", "delete_memory"]
+
+
+@pytest.fixture(scope="module")
+def live(database_url, tmp_path_factory, live_server):
+    server = live_server(tmp_path_factory.mktemp("mcp"), env={"CATALOG_DATABASE_URL": database_url})
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def token(live: Any, sub: str, **claims: Any) -> str:
+    return mint_dev_token(Settings(data_dir=live.data_dir), sub, **claims)
+
+
+def rest(live: Any, sub: str = "admin") -> httpx.Client:
+    return httpx.Client(base_url=live.url, headers={"Authorization": f"Bearer {token(live, sub)}"})
+
+
+@pytest.fixture(scope="module")
+def store(live):
+    """A store alice may read and write, carol may only read, and bob may not use."""
+    with rest(live) as admin:
+        r = admin.post(
+            f"{UC}/memory-stores",
+            json={"name": "assistant", "catalog_name": "main", "schema_name": "default"},
+        )
+        assert r.status_code == 200, r.text
+        r = admin.patch(f"{UC}/memory-stores/{STORE}", json={"shared_scopes": ["team-x"]})
+        assert r.status_code == 200, r.text
+        changes = [
+            {"principal": "alice", "add": ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]},
+            {"principal": "carol", "add": ["READ_MEMORY_STORE"]},
+        ]
+        r = admin.patch(f"{UC}/permissions/memory_store/{STORE}", json={"changes": changes})
+        assert r.status_code == 200, r.text
+    return STORE
+
+
+@asynccontextmanager
+async def session(
+    live: Any, bearer: str, query: str = "", store: str = STORE
+) -> AsyncIterator[ClientSession]:
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {bearer}"})
+    async with (
+        http,
+        streamable_http_client(f"{live.url}/mcp/memory-stores/{store}{query}", http_client=http) as (
+            read,
+            write,
+        ),
+        ClientSession(read, write) as client,
+    ):
+        await client.initialize()
+        yield client
+
+
+def text(result: Any) -> str:
+    return "".join(part.text for part in result.content)
+
+
+def answer(result: Any) -> dict[str, Any]:
+    assert not result.is_error, text(result)
+    decoded: dict[str, Any] = json.loads(text(result))
+    assert decoded == result.structured_content
+    return decoded
+
+
+def audit(live: Any, **params: Any) -> list[dict[str, Any]]:
+    with rest(live) as admin:
+        r = admin.get(f"{UC}/system/audit", params={"order": "asc", "page_size": 1000, **params})
+        assert r.status_code == 200, r.text
+        events: list[dict[str, Any]] = r.json()["events"]
+        return events
+
+
+async def test_the_tools_and_the_instructions(live, store):
+    async with session(live, token(live, "alice")) as client:
+        listed = await client.list_tools()
+        assert [tool.name for tool in listed.tools] == TOOLS
+        for tool in listed.tools:
+            assert tool.input_schema["type"] == "object" and "scope" not in tool.input_schema["properties"]
+            assert tool.input_schema["additionalProperties"] is False and tool.description
+        save = next(tool for tool in listed.tools if tool.name == "save_memory")
+        assert save.input_schema["required"] == ["path", "description"]
+        assert "/memories/" in save.description and save.annotations.read_only_hint is False
+
+        prompts = await client.list_prompts()
+        assert [p.name for p in prompts.prompts] == ["memory_instructions"]
+        prompt = await client.get_prompt("memory_instructions")
+        assert prompt.messages[0].content.text == MEMORY_INSTRUCTIONS
+    assert "search_memory" in MEMORY_INSTRUCTIONS and "secret" in MEMORY_INSTRUCTIONS.lower()
+
+
+async def test_initialize_answers_the_instructions(live, store):
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token(live, 'alice')}"})
+    async with (
+        http,
+        streamable_http_client(f"{live.url}/mcp/memory-stores/{STORE}", http_client=http) as (
+            read,
+            write,
+        ),
+        ClientSession(read, write) as client,
+    ):
+        result = await client.initialize()
+        assert result.instructions == MEMORY_INSTRUCTIONS
+        assert result.server_info.name == "memory-catalog"
+
+
+async def test_save_recall_update_delete_in_the_end_users_scope(live, store):
+    # an application acting for dora: the tools use dora's scope, whatever the model asks
+    bearer = token(live, "alice", on_behalf_of="dora")
+    async with session(live, bearer) as client:
+        saved = answer(
+            await client.call_tool(
+                "save_memory",
+                {
+                    "path": "/memories/preferences.md",
+                    "description": "Dora's preferences",
+                    "contents": "Prefers tea over coffee\nWrites in British English",
+                },
+            )
+        )
+        assert saved["memory"]["path"] == "/memories/preferences.md"
+
+        again = await client.call_tool(
+            "save_memory", {"path": "/memories/preferences.md", "description": "duplicate"}
+        )
+        assert again.is_error and "update_memory" in text(again)
+
+        found = answer(await client.call_tool("search_memory", {"query": "what does dora drink", "top_k": 3}))
+        assert found["memories"][0]["path"] == "/memories/preferences.md"
+        assert "tea" in found["memories"][0]["contents"]
+
+        got = answer(await client.call_tool("get_memory", {"path": "/memories/preferences.md"}))
+        assert got["memory"]["contents"] == "Prefers tea over coffee\nWrites in British English"
+
+        updated = answer(
+            await client.call_tool(
+                "update_memory",
+                {
+                    "path": "/memories/preferences.md",
+                    "str_replace": {"old_str": "tea", "new_str": "green tea"},
+                },
+            )
+        )
+        assert updated["memory"]["contents"].startswith("Prefers green tea over coffee")
+        appended = answer(
+            await client.call_tool(
+                "update_memory",
+                {"path": "/memories/preferences.md", "insert": {"insert_text": "Vegetarian"}},
+            )
+        )
+        assert appended["memory"]["contents"].splitlines()[-1] == "Vegetarian"
+        described = answer(
+            await client.call_tool(
+                "update_memory", {"path": "/memories/preferences.md", "description": "Food and writing"}
+            )
+        )
+        assert described["memory"]["description"] == "Food and writing"
+
+        answer(
+            await client.call_tool("save_memory", {"path": "/memories/work.md", "description": "Dora's job"})
+        )
+        listed = answer(await client.call_tool("list_memories", {"path_prefix": "/memories/"}))
+        assert [m["path"] for m in listed["memories"]] == ["/memories/preferences.md", "/memories/work.md"]
+        assert "contents" not in listed["memories"][0]
+
+        assert answer(await client.call_tool("delete_memory", {"path": "/memories/work.md"}))["result"]
+        gone = await client.call_tool("get_memory", {"path": "/memories/work.md"})
+        assert gone.is_error and "no memory at /memories/work.md; use list_memories" in text(gone)
+
+    # the REST API sees the same entry, in dora's scope: the model never chose it
+    with rest(live, "alice") as alice:
+        r = alice.get(
+            f"{UC}/memory-stores/{STORE}/entries:get",
+            params={"scope": "dora", "path": "/memories/preferences.md"},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["contents"].splitlines() == [
+            "Prefers green tea over coffee",
+            "Writes in British English",
+            "Vegetarian",
+        ]
+        assert r.json()["created_by"] == "alice"
+        r = alice.get(f"{UC}/memory-stores/{STORE}/entries", params={"scope": "alice"})
+        assert r.status_code == 200 and r.json()["entries"] == []
+
+
+async def test_each_call_is_one_audit_event_of_its_operation(live, store):
+    async with session(live, token(live, "alice", on_behalf_of="erin")) as client:
+        answer(
+            await client.call_tool(
+                "save_memory", {"path": "/memories/audit.md", "description": "x", "contents": "secret text"}
+            )
+        )
+        answer(await client.call_tool("get_memory", {"path": "/memories/audit.md"}))
+        missing = await client.call_tool("delete_memory", {"path": "/memories/none.md"})
+        assert missing.is_error
+    events = [e for e in audit(live, principal="alice") if e["request_params"].get("scope") == "erin"]
+    calls = [
+        (e["action_name"], e["request_params"].get("tool"), e["status_code"], e["decision"]) for e in events
+    ]
+    assert calls == [
+        ("entries.write", "save_memory", 200, "allow"),
+        ("entries.read", "get_memory", 200, "allow"),
+        ("entries.write", "delete_memory", 404, "allow"),
+    ]
+    for event in events:
+        assert event["securable_full_name"] == STORE and event["securable_type"] == "MEMORY_STORE"
+        assert "secret text" not in json.dumps(event)
+    assert events[2]["error_code"] == "NOT_FOUND" or events[2]["error_code"] == "RESOURCE_DOES_NOT_EXIST"
+    # the handshake and the list of tools are audited as connecting to the store
+    connects = [e for e in audit(live, principal="alice", action_name="mcp.connect")]
+    assert connects and all(e["securable_full_name"] == STORE for e in connects)
+
+
+def test_a_principal_without_grants_is_refused_and_audited(live, store):
+    r = httpx.post(
+        f"{live.url}/mcp/memory-stores/{STORE}",
+        headers={
+            "Authorization": f"Bearer {token(live, 'bob')}",
+            "Accept": "application/json, text/event-stream",
+        },
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    )
+    assert r.status_code == 403 and r.json()["error_code"] == "PERMISSION_DENIED"
+    denied = audit(live, principal="bob", action_name="mcp.connect")
+    assert denied and denied[-1]["decision"] == "deny" and denied[-1]["status_code"] == 403
+
+    r = httpx.post(
+        f"{live.url}/mcp/memory-stores/{STORE}", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    )
+    assert r.status_code == 401 and r.json()["error_code"] == "UNAUTHENTICATED"
+
+    r = httpx.post(
+        f"{live.url}/mcp/memory-stores/main.default.nothing_here",
+        headers={"Authorization": f"Bearer {token(live, 'alice')}"},
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    )
+    assert r.status_code == 404 and r.json()["error_code"] in ("NOT_FOUND", "RESOURCE_DOES_NOT_EXIST")
+
+
+async def test_a_reader_may_recall_but_not_save(live, store):
+    async with session(live, token(live, "carol")) as client:
+        refused = await client.call_tool("save_memory", {"path": "/memories/x.md", "description": "x"})
+        assert refused.is_error and "not allowed" in text(refused)
+        assert answer(await client.call_tool("list_memories", {}))["memories"] == []
+    events = audit(live, principal="carol", action_name="entries.write")
+    assert [(e["decision"], e["status_code"], e["request_params"]["tool"]) for e in events] == [
+        ("deny", 403, "save_memory")
+    ]
+    with rest(live, "carol") as carol:
+        r = carol.get(f"{UC}/memory-stores/{STORE}/entries", params={"scope": "carol"})
+        assert r.status_code == 200 and r.json()["entries"] == []
+
+
+async def test_the_scope_is_never_the_models(live, store):
+    async with session(live, token(live, "alice", on_behalf_of="frank")) as client:
+        forged = await client.call_tool(
+            "save_memory", {"path": "/memories/a.md", "description": "x", "scope": "dora"}
+        )
+        assert forged.is_error and "unknown field `scope`" in text(forged)
+        assert "never by a tool argument" in text(forged)
+
+    # a shared scope the store lists may be named on the URL
+    async with session(live, token(live, "alice"), "?scope=team-x") as client:
+        answer(
+            await client.call_tool("save_memory", {"path": "/memories/team.md", "description": "team notes"})
+        )
+    with rest(live, "alice") as alice:
+        r = alice.get(
+            f"{UC}/memory-stores/{STORE}/entries:get", params={"scope": "team-x", "path": "/memories/team.md"}
+        )
+        assert r.status_code == 200, r.text
+
+
+def test_look_alike_scopes_are_refused(live, store):
+    # another user's scope, a look-alike of the shared one, or a second parameter: refused
+    for query in (
+        "?scope=dora",
+        "?scope=team-X",
+        "?scope=team-x%20",
+        "?scope=team-x&scope=dora",
+        "?scope_=1",
+    ):
+        r = httpx.post(
+            f"{live.url}/mcp/memory-stores/{STORE}{query}",
+            headers={"Authorization": f"Bearer {token(live, 'alice')}"},
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        )
+        assert r.status_code in (400, 403), (query, r.status_code, r.text)
+        assert r.json()["error_code"] in ("PERMISSION_DENIED", "INVALID_PARAMETER_VALUE"), query
+
+
+async def test_bad_input_is_a_tool_error(live, store):
+    async with session(live, token(live, "alice", on_behalf_of="gina")) as client:
+        cases = [
+            ("get_memory", {}, "path"),
+            ("get_memory", {"path": 7}, "path"),
+            (
+                "save_memory",
+                {"path": "/memories/big.md", "description": "big", "contents": "x" * (10 * 1024 * 1024)},
+                "contents",
+            ),
+            ("save_memory", {"path": "/memories/nul.md", "description": "a\x00b"}, "description"),
+            ("save_memory", {"path": "relative.md", "description": "x"}, "path"),
+            ("search_memory", {"query": "tea", "top_k": 1000}, "top_k"),
+            ("update_memory", {"path": "/memories/none.md"}, "nothing to change"),
+            (
+                "update_memory",
+                {
+                    "path": "/m.md",
+                    "str_replace": {"old_str": "a", "new_str": "b"},
+                    "replace_all": {"contents": ""},
+                },
+                "one of",
+            ),
+            ("no_such_tool", {}, "search_memory"),
+        ]
+        for name, arguments, needle in cases:
+            result = await client.call_tool(name, arguments)
+            assert result.is_error, (name, arguments)
+            assert needle in text(result), (name, text(result))
+
+        answer(
+            await client.call_tool(
+                "save_memory", {"path": "/memories/twice.md", "description": "d", "contents": "a a"}
+            )
+        )
+        twice = await client.call_tool(
+            "update_memory", {"path": "/memories/twice.md", "str_replace": {"old_str": "a", "new_str": "b"}}
+        )
+        assert twice.is_error and "occurs 2 times" in text(twice)
+    with rest(live, "alice") as alice:
+        r = alice.get(f"{UC}/memory-stores/{STORE}/entries", params={"scope": "gina"})
+        assert [e["path"] for e in r.json()["entries"]] == ["/memories/twice.md"]
+
+
+def test_malformed_messages_are_refused_not_failed(live, store):
+    headers = {
+        "Authorization": f"Bearer {token(live, 'alice')}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    url = f"{live.url}/mcp/memory-stores/{STORE}"
+    deep = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_memory", "arguments": '
+        + "[" * 5000
+        + "]" * 5000
+        + "}}"
+    )
+    for body in (b"{not json", b"", deep.encode(), b'{"jsonrpc": "2.0", "id": 1, "method": "no/such"}'):
+        r = httpx.post(url, headers=headers, content=body)
+        assert 200 <= r.status_code < 500, (body[:40], r.status_code, r.text)
+        assert "error" in r.json(), r.text
+    for method in ("GET", "DELETE", "PUT"):
+        r = httpx.request(method, url, headers=headers)
+        assert r.status_code == 405 and r.headers["allow"] == "POST, OPTIONS", (method, r.text)
+    r = httpx.options(url, headers=headers)
+    assert r.status_code == 200 and r.json() == {} and r.headers["allow"] == "POST, OPTIONS"
+    r = httpx.post(url, headers=headers, content=b" " * (17 * 1024 * 1024))
+    assert r.status_code == 413 and r.json()["error_code"] == "PAYLOAD_TOO_LARGE"
+    r = httpx.post(f"{live.url}/mcp/memory-stores/", headers=headers, content=b"{}")
+    assert r.status_code == 404 and r.json()["error_code"] in ("NOT_FOUND", "RESOURCE_DOES_NOT_EXIST")

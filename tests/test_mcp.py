@@ -384,3 +384,26 @@ def test_malformed_messages_are_refused_not_failed(live, store):
     assert r.status_code == 413 and r.json()["error_code"] == "PAYLOAD_TOO_LARGE"
     r = httpx.post(f"{live.url}/mcp/memory-stores/", headers=headers, content=b"{}")
     assert r.status_code == 404 and r.json()["error_code"] in ("NOT_FOUND", "RESOURCE_DOES_NOT_EXIST")
+
+
+async def test_the_modern_protocol_too(live, store):
+    """A 2026-07-28 client discovers the server instead of the handshake; the tools are the same."""
+    http = create_mcp_http_client(
+        headers={"Authorization": f"Bearer {token(live, 'alice', on_behalf_of='hana')}"}
+    )
+    async with (
+        http,
+        streamable_http_client(f"{live.url}/mcp/memory-stores/{STORE}", http_client=http) as (read, write),
+        ClientSession(read, write) as client,
+    ):
+        discovered = await client.discover()
+        assert discovered.instructions == MEMORY_INSTRUCTIONS
+        assert [tool.name for tool in (await client.list_tools()).tools] == TOOLS
+        answer(await client.call_tool("save_memory", {"path": "/memories/modern.md", "description": "d"}))
+        got = answer(await client.call_tool("get_memory", {"path": "/memories/modern.md"}))
+        assert got["memory"]["description"] == "d"
+    events = [e for e in audit(live, principal="alice") if e["request_params"].get("scope") == "hana"]
+    assert [(e["action_name"], e["request_params"]["tool"]) for e in events] == [
+        ("entries.write", "save_memory"),
+        ("entries.read", "get_memory"),
+    ]

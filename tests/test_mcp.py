@@ -114,18 +114,9 @@ async def test_the_tools_and_the_instructions(live, store):
 
 
 async def test_initialize_answers_the_instructions(live, store):
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token(live, 'alice')}"})
-    async with (
-        http,
-        streamable_http_client(f"{live.url}/mcp/memory-stores/{STORE}", http_client=http) as (
-            read,
-            write,
-        ),
-        ClientSession(read, write) as client,
-    ):
-        result = await client.initialize()
-        assert result.instructions == MEMORY_INSTRUCTIONS
-        assert result.server_info.name == "memory-catalog"
+    async with session(live, token(live, "alice")) as client:
+        assert client.initialize_result.instructions == MEMORY_INSTRUCTIONS
+        assert client.initialize_result.server_info.name == "memory-catalog"
 
 
 async def test_save_recall_update_delete_in_the_end_users_scope(live, store):

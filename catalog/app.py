@@ -32,6 +32,7 @@ from catalog.metrics.routes import router as metrics_router
 from catalog.openapi import finish
 from catalog.ops import databricks_config, healthz
 from catalog.permissions.routes import router as permissions_router
+from catalog.principals.routes import router as principals_router
 from catalog.runtime import Runtime
 from catalog.search.embedder import Encoder
 from catalog.settings import Settings
@@ -64,6 +65,7 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             entries_router,
             permissions_router,
             groups_router,
+            principals_router,
             agents_router,
             agents_store_router,
             system_router,

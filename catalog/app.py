@@ -19,6 +19,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from catalog import __version__, namespace
 from catalog.agents.routes import router as agents_router
+from catalog.agents.routes import store_router as agents_store_router
 from catalog.audit.routes import router as audit_router
 from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
 from catalog.context import Context
@@ -31,6 +32,7 @@ from catalog.metrics.routes import router as metrics_router
 from catalog.openapi import finish
 from catalog.ops import databricks_config, healthz
 from catalog.permissions.routes import router as permissions_router
+from catalog.principals.routes import router as principals_router
 from catalog.runtime import Runtime
 from catalog.search.embedder import Encoder
 from catalog.settings import Settings
@@ -60,10 +62,13 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             healthz,
             databricks_config,
             namespace.router,
+            namespace.store_router,
             entries_router,
             permissions_router,
             groups_router,
+            principals_router,
             agents_router,
+            agents_store_router,
             system_router,
             audit_router,
             metrics_router,

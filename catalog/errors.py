@@ -53,9 +53,20 @@ class PermissionDenied(CatalogError):
     error_code = "PERMISSION_DENIED"
 
 
+# The `opt` flag of the memory-store routes (`catalog.routing.router(..., memory_store=True)`).
+MEMORY_STORE_ROUTE = "memory_store_route"
+
+
 class NotFound(CatalogError):
+    """A missing object: 404. The code depends on the route that answers it, by one rule
+    (CONTRACT.md, "404 codes"): a memory-store route (`/memory-stores/{name}` and everything under
+    it, in both dialects; its router sets `MEMORY_STORE_ROUTE`) answers `NOT_FOUND`, as
+    Databricks' managed-memory API does and its tools test for; every other route (catalogs,
+    schemas, groups, ...) answers `RESOURCE_DOES_NOT_EXIST`, as Unity Catalog does."""
+
     status_code = 404
     error_code = "RESOURCE_DOES_NOT_EXIST"
+    memory_store_error_code = "NOT_FOUND"
 
 
 class AlreadyExists(CatalogError):
@@ -203,6 +214,14 @@ def log_unexpected(exc: BaseException, *, request_id: str | None, route: str | N
         log.error("internal error (seen before; trace logged at most once a minute)", extra=extra)
 
 
+def wire_code(err: CatalogError, request: Request[Any, Any, Any]) -> str:
+    """The error code answered for `err` on this request's route (see `NotFound`)."""
+    handler = request.scope.get("route_handler")
+    if isinstance(err, NotFound) and handler is not None and handler.opt.get(MEMORY_STORE_ROUTE):
+        return err.memory_store_error_code
+    return err.error_code
+
+
 def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     """The single exception handler, registered for `Exception` on the app."""
     err = to_catalog_error(exc)
@@ -214,11 +233,12 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
     elif err.status_code >= 500 and not isinstance(err, DeadlineExceeded):
         log_unexpected(exc, request_id=request_id, route=request.scope.get("path"))
         err = CatalogError(f"internal error (request id {request_id})")
-    request.scope.setdefault("state", {})["error_code"] = err.error_code
+    error_code = wire_code(err, request)
+    request.scope.setdefault("state", {})["error_code"] = error_code
     # Litestar's own headers stay (a 405 names the allowed methods in `Allow`, RFC 9110)
     kept = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
     return Response(
-        content=error_body(err.error_code, err.message, err.details),
+        content=error_body(error_code, err.message, err.details),
         status_code=err.status_code,
         media_type=MediaType.JSON,
         headers={**kept, **retry_headers(err)},

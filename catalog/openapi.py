@@ -7,6 +7,7 @@ Routes declare their error statuses with `responses=errors(...)` (every error ha
   `additionalProperties: false` for inputs, which Litestar's generator leaves out);
 - a query parameter that may be absent is documented as its type (no `null`: a query string
   cannot carry one);
+- a memory-store route's 404 is described as `NOT_FOUND` (the others' as `RESOURCE_DOES_NOT_EXIST`);
 - `X-Request-Id` on every response, `Retry-After` on every 429 and 503 that sets it;
 - the open routes (`/healthz`, `/openapi.json`, `/docs`: the authentication middleware's exempt
   paths) say so with `security: []`; `/openapi.json` and `/docs` themselves are documented.
@@ -35,6 +36,7 @@ from litestar.openapi.spec import (
 )
 
 from catalog.auth import AUTH_EXEMPT_PATHS
+from catalog.errors import MEMORY_STORE_ROUTE
 
 
 class ErrorDetail(msgspec.Struct, kw_only=True, rename={"type": "@type"}):
@@ -73,7 +75,7 @@ _WHY = {
     "and `details` name it), a query parameter is repeated, or a value holds NUL",
     401: "UNAUTHENTICATED: no bearer token, or one that is not valid",
     403: "PERMISSION_DENIED: the caller lacks a privilege the action needs",
-    404: "RESOURCE_DOES_NOT_EXIST / NOT_FOUND: the object named does not exist",
+    404: "RESOURCE_DOES_NOT_EXIST: the object named does not exist",
     409: "ALREADY_EXISTS, ABORTED (If-Match no longer matches, a concurrent change) or "
     "RESOURCE_CONFLICT (the object is held)",
     413: "PAYLOAD_TOO_LARGE: the body, or a text field in it, is longer than allowed",
@@ -81,6 +83,9 @@ _WHY = {
     503: "TEMPORARILY_UNAVAILABLE: the database cannot be reached; retry after `Retry-After` seconds",
     504: "DEADLINE_EXCEEDED: the request took longer than the server allows",
 }
+# A memory-store route's 404 (`catalog.errors.NotFound`: one rule, set by the route's router).
+_WHY_MEMORY_STORE_404 = "NOT_FOUND: the memory store named, or the entry named in it, does not exist"
+
 # Answered by any authenticated route: bad parameters, authentication, authorization, rate limits,
 # an unreachable database, the request deadline.
 COMMON = (400, 401, 403, 429, 503, 504)
@@ -115,11 +120,15 @@ def finish(app: Litestar) -> OpenAPI:
     _document_open_routes(doc)
     components = doc.components.schemas if doc.components and doc.components.schemas is not None else {}
     components.update(_wire_schemas(app))  # type: ignore[arg-type]
+    store_operations = _memory_store_operations(app)
     for path, item in (doc.paths or {}).items():
         open_route = any(pattern.search(path) for pattern in _OPEN)
-        for operation in _operations(item):
+        for method, operation in _operations(item):
             if open_route:
                 operation.security = []
+            not_found = (operation.responses or {}).get("404")
+            if (path, method) in store_operations and isinstance(not_found, OpenAPIResponse):
+                not_found.description = _WHY_MEMORY_STORE_404
             for parameter in operation.parameters or []:
                 if not isinstance(parameter, Reference) and isinstance(parameter.schema, Schema):
                     _drop_null(parameter.schema)
@@ -134,11 +143,21 @@ def finish(app: Litestar) -> OpenAPI:
     return doc
 
 
-def _operations(item: PathItem) -> Iterator[Operation]:
+def _operations(item: PathItem) -> Iterator[tuple[str, Operation]]:
     for method in ("get", "put", "post", "delete", "options", "head", "patch", "trace"):
         operation = getattr(item, method, None)
         if operation is not None:
-            yield operation
+            yield method, operation
+
+
+def _memory_store_operations(app: Litestar) -> set[tuple[str, str]]:
+    """(path, method) of every memory-store route (their 404 is NOT_FOUND)."""
+    found: set[tuple[str, str]] = set()
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            if isinstance(handler, HTTPRouteHandler) and handler.opt.get(MEMORY_STORE_ROUTE):
+                found.update((route.path_format, method.lower()) for method in handler.http_methods)
+    return found
 
 
 def _drop_null(schema: Schema) -> None:

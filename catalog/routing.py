@@ -18,6 +18,7 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.routes import HTTPRoute
 from litestar.types import Scope
 
+from catalog.errors import MEMORY_STORE_ROUTE
 from catalog.inputs import check_request
 
 
@@ -38,8 +39,18 @@ class _Route(HTTPRoute):
         )(options_handler)
 
 
-def router(path: str, route_handlers: Sequence[Any], tags: list[str]) -> Router:
-    built = Router(path=path, route_handlers=list(route_handlers), tags=tags, before_request=check_request)
+def router(
+    path: str, route_handlers: Sequence[Any], tags: list[str], *, memory_store: bool = False
+) -> Router:
+    """`memory_store=True` for the routes of one memory store (`/memory-stores/{name}` and below, in
+    either dialect): a missing store or entry there is answered `NOT_FOUND` (`catalog.errors.NotFound`)."""
+    built = Router(
+        path=path,
+        route_handlers=list(route_handlers),
+        tags=tags,
+        before_request=check_request,
+        opt={MEMORY_STORE_ROUTE: True} if memory_store else None,
+    )
     for i, route in enumerate(built.routes):
         if isinstance(route, HTTPRoute):
             handlers = [h for h in route.route_handlers if not _default_options(h)]

@@ -21,6 +21,7 @@ from catalog.db import DatabaseMonitor, EmbeddedPostgres, apply_migrations, crea
 from catalog.governance import Access, Authorizer, Node, SecurableType
 from catalog.limits import RateLimiter
 from catalog.namespace import bootstrap, get_metastore
+from catalog.principals import SeenPrincipals
 from catalog.search import SearchEngine
 from catalog.search.embedder import DIMENSIONS, Embedder, Encoder, ModelError, ModelFiles, OnnxEncoder
 from catalog.search.indexer import Indexer
@@ -128,6 +129,7 @@ class Runtime:
     audit: AuditWriter
     db: DatabaseMonitor
     limiter: RateLimiter | None = None
+    principals: SeenPrincipals | None = None  # records token subjects (the auth middleware tells it)
 
     @classmethod
     async def start(cls, settings: Settings, encoder: Encoder | None = None) -> Runtime:
@@ -174,7 +176,7 @@ class Runtime:
         monitor.start()
         limiter = RateLimiter(settings.rate_limit, settings.burst) if settings.rate_limit > 0 else None
         log.info("started", extra={"seconds": round(time.monotonic() - began, 2), **phases})
-        return cls(settings, context, verifier, embedded, audit, monitor, limiter)
+        return cls(settings, context, verifier, embedded, audit, monitor, limiter, SeenPrincipals(pool))
 
     async def close(self) -> None:
         await self.db.close()

@@ -94,7 +94,7 @@ def test_agentkit_sdk_end_to_end(live):
     stores.get("support-memory").delete()
     with pytest.raises(Exception) as gone:
         stores.get("support-memory")
-    assert getattr(gone.value, "error_code", None) == "RESOURCE_DOES_NOT_EXIST"
+    assert getattr(gone.value, "error_code", None) == "NOT_FOUND"  # a memory-store route's 404
 
 
 def test_store_ids_are_validated(live):

@@ -28,9 +28,9 @@ UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents/memory-stores"
 SCHEMA = "main.default"  # CATALOG_AGENTS_SCHEMA: agent store `x` is `main.default.x`
 
-# CONTRACT.md asks for NOT_FOUND on memory-store routes in both dialects; the server answers
-# RESOURCE_DOES_NOT_EXIST in both today. One value, so the day it changes is a one-line change.
-NOT_FOUND_CODE = "RESOURCE_DOES_NOT_EXIST"
+# CONTRACT.md ("404 codes"): a missing store or entry on a memory-store route is NOT_FOUND, in
+# both dialects (as Databricks' managed-memory API answers it).
+NOT_FOUND_CODE = "NOT_FOUND"
 
 
 @dataclass

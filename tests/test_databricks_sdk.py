@@ -98,3 +98,22 @@ def test_grants_and_groups_through_the_sdk(live):
     with pytest.raises(PermissionDenied):
         sally.schemas.get("gov.team")
     admin.groups.delete(group.id)
+
+
+def test_users_through_the_sdk(live):
+    """`current_user.me()` for anyone; `users.list` (which pages by startIndex and asks for
+    count=10000) and `users.get` for the metastore admin."""
+    newcomer = client_for(live, "newcomer@example.com")
+    me = newcomer.current_user.me()
+    assert (me.id, me.user_name, me.active, me.groups) == ("newcomer@example.com",) * 2 + (True, [])
+
+    admin = client_for(live, "admin")
+    (found,) = admin.users.list(filter='userName eq "newcomer@example.com"')
+    assert found.id == found.user_name == "newcomer@example.com"
+    everyone = [u.user_name for u in admin.users.list()]
+    assert {"admin", "newcomer@example.com"} <= set(everyone) and everyone == sorted(everyone)
+    assert admin.users.get("newcomer@example.com").display_name == "newcomer@example.com"
+    with pytest.raises(NotFound):
+        admin.users.get("nobody-ever")
+    with pytest.raises(PermissionDenied):
+        list(newcomer.users.list())

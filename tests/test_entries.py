@@ -192,6 +192,7 @@ def test_get_and_list(client, token):
         ({"str_replace": {"old_str": "beta", "new_str": "BETA"}}, "alpha\nBETA\ngamma"),
         ({"insert": {"insert_text": "zero", "insert_line": 0}}, "zero\nalpha\nbeta\ngamma"),
         ({"insert": {"insert_text": "end", "insert_line": 3}}, "alpha\nbeta\ngamma\nend"),
+        ({"insert": {"insert_text": "last"}}, "alpha\nbeta\ngamma\nlast"),  # no insert_line: at the end
         ({"replace_all": {"contents": "fresh"}}, "fresh"),
         ({"append": {"text": "delta"}}, "alpha\nbeta\ngamma\ndelta"),
     ],
@@ -202,6 +203,83 @@ def test_edit_operations(client, token, edit, expected, request):
     r = client.patch(ENTRIES, headers=token(), json={"scope": "u-edit", "path": path, **edit})
     assert r.status_code == 200, r.text
     assert r.json()["contents"] == expected and r.json()["etag"] == "2"
+
+
+def test_insert_without_a_line_adds_lines_at_the_end(client, token):
+    """`insert_line` is optional (Databricks' update tool documents it so): absent, the text goes
+    after the last line, as `append` adds it (a trailing newline is no line of its own)."""
+    for contents, expected in [
+        ("one\ntwo\n", "one\ntwo\nthree"),
+        ("one", "one\nthree"),
+        ("", "three"),
+    ]:
+        path = f"/insert-end/{len(contents)}.md"
+        put(client, token, "u-insert", {"path": path, "contents": contents})
+        r = client.patch(
+            ENTRIES,
+            headers=token(),
+            json={"scope": "u-insert", "path": path, "insert": {"insert_text": "three"}},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["contents"] == expected
+    r = client.patch(
+        ENTRIES,
+        headers=token(),
+        json={
+            "scope": "u-insert",
+            "path": "/insert-end/3.md",
+            "insert": {"insert_text": "x", "insert_line": None},
+        },
+    )
+    assert r.status_code == 200 and r.json()["contents"] == "one\nthree\nx"
+
+
+def test_creation_reason_and_source_are_stored_and_answered(client, token):
+    provenance = {
+        "creation_reason": "CREATION_REASON_AGENT_INFERRED",
+        "creation_source": "CREATION_SOURCE_ONLINE_AGENT",
+    }
+    created = put(client, token, "u-prov", {"path": "/p.md", "contents": "likes tea", **provenance})
+    assert {k: created[k] for k in provenance} == provenance
+    key = {"scope": "u-prov", "path": "/p.md"}
+    got = client.get(f"{STORE}/entries:get", headers=token(), params=key).json()
+    assert {k: got[k] for k in provenance} == provenance
+    edited = client.patch(ENTRIES, headers=token(), json={**key, "append": {"text": "and coffee"}}).json()
+    assert {k: edited[k] for k in provenance} == provenance
+    (hit,) = search(client, token, {"scope": "u-prov", "query": "tea"})
+    assert {k: hit["memory_entry"][k] for k in provenance} == provenance
+    # an overwrite that does not say keeps them (they tell where the entry came from; a client
+    # that does not know them must not erase them), one that does replaces them
+    kept = put(client, token, "u-prov", {"path": "/p.md", "contents": "tea", "write_mode": "OVERWRITE"})
+    assert {k: kept[k] for k in provenance} == provenance and kept["etag"] == "3"
+    appended = put(client, token, "u-prov", {"path": "/p.md", "contents": "milk", "write_mode": "APPEND"})
+    assert {k: appended[k] for k in provenance} == provenance
+    replaced = put(
+        client,
+        token,
+        "u-prov",
+        {"path": "/p.md", "contents": "tea", "write_mode": "OVERWRITE", "creation_reason": "USER_REQUEST"},
+    )
+    assert replaced["creation_reason"] == "USER_REQUEST"
+    assert replaced["creation_source"] == "CREATION_SOURCE_ONLINE_AGENT"
+    # the memory_entry form takes them too; an entry written without them has none
+    r = client.post(
+        ENTRIES,
+        headers=token(),
+        json={"scope": "u-prov", "memory_entry": {"path": "/q.md", "contents": "x", **provenance}},
+    )
+    assert r.status_code == 200 and r.json()["creation_source"] == "CREATION_SOURCE_ONLINE_AGENT"
+    plain = put(client, token, "u-prov", {"path": "/plain.md", "contents": "x"})
+    assert "creation_reason" not in plain and "creation_source" not in plain
+
+
+@pytest.mark.parametrize("field", ["creation_reason", "creation_source"])
+@pytest.mark.parametrize("value", ["", "x" * 65, 7])
+def test_creation_fields_are_bounded_strings(client, token, field, value):
+    r = post(client, token, "u-prov", {"path": "/bad.md", "contents": "x", field: value})
+    assert r.status_code == 400, r.text
+    assert r.json()["error_code"] == "INVALID_PARAMETER_VALUE" and field in r.json()["message"]
+    assert r.json()["details"] == [{"@type": "field_violation", "field": field}]
 
 
 def test_failed_edits_change_nothing(client, token):

@@ -65,6 +65,44 @@ def test_openapi_is_3_1_and_lists_the_namespace_routes(client):
     assert "text/html" in client.get("/docs").headers["content-type"]
 
 
+def test_the_404_code_follows_the_route(client, token):
+    """One rule (CONTRACT.md, "404 codes"): a memory-store route answers a missing store or entry
+    NOT_FOUND in both dialects, catalogs and schemas RESOURCE_DOES_NOT_EXIST; the OpenAPI document
+    says which per route, and the audit event records the code answered."""
+    agents = "/api/2.0/agents/memory-stores"
+    for method, url, params, code in [
+        ("GET", f"{UC}/catalogs/nope", {}, "RESOURCE_DOES_NOT_EXIST"),
+        ("GET", f"{UC}/schemas/main.nope", {}, "RESOURCE_DOES_NOT_EXIST"),
+        ("GET", f"{UC}/memory-stores/main.default.nope", {}, "NOT_FOUND"),
+        ("GET", f"{UC}/memory-stores/main.default.nope/entries", {"scope": "u"}, "NOT_FOUND"),
+        ("GET", f"{agents}/nope-store", {}, "NOT_FOUND"),
+        ("GET", f"{agents}/nope-store/entries/not-a-uuid", {}, "NOT_FOUND"),
+    ]:
+        r = client.request(method, url, params=params, headers=token())
+        assert (r.status_code, r.json()["error_code"]) == (404, code), url
+    events = client.get(f"{UC}/system/audit", headers=token(), params={"page_size": 100}).json()["events"]
+    event = next(e for e in events if e["request_id"] == r.headers["x-request-id"])
+    assert (event["status_code"], event["error_code"]) == (404, "NOT_FOUND")
+
+    paths = client.get("/openapi.json").json()["paths"]
+
+    def why(path: str, method: str) -> str:
+        return paths[path][method]["responses"]["404"]["description"]
+
+    assert why(f"{UC}/catalogs/{{name}}", "get").startswith("RESOURCE_DOES_NOT_EXIST")
+    assert why(f"{UC}/schemas/{{full_name}}", "delete").startswith("RESOURCE_DOES_NOT_EXIST")
+    assert why(f"{UC}/memory-stores", "post").startswith("RESOURCE_DOES_NOT_EXIST")  # a missing schema
+    for path, method in [
+        (f"{UC}/memory-stores/{{full_name}}", "get"),
+        (f"{UC}/memory-stores/{{full_name}}", "patch"),
+        (f"{UC}/memory-stores/{{full_name}}/entries:get", "get"),
+        (f"{UC}/memory-stores/{{full_name}}/entries", "delete"),
+        (f"{agents}/{{store_id}}", "get"),
+        (f"{agents}/{{store_id}}/entries/{{entry_id}}", "patch"),
+    ]:
+        assert why(path, method).startswith("NOT_FOUND"), (path, method)
+
+
 def test_databricks_config_probe_is_json_404(client):
     r = client.get("/.well-known/databricks-config")
     assert r.status_code == 404

@@ -253,16 +253,18 @@ def test_no_existence_leak_without_use_on_the_parent(client, token, known_store)
         assert r.status_code == 403, (path, r.text)
         assert r.json()["error_code"] == "PERMISSION_DENIED"
     # with USE on the parents (account users on main.default), a missing store is 404
-    assert client.get(f"{UC}/memory-stores/main.default.nope", headers=token("stranger")).status_code == 404
-    # the admin sees 404 for what does not exist
-    for path in [
-        "catalogs/does_not_exist",
-        "schemas/main.nope",
-        "memory-stores/main.default.nope",
-        "memory-stores/nope.nope.nope",
+    r = client.get(f"{UC}/memory-stores/main.default.nope", headers=token("stranger"))
+    assert (r.status_code, r.json()["error_code"]) == (404, "NOT_FOUND")
+    # the admin sees 404 for what does not exist: NOT_FOUND on a memory-store route (its parents
+    # missing too), RESOURCE_DOES_NOT_EXIST for catalogs and schemas (CONTRACT.md, "404 codes")
+    for path, code in [
+        ("catalogs/does_not_exist", "RESOURCE_DOES_NOT_EXIST"),
+        ("schemas/main.nope", "RESOURCE_DOES_NOT_EXIST"),
+        ("memory-stores/main.default.nope", "NOT_FOUND"),
+        ("memory-stores/nope.nope.nope", "NOT_FOUND"),
     ]:
         r = client.get(f"{UC}/{path}", headers=token())
-        assert r.status_code == 404 and r.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
+        assert (r.status_code, r.json()["error_code"]) == (404, code), path
 
 
 def test_permission_denied_says_what_is_missing(client, token):
@@ -308,7 +310,10 @@ def test_store_update_and_delete(client, token):
     r = client.patch(f"{UC}/memory-stores/main.default.tmp", headers=token(), json={"owner": ""})
     assert r.status_code == 400 and "owner" in r.json()["message"]
     assert client.delete(f"{UC}/memory-stores/main.default.tmp", headers=token()).json() == {}
-    assert client.delete(f"{UC}/memory-stores/main.default.tmp", headers=token()).status_code == 404
+    r = client.delete(f"{UC}/memory-stores/main.default.tmp", headers=token())
+    assert (r.status_code, r.json()["error_code"]) == (404, "NOT_FOUND")
+    r = client.patch(f"{UC}/memory-stores/main.default.tmp", headers=token(), json={"description": "d"})
+    assert (r.status_code, r.json()["error_code"]) == (404, "NOT_FOUND")
 
 
 def test_schema_update_and_empty_delete(client, token):

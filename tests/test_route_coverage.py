@@ -20,6 +20,7 @@ OPEN_TO_EVERYONE = {
     "getEffectivePermissions",
     "listGroups",
     "agentsListMemoryStores",
+    "getCurrentUser",
 }
 
 BODIES = {
@@ -107,6 +108,7 @@ def _fill(path: str, walk: dict[str, str]) -> str:
         "securable_type": "catalog",
         "store_id": "walk-store",
         "entry_id": "00000000-0000-4000-8000-000000000000",
+        "user_id": "admin",
     }
     if "/schemas/" in path:
         values["full_name"] = "walk.s"

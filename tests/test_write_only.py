@@ -55,7 +55,14 @@ def test_a_write_only_create_is_acknowledged_without_contents(client, token, dro
         ENTRIES,
         headers=token("writer"),
         params={"scope": "ops"},
-        json={"path": "/new.md", "contents": "fresh", "description": "d", "source_type": "s"},
+        json={
+            "path": "/new.md",
+            "contents": "fresh",
+            "description": "d",
+            "source_type": "s",
+            "creation_reason": "CREATION_REASON_AGENT_INFERRED",
+            "creation_source": "CREATION_SOURCE_ONLINE_AGENT",
+        },
     )
     assert r.status_code == 200, r.text
     assert set(r.json()) == ACK and r.headers["etag"] == f'"{r.json()["etag"]}"'
@@ -129,6 +136,7 @@ def test_write_only_edits_that_do_not_read_are_acknowledged_without_contents(cli
         {"replace_all": {"contents": "replaced"}},
         {"description": "new"},
         {"append": {"text": "x"}},
+        {"insert": {"insert_text": "y"}},  # no line: at the end, whatever the text holds
     ):
         body = {"scope": "ops", "path": "/edited.md", **edit}
         r = client.patch(ENTRIES, headers=token("writer"), json=body)
@@ -136,7 +144,7 @@ def test_write_only_edits_that_do_not_read_are_acknowledged_without_contents(cli
         assert set(r.json()) == ACK
     body = {"scope": "ops", "path": "/edited.md", "description": "seen"}
     r = client.patch(ENTRIES, headers=token("editor"), json=body)
-    assert r.json()["contents"] == "replaced\nx" and r.json()["description"] == "seen"
+    assert r.json()["contents"] == "replaced\nx\ny" and r.json()["description"] == "seen"
 
 
 def test_the_agent_dialect_acknowledges_write_only_writes_without_content(client, token, dropbox):

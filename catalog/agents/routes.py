@@ -197,9 +197,13 @@ async def search(request: Req, ctx: Ctx, store_id: StoreId, data: JSONBody[Searc
 
 router = routing.router(
     path="/api/2.0/agents/memory-stores",
+    route_handlers=[create_store, list_stores],
+    tags=["agents"],
+)
+# the routes of one memory store: a missing store or entry is NOT_FOUND there (catalog.errors.NotFound)
+store_router = routing.router(
+    path="/api/2.0/agents/memory-stores",
     route_handlers=[
-        create_store,
-        list_stores,
         get_store,
         update_store,
         delete_store,
@@ -212,4 +216,5 @@ router = routing.router(
         search,
     ],
     tags=["agents"],
+    memory_store=True,
 )

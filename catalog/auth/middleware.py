@@ -23,10 +23,14 @@ class JWTAuthMiddleware(AbstractAuthenticationMiddleware):
         principal = await verifier.verify(token.strip())
         connection.scope["state"]["principal"] = principal.name
         connection.scope["state"]["on_behalf_of"] = principal.on_behalf_of
-        limiter = getattr(getattr(connection.app.state, "runtime", None), "limiter", None)
+        runtime = getattr(connection.app.state, "runtime", None)
+        limiter = getattr(runtime, "limiter", None)
         if limiter is not None and (wait := limiter.take(principal.name)) is not None:
             raise RequestLimitExceeded(
                 f"{principal.name} sent more than {limiter.rate:g} requests per second; retry later",
                 retry_after=wait,
             )
+        principals = getattr(runtime, "principals", None)
+        if principals is not None:  # the subject is a principal the server has seen (SCIM Users)
+            await principals.saw(principal.name)
         return AuthenticationResult(user=principal, auth=None)

@@ -42,6 +42,11 @@ class Write(msgspec.Struct, frozen=True, kw_only=True):
     contents: str | None = None
     description: str | None = None
     source_type: str | None = None
+    # how the entry came to be, as the writer says (free strings: Databricks' managed-memory tools
+    # send CREATION_REASON_AGENT_INFERRED / CREATION_SOURCE_ONLINE_AGENT); an overwrite or append
+    # without them keeps the entry's (see catalog/entries/repo.py)
+    creation_reason: str | None = None
+    creation_source: str | None = None
     mode: WriteMode = "EXCLUSIVE"
     derived_from: tuple[Source, ...] = ()
 
@@ -73,7 +78,7 @@ class StrReplace(msgspec.Struct, frozen=True, kw_only=True):
 
 class Insert(msgspec.Struct, frozen=True, kw_only=True):
     text: str
-    line: int | None = None  # None: after the last line
+    line: int | None = None  # the line to insert before (0: at the start); None: after the last line
 
 
 class ReplaceAll(msgspec.Struct, frozen=True, kw_only=True):

@@ -25,6 +25,8 @@ class EntryRow(msgspec.Struct, frozen=True, kw_only=True):
     contents: str | None
     description: str | None
     source_type: str | None
+    creation_reason: str | None
+    creation_source: str | None
     version: int
     created_at: int
     created_by: str
@@ -44,17 +46,34 @@ class Fields(msgspec.Struct, frozen=True, kw_only=True):
     contents: str | None
     description: str | None
     source_type: str | None
+    creation_reason: str | None = None
+    creation_source: str | None = None
+
+    @property
+    def values(self) -> tuple[str | None, ...]:
+        """In the order of `_INSERT`'s $5.. parameters."""
+        return (self.contents, self.description, self.source_type, self.creation_reason, self.creation_source)
 
 
 COLUMNS = (
-    "id, store_id, scope, session_id, path, contents, description, source_type, version, "
+    "id, store_id, scope, session_id, path, contents, description, source_type, creation_reason, "
+    "creation_source, version, "
     "(extract(epoch FROM created_at) * 1000)::bigint AS created_at, created_by, "
     "(extract(epoch FROM updated_at) * 1000)::bigint AS updated_at, updated_by"
 )
 _KEY = "store_id = $1 AND scope = $2 AND session_id = $3 AND path = $4"
 _INSERT = (
     "INSERT INTO entries (store_id, scope, session_id, path, contents, description, source_type, "
-    "created_by, updated_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)"
+    "creation_reason, creation_source, created_by, updated_by) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)"
+)
+# An overwrite or append that does not say where the entry came from keeps what it said before:
+# the provenance fields describe the entry's origin, and a client that does not know them (the
+# agent-memory SDK, the CLI) must not erase what a client that does recorded. Sent, they replace.
+_KEEP_PROVENANCE = (
+    "source_type = coalesce(EXCLUDED.source_type, entries.source_type), "
+    "creation_reason = coalesce(EXCLUDED.creation_reason, entries.creation_reason), "
+    "creation_source = coalesce(EXCLUDED.creation_source, entries.creation_source), "
 )
 
 
@@ -76,9 +95,7 @@ async def insert_exclusive(conn: Conn, key: Key, fields: Fields, by: str) -> Ent
         await conn.fetchrow(
             _INSERT + " ON CONFLICT (store_id, scope, session_id, path) DO NOTHING RETURNING " + COLUMNS,
             *key,
-            fields.contents,
-            fields.description,
-            fields.source_type,
+            *fields.values,
             by,
         )
     )
@@ -89,13 +106,11 @@ async def upsert_overwrite(conn: Conn, key: Key, fields: Fields, by: str) -> Ent
         await conn.fetchrow(
             _INSERT + " ON CONFLICT (store_id, scope, session_id, path) DO UPDATE SET "
             "contents = EXCLUDED.contents, description = EXCLUDED.description, "
-            "source_type = coalesce(EXCLUDED.source_type, entries.source_type), "
-            "version = entries.version + 1, updated_at = clock_timestamp(), "
+            + _KEEP_PROVENANCE
+            + "version = entries.version + 1, updated_at = clock_timestamp(), "
             "updated_by = EXCLUDED.updated_by RETURNING " + COLUMNS,
             *key,
-            fields.contents,
-            fields.description,
-            fields.source_type,
+            *fields.values,
             by,
         )
     )
@@ -116,17 +131,15 @@ async def upsert_append(
             "  WHEN entries.contents LIKE '%' || chr(10) THEN entries.contents || EXCLUDED.contents "
             "  ELSE entries.contents || chr(10) || EXCLUDED.contents END, "
             "description = coalesce(EXCLUDED.description, entries.description), "
-            "source_type = coalesce(EXCLUDED.source_type, entries.source_type), "
-            "version = entries.version + 1, updated_at = clock_timestamp(), "
+            + _KEEP_PROVENANCE
+            + "version = entries.version + 1, updated_at = clock_timestamp(), "
             "updated_by = EXCLUDED.updated_by "
-            "WHERE NOT $9 OR strpos(chr(10) || coalesce(entries.contents, '') || chr(10), "
+            "WHERE NOT $11 OR strpos(chr(10) || coalesce(entries.contents, '') || chr(10), "
             "             chr(10) || rtrim(EXCLUDED.contents, chr(10)) || chr(10)) = 0 "
             "   OR coalesce(EXCLUDED.description, entries.description) IS DISTINCT FROM entries.description "
             "RETURNING " + COLUMNS,
             *key,
-            fields.contents,
-            fields.description,
-            fields.source_type,
+            *fields.values,
             by,
             dedupe,
         )

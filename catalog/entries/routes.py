@@ -86,6 +86,8 @@ def to_entry(row: EntryRow, *, readable: bool = True) -> Entry:
         contents=row.contents if readable else None,
         description=row.description if readable else None,
         source_type=row.source_type if readable else None,
+        creation_reason=row.creation_reason if readable else None,
+        creation_source=row.creation_source if readable else None,
         created_at=row.created_at,
         created_by=row.created_by,
         updated_at=row.updated_at,
@@ -126,6 +128,8 @@ def _write(full_name: str, scope: str | None, body: EntryCreate) -> ops.Write:
         contents=fields.contents,
         description=fields.description,
         source_type=fields.source_type,
+        creation_reason=fields.creation_reason,
+        creation_source=fields.creation_source,
         mode=fields.write_mode or "EXCLUSIVE",
         derived_from=tuple(
             ops.Source(
@@ -319,6 +323,7 @@ router = routing.router(
     path="/api/2.1/unity-catalog/memory-stores",
     route_handlers=[create_entry, get_entry, list_entries, update_entry, delete_entry, search],
     tags=["entries"],
+    memory_store=True,  # a missing store or entry is NOT_FOUND (catalog.errors.NotFound)
 )
 system_router = routing.router(
     path="/api/2.1/unity-catalog/system",

@@ -15,6 +15,7 @@ from catalog.wire import Input
 MAX_CONTENTS = 512 * 1024  # characters
 MAX_DESCRIPTION = 4096
 MAX_SOURCE_TYPE = 64
+MAX_CREATION_FIELD = 64  # creation_reason, creation_source
 MAX_QUERY = 4096
 MAX_TOP_K = 100
 MAX_SOURCES = 100
@@ -23,6 +24,7 @@ MAX_SOURCES = 100
 Contents = Annotated[str, msgspec.Meta(pattern=NO_NUL, extra_json_schema={"maxLength": MAX_CONTENTS})]
 Description = Annotated[str, msgspec.Meta(pattern=NO_NUL, extra_json_schema={"maxLength": MAX_DESCRIPTION})]
 SourceType = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SOURCE_TYPE, pattern=NO_NUL)]
+CreationField = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CREATION_FIELD, pattern=NO_NUL)]
 
 
 class SourceRef(Input, kw_only=True):
@@ -40,6 +42,10 @@ class EntryFields(Input, kw_only=True):
     description: Description | None = None
     session_id: SessionId | None = None
     source_type: SourceType | None = None
+    # free strings naming why and from where the entry was written (Databricks' managed-memory
+    # tools send CREATION_REASON_AGENT_INFERRED and CREATION_SOURCE_ONLINE_AGENT)
+    creation_reason: CreationField | None = None
+    creation_source: CreationField | None = None
     write_mode: WriteMode | None = None
     derived_from: Annotated[list[SourceRef], msgspec.Meta(max_length=MAX_SOURCES)] | None = None
 
@@ -60,8 +66,8 @@ class StrReplace(Input, kw_only=True):
 class Insert(Input, kw_only=True):
     insert_text: Annotated[str, msgspec.Meta(pattern=NO_NUL)]
     # a line number of the contents: 0 inserts before the first line (contents hold at most
-    # MAX_CONTENTS characters, so at most MAX_CONTENTS + 1 lines)
-    insert_line: Annotated[int, msgspec.Meta(ge=0, le=MAX_CONTENTS + 1)]
+    # MAX_CONTENTS characters, so at most MAX_CONTENTS + 1 lines); absent: after the last line
+    insert_line: Annotated[int, msgspec.Meta(ge=0, le=MAX_CONTENTS + 1)] | None = None
 
 
 class ReplaceAll(Input, kw_only=True):
@@ -101,6 +107,8 @@ class Entry(msgspec.Struct, omit_defaults=True, kw_only=True):
     contents: str | None = None
     description: str | None = None
     source_type: str | None = None
+    creation_reason: str | None = None
+    creation_source: str | None = None
     created_at: int
     created_by: str
     updated_at: int

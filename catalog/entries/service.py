@@ -27,6 +27,7 @@ from catalog.entries import repo
 from catalog.entries.repo import EntryRow, Fields, Key
 from catalog.entries.schemas import (
     MAX_CONTENTS,
+    MAX_CREATION_FIELD,
     MAX_DESCRIPTION,
     MAX_QUERY,
     MAX_SOURCE_TYPE,
@@ -74,14 +75,21 @@ class Page:
 # --- validation ------------------------------------------------------------------------------------
 
 
+def _label(value: str | None, field: str, limit: int) -> str | None:
+    """A short free-string label of an entry (`source_type`, `creation_reason`, ...): 1-`limit`
+    characters, 400 naming the field otherwise."""
+    if value is not None and (not value or len(value) > limit):
+        raise InvalidParameter(f"{field} must be 1-{limit} characters", field)
+    return value
+
+
 def _fields(op: ops.Write) -> Fields:
-    source_type = op.source_type
-    if source_type is not None and (not source_type or len(source_type) > MAX_SOURCE_TYPE):
-        raise InvalidParameter(f"source_type must be 1-{MAX_SOURCE_TYPE} characters", "source_type")
     return Fields(
         contents=within(op.contents, "contents", MAX_CONTENTS),
         description=within(op.description, "description", MAX_DESCRIPTION),
-        source_type=source_type,
+        source_type=_label(op.source_type, "source_type", MAX_SOURCE_TYPE),
+        creation_reason=_label(op.creation_reason, "creation_reason", MAX_CREATION_FIELD),
+        creation_source=_label(op.creation_source, "creation_source", MAX_CREATION_FIELD),
     )
 
 
@@ -277,8 +285,10 @@ def _apply(current: str | None, change: ops.Change | None) -> str | None:
             )
         return text_now.replace(change.old, change.new, 1)
     if isinstance(change, ops.Insert):
-        lines = text_now.split("\n") if text_now else []
-        line = len(lines) if change.line is None else change.line
+        if change.line is None:
+            # no line: after the last one, as `append` adds text (a trailing newline is no line)
+            return _apply(current, ops.Append(text=change.text))
+        line, lines = change.line, text_now.split("\n") if text_now else []
         if not 0 <= line <= len(lines):
             raise InvalidParameter(
                 f"insert.insert_line must be between 0 and {len(lines)}", "insert.insert_line"
@@ -293,7 +303,14 @@ def _apply(current: str | None, change: ops.Change | None) -> str | None:
     return current
 
 
-_READS_TEXT = {ops.StrReplace: "str_replace", ops.Insert: "insert"}
+def _reads_text(change: ops.Change | None) -> str | None:
+    """The name of an edit whose outcome depends on the text now (its line count, an occurrence),
+    which a caller who may write but not read must not learn; None for any other edit."""
+    if isinstance(change, ops.StrReplace):
+        return "str_replace"
+    if isinstance(change, ops.Insert) and change.line is not None:
+        return "insert"
+    return None
 
 
 async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
@@ -306,8 +323,8 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
     scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
     store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
     readable = ctx.access.visible(principal, "entries.read", store)
-    if op.change is not None and type(op.change) in _READS_TEXT:
-        await _ensure_may_read(ctx, principal, store, _READS_TEXT[type(op.change)])
+    if (reads := _reads_text(op.change)) is not None:
+        await _ensure_may_read(ctx, principal, store, reads)
     found = await _find(ctx, principal, store, op.target)
     async with audited(ctx.pool) as conn:
         note_result(1)

@@ -152,6 +152,13 @@ ACTIONS: dict[str, Action] = {
         _a("system.erase_scope", _S.METASTORE, (METASTORE_ADMIN,), "erase a scope from every memory store"),
         _a("groups.list", _S.METASTORE, (), "list or read groups"),
         _a("system.metrics", _S.METASTORE, (_P.READ_AUDIT,), "read the server's metrics"),
+        _a("principals.me", _S.METASTORE, (), "read one's own identity and groups"),
+        _a(
+            "principals.read",
+            _S.METASTORE,
+            (METASTORE_ADMIN,),
+            "list or read the principals the server knows",
+        ),
     ]
 }
 

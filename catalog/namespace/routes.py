@@ -138,12 +138,12 @@ async def list_stores(
     return await service.list_stores(ctx, request.user, catalog_name, schema_name, max_results, page_token)
 
 
-@get("/memory-stores/{full_name:str}", operation_id="getMemoryStore", responses=errors(404))
+@get("/{full_name:str}", operation_id="getMemoryStore", responses=errors(404))
 async def get_store(request: Req, ctx: Ctx, full_name: StoreFullName) -> MemoryStoreInfo:
     return await service.get_store(ctx, request.user, full_name)
 
 
-@patch("/memory-stores/{full_name:str}", operation_id="updateMemoryStore", responses=errors(404, 409, 413))
+@patch("/{full_name:str}", operation_id="updateMemoryStore", responses=errors(404, 409, 413))
 async def update_store(
     request: Req, ctx: Ctx, full_name: StoreFullName, data: JSONBody[MemoryStoreUpdate]
 ) -> MemoryStoreInfo:
@@ -151,7 +151,7 @@ async def update_store(
 
 
 @delete(
-    "/memory-stores/{full_name:str}",
+    "/{full_name:str}",
     status_code=200,
     operation_id="deleteMemoryStore",
     responses=errors(404, 409),
@@ -177,9 +177,13 @@ router = routing.router(
         delete_schema,
         create_store,
         list_stores,
-        get_store,
-        update_store,
-        delete_store,
     ],
     tags=["namespace"],
+)
+# the routes of one memory store: a missing one is NOT_FOUND there (catalog.errors.NotFound)
+store_router = routing.router(
+    path="/api/2.1/unity-catalog/memory-stores",
+    route_handlers=[get_store, update_store, delete_store],
+    tags=["namespace"],
+    memory_store=True,
 )

@@ -221,7 +221,7 @@ async def test_each_call_is_one_audit_event_of_its_operation(live, store):
     for event in events:
         assert event["securable_full_name"] == STORE and event["securable_type"] == "MEMORY_STORE"
         assert "secret text" not in json.dumps(event)
-    assert events[2]["error_code"] == "NOT_FOUND" or events[2]["error_code"] == "RESOURCE_DOES_NOT_EXIST"
+    assert events[2]["error_code"] == "NOT_FOUND"
     # the handshake and the list of tools are audited as connecting to the store
     connects = [e for e in audit(live, principal="alice", action_name="mcp.connect")]
     assert connects and all(e["securable_full_name"] == STORE for e in connects)
@@ -250,7 +250,7 @@ def test_a_principal_without_grants_is_refused_and_audited(live, store):
         headers={"Authorization": f"Bearer {token(live, 'alice')}"},
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
     )
-    assert r.status_code == 404 and r.json()["error_code"] in ("NOT_FOUND", "RESOURCE_DOES_NOT_EXIST")
+    assert r.status_code == 404 and r.json()["error_code"] == "NOT_FOUND"
 
 
 async def test_a_reader_may_recall_but_not_save(live, store):
@@ -374,7 +374,7 @@ def test_malformed_messages_are_refused_not_failed(live, store):
     r = httpx.post(url, headers=headers, content=b" " * (17 * 1024 * 1024))
     assert r.status_code == 413 and r.json()["error_code"] == "PAYLOAD_TOO_LARGE"
     r = httpx.post(f"{live.url}/mcp/memory-stores/", headers=headers, content=b"{}")
-    assert r.status_code == 404 and r.json()["error_code"] in ("NOT_FOUND", "RESOURCE_DOES_NOT_EXIST")
+    assert r.status_code == 404 and r.json()["error_code"] == "NOT_FOUND"
 
 
 async def test_the_modern_protocol_too(live, store):

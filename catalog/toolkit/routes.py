@@ -4,7 +4,8 @@ Before a message reaches the MCP server, the request is authenticated (the JWT m
 every route), `mcp.connect` is authorized on the store (any privilege on it: what the tools may
 then do is decided per call), and the scope is bound: the verified end user (the token's
 `on_behalf_of`, else its subject), or one of the store's shared scopes named with `?scope=`.
-Refusals here are the server's usual JSON errors (401, 403, 404 `NOT_FOUND`, 400).
+Refusals here are the server's usual JSON errors (401, 403, 404 `NOT_FOUND` as on every
+memory-store route, 400).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from catalog.auditlog import current
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries.service import resolve_store
-from catalog.errors import InvalidParameter, NotFound, PayloadTooLarge, PermissionDenied
+from catalog.errors import MEMORY_STORE_ROUTE, InvalidParameter, NotFound, PayloadTooLarge, PermissionDenied
 from catalog.keys import validate_scope
 from catalog.namespace.service import scope_binding
 from catalog.toolkit.server import STATE_KEY, Binding, serving
@@ -62,7 +63,7 @@ async def bind(ctx: Context, principal: Principal, full_name: str, requested: st
 # A mount (an ASGI handler with a path parameter is not routed for every method): the rest of the
 # path names the store; the scope gets its whole path and the route's template back for the log
 # line and the audit event.
-@asgi(BASE, is_mount=True, copy_scope=False)
+@asgi(BASE, is_mount=True, copy_scope=False, opt={MEMORY_STORE_ROUTE: True})
 async def memory_mcp(scope: Scope, receive: Receive, send: Send) -> None:
     full_name = scope["path"].strip("/")
     scope["path"] = f"{BASE}/{full_name}"

@@ -360,7 +360,9 @@ def _explain(exc: CatalogError, tool: Tool, arguments: dict[str, Any]) -> ToolEr
         message = f"not allowed to {tool.title.lower()}: {message}"
     elif isinstance(exc, FieldError) and exc.field and exc.field not in message:
         message = f"{exc.field}: {message}"
-    return ToolError(message, exc.status_code, exc.error_code)
+    # a tool acts on a memory store: a missing entry or store is NOT_FOUND, as on its REST twin
+    code = exc.memory_store_error_code if isinstance(exc, NotFound) else exc.error_code
+    return ToolError(message, exc.status_code, code)
 
 
 def _nul(value: Any, where: str = "") -> str | None:

@@ -200,6 +200,8 @@ async def test_save_recall_update_delete_in_the_end_users_scope(live, store):
 
 
 async def test_each_call_is_one_audit_event_of_its_operation(live, store):
+    seen = [e["seq"] for e in audit(live)]
+    before = max(seen) if seen else 0
     async with session(live, token(live, "alice", on_behalf_of="erin")) as client:
         answer(
             await client.call_tool(
@@ -223,8 +225,11 @@ async def test_each_call_is_one_audit_event_of_its_operation(live, store):
         assert "secret text" not in json.dumps(event)
     assert events[2]["error_code"] == "NOT_FOUND"
     # the handshake and the list of tools are audited as connecting to the store
-    connects = [e for e in audit(live, principal="alice", action_name="mcp.connect")]
-    assert connects and all(e["securable_full_name"] == STORE for e in connects)
+    # the handshake (and the client's own list of tools) is audited as connecting to the store:
+    # the initialize request, then the initialized notification
+    connects = [e for e in audit(live, principal="alice", action_name="mcp.connect") if e["seq"] > before]
+    assert [e["status_code"] for e in connects[:2]] == [200, 202]
+    assert {(e["securable_full_name"], e["decision"]) for e in connects} == {(STORE, "allow")}
 
 
 def test_a_principal_without_grants_is_refused_and_audited(live, store):

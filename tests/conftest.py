@@ -8,6 +8,7 @@ names a server to use (its user must be allowed to create databases).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -225,8 +226,23 @@ class LiveServer:
                 break
         if not self.first_line.startswith("listening on"):
             self.process.kill()
-            raise RuntimeError(f"server did not start: {self.log_path.read_text()[-3000:]}")
+            raise RuntimeError(f"server did not start:\n{self.problems()}")
         self.url = f"http://127.0.0.1:{self.port}"
+
+    def problems(self) -> str:
+        """The warnings and errors the server logged, each with the end of its trace."""
+        lines = []
+        for line in self.log_path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                lines.append(line[:500])
+                continue
+            if record.get("level") in ("warning", "error", "critical"):
+                lines.append(f"{record.get('logger')}: {record.get('message')} {record.get('error', '')}")
+                if record.get("exception"):
+                    lines.append(record["exception"][-2500:])
+        return "\n".join(lines)[-8000:]
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -35,6 +35,8 @@ from catalog.permissions.routes import router as permissions_router
 from catalog.principals.routes import router as principals_router
 from catalog.runtime import Runtime
 from catalog.search.embedder import Encoder
+from catalog.sessions.routes import router as sessions_router
+from catalog.sessions.routes import store_router as sessions_store_router
 from catalog.settings import Settings
 from catalog.toolkit import routes as toolkit
 
@@ -69,6 +71,8 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             principals_router,
             agents_router,
             agents_store_router,
+            sessions_router,
+            sessions_store_router,
             system_router,
             audit_router,
             metrics_router,

@@ -198,6 +198,7 @@ async def grant(ctx: Context, principal: Principal, sid: str, body: GrantRequest
             changes=[PermissionsChange(principal=body.principal.name, add=privileges)],
             omit_permissions_in_response=True,
         ),
+        store_kind="memory",
     )
 
 

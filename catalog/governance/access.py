@@ -39,8 +39,10 @@ class Access:
     def metastore_id(self) -> str:
         return self.metastore.id
 
-    async def locate(self, securable_type: SecurableType, parts: Sequence[str] = ()) -> Securable:
-        return await locate(self.pool, self.metastore, securable_type, list(parts))
+    async def locate(
+        self, securable_type: SecurableType, parts: Sequence[str] = (), store_kind: str | None = "memory"
+    ) -> Securable:
+        return await locate(self.pool, self.metastore, securable_type, list(parts), store_kind)
 
     async def resolve(
         self,
@@ -50,12 +52,15 @@ class Access:
         parts: Sequence[str] = (),
         *,
         missing: type[NotFound] = NotFound,
+        store_kind: str | None = "memory",
     ) -> Securable:
-        """The securable, once `action_name` is allowed on it and it exists (else 403 / 404)."""
-        securable = await self.locate(securable_type, parts)
+        """The securable, once `action_name` is allowed on it and it exists (else 403 / 404).
+        A memory store is found only when of `store_kind` (`memory`, `session`; None: either)."""
+        securable = await self.locate(securable_type, parts, store_kind)
         await self.authorizer.ensure(principal, action(action_name), securable)
         if not securable.exists:
-            raise missing(f"{securable.kind} {securable.full_name} does not exist")
+            kind = "session store" if store_kind == "session" else securable.kind
+            raise missing(f"{kind} {securable.full_name} does not exist")
         return securable
 
     async def check(self, principal: Principal, action_name: str, securable: Securable) -> Decision:

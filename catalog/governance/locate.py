@@ -14,7 +14,7 @@ SELECT c.id AS c_id, c.owner AS c_owner, s.id AS s_id, s.owner AS s_owner, m.id 
 FROM (SELECT 1) AS one
 LEFT JOIN catalogs c ON c.name = $1
 LEFT JOIN schemas s ON s.catalog_id = c.id AND s.name = $2
-LEFT JOIN memory_stores m ON m.schema_id = s.id AND m.name = $3
+LEFT JOIN memory_stores m ON m.schema_id = s.id AND m.name = $3 AND ($4::text IS NULL OR m.kind = $4)
 """
 
 
@@ -23,12 +23,15 @@ async def locate(
     metastore: Node,
     securable_type: SecurableType,
     parts: list[str],
+    store_kind: str | None = "memory",
 ) -> Securable:
-    """The chain of existing objects from the metastore down to `parts`."""
+    """The chain of existing objects from the metastore down to `parts`. A store of another kind
+    than `store_kind` (`memory` or `session`; None: either) is not found: each dialect's store
+    routes see only their own kind, while grants and permissions see every store."""
     full_name = ".".join(parts) if parts else metastore.full_name
     chain = [metastore]
     padded = [*parts, None, None, None][:3]
-    row = await conn.fetchrow(_LOCATE, *padded)
+    row = await conn.fetchrow(_LOCATE, *padded, store_kind)
     assert row is not None
     if parts:
         for depth, (prefix, node_type) in enumerate(

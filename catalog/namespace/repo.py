@@ -261,12 +261,13 @@ async def insert_store(
     owner: str,
     scope_binding: str = "caller",
     shared_scopes: list[str] | None = None,
+    kind: str = "memory",
 ) -> MemoryStoreInfo:
     try:
         store_id = await conn.fetchval(
             "INSERT INTO memory_stores "
             "(schema_id, name, description, properties, owner, created_by, updated_by, scope_binding, "
-            "shared_scopes) VALUES ($1, $2, $3, $4, $5, $5, $5, $6, $7) RETURNING id",
+            "shared_scopes, kind) VALUES ($1, $2, $3, $4, $5, $5, $5, $6, $7, $8) RETURNING id",
             schema_id,
             name,
             description,
@@ -274,9 +275,11 @@ async def insert_store(
             owner,
             scope_binding,
             shared_scopes or [],
+            kind,
         )
     except asyncpg.UniqueViolationError as exc:
-        raise AlreadyExists(f"memory store {name} already exists") from exc
+        # names are unique per schema across memory and session stores
+        raise AlreadyExists(f"a memory or session store named {name} already exists") from exc
     except asyncpg.ForeignKeyViolationError as exc:
         raise NotFound("schema does not exist") from exc
     row = await conn.fetchrow(_STORE_SELECT + " WHERE m.id = $1", store_id)
@@ -290,14 +293,15 @@ async def get_store(conn: Conn, metastore_id: str, store_id: str) -> MemoryStore
 
 
 async def list_stores(
-    conn: Conn, metastore_id: str, schema_id: str, after: str | None, limit: int
+    conn: Conn, metastore_id: str, schema_id: str, after: str | None, limit: int, kind: str = "memory"
 ) -> list[MemoryStoreInfo]:
     rows = await conn.fetch(
-        _STORE_SELECT
-        + " WHERE m.schema_id = $1 AND ($2::text IS NULL OR m.name > $2) ORDER BY m.name LIMIT $3",
+        _STORE_SELECT + " WHERE m.schema_id = $1 AND m.kind = $4 AND ($2::text IS NULL OR m.name > $2) "
+        "ORDER BY m.name LIMIT $3",
         schema_id,
         after,
         limit,
+        kind,
     )
     return [_store(row, metastore_id) for row in rows]
 

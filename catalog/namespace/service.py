@@ -225,7 +225,10 @@ async def delete_schema(ctx: Context, principal: Principal, full_name: str, forc
 # --- memory stores -----------------------------------------------------------------------------
 
 
-async def create_store(ctx: Context, principal: Principal, body: MemoryStoreCreate) -> MemoryStoreInfo:
+async def create_store(
+    ctx: Context, principal: Principal, body: MemoryStoreCreate, *, kind: str = "memory"
+) -> MemoryStoreInfo:
+    """`kind`: `memory`, or `session` for a session store (the agent dialect's session stores)."""
     catalog_name = validate_name(body.catalog_name, "catalog_name")
     schema_name = validate_name(body.schema_name, "schema_name")
     name = validate_name(body.name)
@@ -244,6 +247,7 @@ async def create_store(ctx: Context, principal: Principal, body: MemoryStoreCrea
             owner=principal.name,
             scope_binding=body.scope_binding,
             shared_scopes=shared,
+            kind=kind,
         )
 
 
@@ -261,9 +265,11 @@ def _shared_scopes(value: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(value))
 
 
-async def get_store(ctx: Context, principal: Principal, full_name: str) -> MemoryStoreInfo:
+async def get_store(
+    ctx: Context, principal: Principal, full_name: str, *, kind: str = "memory"
+) -> MemoryStoreInfo:
     parts = split_full_name(full_name, 3)
-    securable = await ctx.access.resolve(principal, "memory_store.get", STORE, parts)
+    securable = await ctx.access.resolve(principal, "memory_store.get", STORE, parts, store_kind=kind)
     return await _must(
         repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
     )
@@ -276,6 +282,8 @@ async def list_stores(
     schema_name: str | None,
     max_results: int | None,
     page_token: str | None,
+    *,
+    kind: str = "memory",
 ) -> ListMemoryStoresResponse:
     for field, value in (("catalog_name", catalog_name), ("schema_name", schema_name)):
         if not value:
@@ -291,9 +299,10 @@ async def list_stores(
         child = Access.child(parent, STORE, m.name, m.memory_store_id, m.owner)
         return ctx.access.visible(principal, "memory_store.see", child)
 
-    pages = Pages(ctx.pool, "memory_stores", catalog_name=parts[0], schema_name=parts[1])
+    list_name = "memory_stores" if kind == "memory" else f"{kind}_stores"
+    pages = Pages(ctx.pool, list_name, catalog_name=parts[0], schema_name=parts[1])
     stores, token = await collect_page(
-        lambda after, limit: repo.list_stores(ctx.pool, ctx.metastore_id, parent.node.id, after, limit),
+        lambda after, limit: repo.list_stores(ctx.pool, ctx.metastore_id, parent.node.id, after, limit, kind),
         lambda m: m.name,
         visible,
         pages=pages,
@@ -310,13 +319,14 @@ async def update_store(
     body: MemoryStoreUpdate,
     *,
     add_properties: dict[str, str] | None = None,
+    kind: str = "memory",
 ) -> MemoryStoreInfo:
     """`add_properties` are merged into the store's properties in the same change."""
     parts = split_full_name(full_name, 3)
     description = _text(body.description, "description")
     properties, owner = _properties(body.properties), _owner(body.owner)
     shared = _shared_scopes(body.shared_scopes)
-    securable = await ctx.access.resolve(principal, "memory_store.update", STORE, parts)
+    securable = await ctx.access.resolve(principal, "memory_store.update", STORE, parts, store_kind=kind)
     if add_properties:
         if properties is None:
             current = await repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id)
@@ -328,9 +338,9 @@ async def update_store(
     )
 
 
-async def delete_store(ctx: Context, principal: Principal, full_name: str) -> None:
+async def delete_store(ctx: Context, principal: Principal, full_name: str, *, kind: str = "memory") -> None:
     parts = split_full_name(full_name, 3)
-    securable = await ctx.access.resolve(principal, "memory_store.delete", STORE, parts)
+    securable = await ctx.access.resolve(principal, "memory_store.delete", STORE, parts, store_kind=kind)
     await _delete(ctx, securable)
 
 

@@ -44,10 +44,16 @@ def parse_securable_type(value: str) -> SecurableType:
 
 
 async def resolve(
-    ctx: Context, principal: Principal, action_name: str, securable_type: str, full_name: str
+    ctx: Context,
+    principal: Principal,
+    action_name: str,
+    securable_type: str,
+    full_name: str,
+    store_kind: str | None = None,
 ) -> Securable:
     """Locate any securable by type and full name (the metastore's full name is its id),
-    authorize `action_name` on it, and insist that it exists."""
+    authorize `action_name` on it, and insist that it exists. The permissions routes see memory
+    and session stores alike (both are MEMORY_STORE securables; `store_kind` narrows that)."""
     kind = parse_securable_type(securable_type)
     if kind == SecurableType.METASTORE:
         if full_name.lower() != ctx.metastore_id:
@@ -55,7 +61,7 @@ async def resolve(
         parts: list[str] = []
     else:
         parts = split_full_name(full_name, DEPTH[kind])
-    return await ctx.access.resolve(principal, action_name, kind, parts)
+    return await ctx.access.resolve(principal, action_name, kind, parts, store_kind=store_kind)
 
 
 def _principal_name(value: str, field: str) -> str:
@@ -105,8 +111,16 @@ async def get_permissions(
 
 
 async def update_permissions(
-    ctx: Context, principal: Principal, securable_type: str, full_name: str, body: UpdatePermissions
+    ctx: Context,
+    principal: Principal,
+    securable_type: str,
+    full_name: str,
+    body: UpdatePermissions,
+    *,
+    store_kind: str | None = None,
 ) -> PermissionsList:
+    """`store_kind` (`memory`, `session`): a store of another kind is not found (the dialects'
+    grant routes); None: either kind (the permissions routes)."""
     kind = parse_securable_type(securable_type)
     if len(body.changes) > MAX_CHANGES:
         raise InvalidParameter(f"at most {MAX_CHANGES} changes per request", "changes")
@@ -119,7 +133,7 @@ async def update_permissions(
     if both := set(add) & set(remove):
         who, privilege = sorted(both)[0]
         raise InvalidParameter(f"{privilege} for {who} is both added and removed", "changes")
-    securable = await resolve(ctx, principal, "permissions.update", securable_type, full_name)
+    securable = await resolve(ctx, principal, "permissions.update", securable_type, full_name, store_kind)
     async with audited(ctx.pool) as conn:
         await repo.change_grants(conn, securable, add=add, remove=remove, granted_by=principal.name)
     if body.omit_permissions_in_response:

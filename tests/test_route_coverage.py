@@ -20,6 +20,7 @@ OPEN_TO_EVERYONE = {
     "getEffectivePermissions",
     "listGroups",
     "agentsListMemoryStores",
+    "agentsListSessionStores",
     "getCurrentUser",
 }
 
@@ -44,6 +45,15 @@ BODIES = {
     "agentsCreateMemoryEntry": {"actor_id": "u", "path": "/a.md", "content": "x"},
     "agentsUpdateMemoryEntry": {"content": "x"},
     "agentsSearchMemoryEntries": {"actor_id": "u", "query": "x"},
+    "agentsCreateSessionStore": {"description": "x"},
+    "agentsUpdateSessionStore": {"description": "x"},
+    "agentsGrantSessionStorePermission": {"principal": {"name": "nobody"}, "permission": "READ"},
+    "agentsCreateSession": {"actor_id": "u"},
+    "agentsForkSession": {"source_session_id": "walk-session", "actor_id": "u"},
+    "agentsUpdateSession": {"metadata": {"a": "b"}},
+    "agentsAppendSessionItems": {"items": [{"data": "x"}]},
+    "agentsPopSessionItem": {},
+    "agentsClearSessionItems": {},
     "eraseScope": {"scope": "u"},
     "patchGroup": {"Operations": [{"op": "add", "path": "members", "value": [{"value": "nobody"}]}]},
 }
@@ -56,6 +66,7 @@ QUERIES = {
     "deleteEntry": {"scope": "u", "path": "/notes.md"},
     "agentsCreateMemoryStore": {"managed_memory_store_id": "walk-new"},
     "agentsListMemoryEntries": {"actor_id": "u"},
+    "agentsCreateSessionStore": {"session_store_name": "walk-new-sessions"},
     "getLineage": {"securable_full_name": "walk.s.m"},
 }
 
@@ -91,6 +102,20 @@ def walk(client, token):
         json={"display_name": "walk-store"},
     )
     assert r.status_code == 200, r.text
+    r = client.post(
+        "/api/2.0/agents/session-stores",
+        headers=token(),
+        params={"session_store_name": "walk-sessions"},
+        json={},
+    )
+    assert r.status_code == 200, r.text
+    r = client.post(
+        "/api/2.0/agents/session-stores/walk-sessions/sessions",
+        headers=token(),
+        params={"session_id": "walk-session"},
+        json={"actor_id": "u"},
+    )
+    assert r.status_code == 200, r.text
     return {"group_id": group["id"]}
 
 
@@ -109,6 +134,8 @@ def _fill(path: str, walk: dict[str, str]) -> str:
         "store_id": "walk-store",
         "entry_id": "00000000-0000-4000-8000-000000000000",
         "user_id": "admin",
+        "store_name": "walk-sessions",
+        "session_id": "walk-session",
     }
     if "/schemas/" in path:
         values["full_name"] = "walk.s"

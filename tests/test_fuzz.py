@@ -49,6 +49,7 @@ from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents/memory-stores"
+SESSIONS = "/api/2.0/agents/session-stores"
 SCIM = "/api/2.0/preview/scim/v2/Groups"
 
 # Examples per operation in the fuzzing phase (the coverage phase adds its own, per boundary).
@@ -111,6 +112,14 @@ SEMANTIC: dict[str, list[str]] = {
     "agentsCreateMemoryStore": [r"managed_memory_store_id must be"],  # the display name stands in for the id
     "agentsUpdateMemoryStore": [r"update_mask must name"],  # nothing to change
     "agentsUpdateMemoryEntry": [r"update_mask must name"],
+    # a session store's name: in session_store_name or session_store_id (equal when both are sent)
+    "agentsCreateSessionStore": [r"session_store_name must be", r"session_store_id must equal"],
+    "agentsUpdateSessionStore": [r"update_mask must name"],
+    "agentsUpdateSession": [r"metadata is required"],
+    "agentsCreateSession": [r"parent_session_id .* is no session of this store"],
+    "agentsForkSession": [r"up_to_item_id"],  # an item of the source session
+    "agentsListSessions": [r"filter must be"],  # its grammar is in the description
+    "agentsAppendSessionItems": [r"must not contain the NUL character"],  # jsonb holds none
 }
 
 
@@ -241,6 +250,19 @@ def seed(server: Server, admin: dict[str, str], seeds: dict[str, Any]) -> None:
             }
             r = http.post(f"{UC}/memory-stores/fuzz.s.m/entries", params={"scope": "u"}, json=body)
             assert r.status_code == 200, r.text
+        r = http.post(SESSIONS, params={"session_store_name": "fuzz-sessions"}, json={})
+        assert r.status_code in (200, 409), r.text
+        http.patch(f"{SESSIONS}/fuzz-sessions", json={"scope_binding": "caller", "shared_scopes": []})
+        r = http.post(
+            f"{SESSIONS}/fuzz-sessions/sessions",
+            params={"session_id": "fuzz-session"},
+            json={"actor_id": "u"},
+        )
+        assert r.status_code in (200, 409), r.text
+        r = http.post(
+            f"{SESSIONS}/fuzz-sessions/sessions/fuzz-session/items:append", json={"items": [{"data": 1}]}
+        )
+        assert r.status_code == 200, r.text
         r = http.post(
             f"{AGENTS}/fuzz-store/entries", json={"actor_id": "u", "path": "/a.md", "content": "alpha"}
         )
@@ -261,6 +283,7 @@ SEEDED = {
     "schema_name": "s",
     "securable_full_name": "fuzz.s.m",
     "force": "true",
+    "source_session_id": "fuzz-session",
 }
 # ... and which of them a schema-valid request gets when it may carry them but does not
 FILLED = ("scope", "actor_id", "path", "force")
@@ -277,6 +300,10 @@ def _seeded_path(case: Any, generated: dict[str, Any], securable: int) -> dict[s
             params[name] = "fuzz"
         elif name == "store_id":
             params[name] = "fuzz-store"
+        elif name == "store_name":
+            params[name] = "fuzz-sessions"
+        elif name == "session_id":
+            params[name] = "fuzz-session"
         elif name in ("entry_id", "group_id"):
             params[name] = seeds.get(name, params[name])
     if "securable_type" in params:

@@ -18,11 +18,12 @@ from catalog.sessions.schemas import (
     ORDER_BY_PATTERN,
     SESSION_ID_PATTERN,
     SESSION_ID_TEXT,
+    SESSION_UPDATE_MASK_PATTERN,
     STORE_NAME_PATTERN,
     STORE_NAME_TEXT,
+    STORE_UPDATE_MASK_PATTERN,
     AppendItems,
-    EmptyBody,
-    GrantRequest,
+    NoFields,
     PoppedItem,
     SessionCreate,
     SessionFork,
@@ -30,6 +31,7 @@ from catalog.sessions.schemas import (
     SessionItemList,
     SessionList,
     SessionStoreCreate,
+    SessionStoreGrant,
     SessionStoreInfo,
     SessionStoreList,
     SessionStoreUpdate,
@@ -88,7 +90,8 @@ async def update_store(
     update_mask: Annotated[
         str | None,
         Parameter(
-            max_length=200, description="description and/or metadata (absent: the fields the body sets)"
+            pattern=STORE_UPDATE_MASK_PATTERN,
+            description="description, metadata, scope_binding, shared_scopes (absent: what the body sets)",
         ),
     ] = None,
 ) -> SessionStoreInfo:
@@ -107,7 +110,7 @@ async def delete_store(request: Req, ctx: Ctx, store_name: StoreName) -> Empty:
     operation_id="agentsGrantSessionStorePermission",
     responses=errors(404, 413),
 )
-async def grant(request: Req, ctx: Ctx, store_name: StoreName, data: JSONBody[GrantRequest]) -> Empty:
+async def grant(request: Req, ctx: Ctx, store_name: StoreName, data: JSONBody[SessionStoreGrant]) -> Empty:
     await service.grant(ctx, request.user, store_name, data)
     return Empty()
 
@@ -180,7 +183,9 @@ async def update_session(
     store_name: StoreName,
     session_id: SessionIdParam,
     data: JSONBody[SessionUpdate],
-    update_mask: Annotated[str | None, Parameter(max_length=100, description="metadata")] = None,
+    update_mask: Annotated[
+        str | None, Parameter(pattern=SESSION_UPDATE_MASK_PATTERN, description="metadata")
+    ] = None,
 ) -> SessionInfo:
     return await service.update_session(ctx, request.user, store_name, session_id, update_mask, data)
 
@@ -240,7 +245,7 @@ async def append_items(
     responses=errors(404),
 )
 async def pop_item(
-    request: Req, ctx: Ctx, store_name: StoreName, session_id: SessionIdParam, data: JSONBody[EmptyBody]
+    request: Req, ctx: Ctx, store_name: StoreName, session_id: SessionIdParam, data: JSONBody[NoFields]
 ) -> PoppedItem:
     return await service.pop_item(ctx, request.user, store_name, session_id)
 
@@ -252,7 +257,7 @@ async def pop_item(
     responses=errors(404),
 )
 async def clear_items(
-    request: Req, ctx: Ctx, store_name: StoreName, session_id: SessionIdParam, data: JSONBody[EmptyBody]
+    request: Req, ctx: Ctx, store_name: StoreName, session_id: SessionIdParam, data: JSONBody[NoFields]
 ) -> Empty:
     await service.clear_items(ctx, request.user, store_name, session_id)
     return Empty()

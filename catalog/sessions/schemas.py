@@ -8,8 +8,18 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from catalog.inputs import NO_NUL, PrincipalName, Scope
-from catalog.namespace.schemas import Comment, Properties, ScopeBinding, SharedScopes
+from catalog.namespace.schemas import (
+    MAX_PROPERTIES,
+    Comment,
+    Properties,
+    ScopeBinding,
+    SharedScopes,
+)
 from catalog.wire import Input, Output
+
+MAX_ITEM_BYTES = 256 * 1024  # one item's `data`, as JSON
+MAX_ITEMS_PER_APPEND = 100
+MAX_METADATA = MAX_PROPERTIES  # metadata (of a store or a session): the rules of properties
 
 # A session store's name: the rule of a memory store's id in this dialect (both are stores of the
 # schema CATALOG_AGENTS_SCHEMA, with names unique across the two kinds).
@@ -19,12 +29,12 @@ STORE_NAME_TEXT = "3-56 lowercase letters, digits or '-', starting with a letter
 MAX_SESSION_ID = 256
 SESSION_ID_PATTERN = r"^[^/\x00-\x1f\x7f-\x9f]{1,256}$"
 SESSION_ID_TEXT = "1-256 characters, no '/' and no control characters"
+SESSION_UPDATE_MASK_PATTERN = r"^ *(metadata)? *$"
+_STORE_FIELD = "(description|metadata|scope_binding|shared_scopes)"
+STORE_UPDATE_MASK_PATTERN = rf"^ *({_STORE_FIELD} *(, *{_STORE_FIELD} *)*)? *$"
 # What `order_by` may say: by creation (append) order, ascending unless `desc`.
 ORDER_BY_PATTERN = r"^ *(create_time( +(asc|desc|ASC|DESC))?)? *$"
 
-MAX_ITEM_BYTES = 256 * 1024  # one item's `data`, as JSON
-MAX_ITEMS_PER_APPEND = 100
-MAX_METADATA = 64  # metadata keys of a session
 
 SessionId = Annotated[str, msgspec.Meta(pattern=SESSION_ID_PATTERN, description=SESSION_ID_TEXT)]
 Metadata = Properties
@@ -32,7 +42,7 @@ Metadata = Properties
 
 class SessionStoreCreate(Input, kw_only=True):
     description: Comment | None = None
-    metadata: Metadata | None = None
+    metadata: Metadata | None = None  # the store's properties
     # not sent by the SDK: tie sessions to the caller's verified end user (as for memory stores)
     scope_binding: ScopeBinding = "caller"
     shared_scopes: SharedScopes | None = None
@@ -45,13 +55,13 @@ class SessionStoreUpdate(Input, kw_only=True):
     shared_scopes: SharedScopes | None = None
 
 
-class PrincipalRef(Input, kw_only=True):
+class SessionStoreGrantee(Input, kw_only=True):
     type: Annotated[str, msgspec.Meta(pattern=NO_NUL)] | None = None
     name: PrincipalName
 
 
-class GrantRequest(Input, kw_only=True):
-    principal: PrincipalRef
+class SessionStoreGrant(Input, kw_only=True):
+    principal: SessionStoreGrantee
     permission: Literal["READ", "WRITE"] = "WRITE"
 
 
@@ -78,11 +88,11 @@ class NewItem(Input, kw_only=True):
 
 
 class AppendItems(Input, kw_only=True):
-    items: list[NewItem]
+    items: Annotated[list[NewItem], msgspec.Meta(min_length=1, max_length=MAX_ITEMS_PER_APPEND)]
 
 
-class EmptyBody(Input, kw_only=True):
-    pass
+class NoFields(Input, kw_only=True):
+    """`{}`: what a pop or a clear sends."""
 
 
 class SessionStoreInfo(Output, kw_only=True):

@@ -21,9 +21,16 @@ from catalog.context import Context
 from catalog.entries.service import check_binding
 from catalog.errors import InvalidParameter, NotFound, PayloadTooLarge
 from catalog.governance import Securable, SecurableType
+from catalog.inputs import within
 from catalog.keys import validate_scope
 from catalog.namespace import service as namespace
-from catalog.namespace.schemas import MemoryStoreCreate, MemoryStoreInfo, MemoryStoreUpdate
+from catalog.namespace.schemas import (
+    MAX_PROPERTY_KEY,
+    MAX_PROPERTY_VALUE,
+    MemoryStoreCreate,
+    MemoryStoreInfo,
+    MemoryStoreUpdate,
+)
 from catalog.namespace.service import scope_binding
 from catalog.pagination import Pages, collect_page
 from catalog.permissions import service as permissions
@@ -37,10 +44,11 @@ from catalog.sessions.schemas import (
     ORDER_BY_PATTERN,
     SESSION_ID_PATTERN,
     SESSION_ID_TEXT,
+    SESSION_UPDATE_MASK_PATTERN,
     STORE_NAME_PATTERN,
     STORE_NAME_TEXT,
+    STORE_UPDATE_MASK_PATTERN,
     AppendItems,
-    GrantRequest,
     PoppedItem,
     SessionCreate,
     SessionFork,
@@ -49,6 +57,7 @@ from catalog.sessions.schemas import (
     SessionItemList,
     SessionList,
     SessionStoreCreate,
+    SessionStoreGrant,
     SessionStoreInfo,
     SessionStoreList,
     SessionStoreUpdate,
@@ -110,9 +119,16 @@ def _page_size(value: int | None, default: int, cap: int) -> int:
 
 
 def _metadata(value: dict[str, str] | None, field: str = "metadata") -> dict[str, str]:
-    if value and len(value) > MAX_METADATA:
-        raise InvalidParameter(f"{field} may have at most {MAX_METADATA} keys", field)
-    return dict(value or {})
+    """Metadata follows the rules of properties: at most 100 keys of 1-255 characters, values of
+    at most 4,096 (413 naming `metadata.<key>`)."""
+    value = dict(value or {})
+    if len(value) > MAX_METADATA:
+        raise InvalidParameter(f"{field} may hold at most {MAX_METADATA} keys", field)
+    for key, item in value.items():
+        if not key or len(key) > MAX_PROPERTY_KEY:
+            raise InvalidParameter(f"{field} keys must be 1-{MAX_PROPERTY_KEY} characters", field)
+        within(item, f"{field}.{key}", MAX_PROPERTY_VALUE)
+    return value
 
 
 def _filter(value: str | None) -> dict[str, str]:
@@ -222,8 +238,7 @@ async def list_stores(
     )
 
 
-_STORE_FIELD = "(description|metadata|scope_binding|shared_scopes)"
-_STORE_MASK = re.compile(rf"^ *({_STORE_FIELD} *(, *{_STORE_FIELD} *)*)? *$")
+_STORE_MASK = re.compile(STORE_UPDATE_MASK_PATTERN)
 
 
 async def update_store(
@@ -254,7 +269,7 @@ async def delete_store(ctx: Context, principal: Principal, name: str) -> None:
     await namespace.delete_store(ctx, principal, _full_name(ctx, name), kind=KIND)
 
 
-async def grant(ctx: Context, principal: Principal, name: str, body: GrantRequest) -> None:
+async def grant(ctx: Context, principal: Principal, name: str, body: SessionStoreGrant) -> None:
     """As for memory stores in this dialect: WRITE grants READ and WRITE, READ grants READ."""
     privileges = (
         ["READ_MEMORY_STORE"] if body.permission == "READ" else ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]
@@ -378,7 +393,7 @@ async def list_sessions(
 async def update_session(
     ctx: Context, principal: Principal, name: str, sid: str, update_mask: str | None, body: SessionUpdate
 ) -> SessionInfo:
-    if update_mask is not None and update_mask.strip() not in ("", "metadata"):
+    if update_mask is not None and not re.fullmatch(SESSION_UPDATE_MASK_PATTERN, update_mask):
         raise InvalidParameter("update_mask must be metadata", "update_mask")
     if body.metadata is None:
         raise InvalidParameter("metadata is required", "metadata")

@@ -14,6 +14,7 @@ import uuid
 from datetime import UTC, datetime
 
 import msgspec
+from asyncpg import Connection
 
 from catalog.auditlog import audited, note_result
 from catalog.auth import Principal
@@ -297,6 +298,17 @@ async def _store(ctx: Context, principal: Principal, name: str, action_name: str
     )
 
 
+async def _locked(
+    conn: Connection, ctx: Context, principal: Principal, store: Securable, sid: str
+) -> SessionRow:
+    """The session under its row lock (in `conn`'s transaction), its actor held to the binding."""
+    row = await repo.get_session(conn, store.node.id, session_id(sid), lock=True)
+    if row is None:
+        raise NotFound(f"session {sid} does not exist")
+    await check_binding(ctx, principal, store, [row.actor_id])
+    return row
+
+
 async def _session(ctx: Context, principal: Principal, store: Securable, sid: str) -> SessionRow:
     """The session (its actor held to the store's scope binding), or 404."""
     row = await repo.get_session(ctx.pool, store.node.id, session_id(sid))
@@ -490,12 +502,8 @@ async def append_items(
 ) -> SessionItemList:
     texts = _encoded(body)
     store = await _store(ctx, principal, name, "entries.write")
-    await _session(ctx, principal, store, sid)
     async with audited(ctx.pool) as conn:
-        session = await repo.get_session(conn, store.node.id, sid, lock=True)
-        if session is None:
-            raise NotFound(f"session {sid} does not exist")
-        items = await repo.append(conn, session, texts)
+        items = await repo.append(conn, await _locked(conn, ctx, principal, store, sid), texts)
         note_result(len(items))
     return SessionItemList(session_items=[to_item(item) for item in items])
 
@@ -525,21 +533,13 @@ async def pop_item(ctx: Context, principal: Principal, name: str, sid: str) -> P
     """Removes and answers the last item: WRITE, and READ since it answers what it removed."""
     store = await _store(ctx, principal, name, "entries.write")
     await ctx.access.check(principal, "entries.read", store)
-    await _session(ctx, principal, store, sid)
     async with audited(ctx.pool) as conn:
-        session = await repo.get_session(conn, store.node.id, sid, lock=True)
-        if session is None:
-            raise NotFound(f"session {sid} does not exist")
-        item = await repo.pop(conn, session)
+        item = await repo.pop(conn, await _locked(conn, ctx, principal, store, sid))
         note_result(1 if item else 0)
     return PoppedItem(item=to_item(item) if item else None)
 
 
 async def clear_items(ctx: Context, principal: Principal, name: str, sid: str) -> None:
     store = await _store(ctx, principal, name, "entries.write")
-    await _session(ctx, principal, store, sid)
     async with audited(ctx.pool) as conn:
-        session = await repo.get_session(conn, store.node.id, sid, lock=True)
-        if session is None:
-            raise NotFound(f"session {sid} does not exist")
-        note_result(await repo.clear(conn, session))
+        note_result(await repo.clear(conn, await _locked(conn, ctx, principal, store, sid)))

@@ -374,7 +374,7 @@ def test_one_audit_event_per_request_on_the_store(client, token):
     )
     assert r.status_code == 200, r.text
     events = r.json()["events"]
-    appends = [e for e in events if e["action_name"] == "entries.write" and e["decision"] == "allow"]
+    appends = [e for e in events if e["action_name"] == "sessions.write" and e["decision"] == "allow"]
     assert len(appends) == 2  # the session's creation and the one append of two items
     assert all(e["securable_type"] == "MEMORY_STORE" for e in events)
     client.get(f"{BASE}/audited/sessions/s/items", headers=token("stranger"))
@@ -384,7 +384,7 @@ def test_one_audit_event_per_request_on_the_store(client, token):
         params={"securable_full_name": "main.default.audited", "principal": "stranger"},
     ).json()["events"]
     assert [(e["action_name"], e["decision"], e["status_code"]) for e in events] == [
-        ("entries.read", "deny", 403)
+        ("sessions.read", "deny", 403)
     ]
 
 

@@ -3,8 +3,8 @@
 A session store `x` is the store `<CATALOG_AGENTS_SCHEMA>.x` of kind `session`: the same securable
 type (MEMORY_STORE), privileges, ownership, grants, scope binding and audit as a memory store; the
 memory-store routes do not see it, nor these routes a memory store (404 NOT_FOUND). Reading
-sessions and items needs READ_MEMORY_STORE (`entries.read`), changing them WRITE_MEMORY_STORE
-(`entries.write`); an actor id is a scope, held to the store's scope binding like an entry scope.
+sessions and items needs READ_MEMORY_STORE (`sessions.read`), changing them WRITE_MEMORY_STORE
+(`sessions.write`); an actor id is a scope, held to the store's scope binding like an entry scope.
 """
 
 from __future__ import annotations
@@ -324,7 +324,7 @@ async def create_session(
     new_id = session_id(sid) if sid else str(uuid.uuid4())
     actor = validate_scope(body.actor_id, "actor_id")
     metadata = _metadata(body.metadata)
-    store = await _store(ctx, principal, name, "entries.write")
+    store = await _store(ctx, principal, name, "sessions.write")
     await check_binding(ctx, principal, store, [actor])
     root = new_id
     if body.parent_session_id is not None:
@@ -351,7 +351,7 @@ async def create_session(
 
 
 async def get_session(ctx: Context, principal: Principal, name: str, sid: str) -> SessionInfo:
-    store = await _store(ctx, principal, name, "entries.read")
+    store = await _store(ctx, principal, name, "sessions.read")
     return to_session(name, await _session(ctx, principal, store, sid))
 
 
@@ -367,7 +367,7 @@ async def list_sessions(
     terms = _filter(filter_text)
     descending = _descending(order_by, default_desc=True)
     size = _page_size(page_size, DEFAULT_SESSION_PAGE, MAX_SESSION_PAGE)
-    store = await _store(ctx, principal, name, "entries.read")
+    store = await _store(ctx, principal, name, "sessions.read")
     if "actor_id" in terms:
         await check_binding(ctx, principal, store, [terms["actor_id"]])
     binding, shared = await scope_binding(ctx, store)
@@ -410,7 +410,7 @@ async def update_session(
     if body.metadata is None:
         raise InvalidParameter("metadata is required", "metadata")
     metadata = _metadata(body.metadata)
-    store = await _store(ctx, principal, name, "entries.write")
+    store = await _store(ctx, principal, name, "sessions.write")
     row = await _session(ctx, principal, store, sid)
     async with audited(ctx.pool) as conn:
         updated = await repo.update_metadata(conn, row.id, metadata)
@@ -422,7 +422,7 @@ async def update_session(
 async def delete_session(ctx: Context, principal: Principal, name: str, sid: str) -> None:
     """Deletes the session with its items; sessions forked from it keep their items and name it
     as their parent (`force` is accepted for the SDK and changes nothing)."""
-    store = await _store(ctx, principal, name, "entries.write")
+    store = await _store(ctx, principal, name, "sessions.write")
     row = await _session(ctx, principal, store, sid)
     async with audited(ctx.pool) as conn:
         if not await repo.delete_session(conn, row.id):
@@ -437,8 +437,8 @@ async def fork_session(ctx: Context, principal: Principal, name: str, body: Sess
     actor = validate_scope(body.actor_id, "actor_id")
     metadata = _metadata(body.metadata)
     up_to_id = _item_id(body.up_to_item_id) if body.up_to_item_id is not None else None
-    store = await _store(ctx, principal, name, "entries.write")
-    await ctx.access.check(principal, "entries.read", store)  # it reads the source's items
+    store = await _store(ctx, principal, name, "sessions.write")
+    await ctx.access.check(principal, "sessions.read", store)  # it reads the source's items
     await check_binding(ctx, principal, store, [actor])
     async with audited(ctx.pool) as conn:
         # the source's row lock: its items cannot change while they are copied
@@ -501,7 +501,7 @@ async def append_items(
     ctx: Context, principal: Principal, name: str, sid: str, body: AppendItems
 ) -> SessionItemList:
     texts = _encoded(body)
-    store = await _store(ctx, principal, name, "entries.write")
+    store = await _store(ctx, principal, name, "sessions.write")
     async with audited(ctx.pool) as conn:
         items = await repo.append(conn, await _locked(conn, ctx, principal, store, sid), texts)
         note_result(len(items))
@@ -519,7 +519,7 @@ async def list_items(
 ) -> SessionItemList:
     descending = _descending(order_by, default_desc=False)
     size = _page_size(page_size, DEFAULT_ITEM_PAGE, MAX_ITEM_PAGE)
-    store = await _store(ctx, principal, name, "entries.read")
+    store = await _store(ctx, principal, name, "sessions.read")
     session = await _session(ctx, principal, store, sid)
     pages = Pages(ctx.pool, "session_items", session=session.id, descending=descending)
     after = await pages.after(page_token, int)
@@ -531,8 +531,8 @@ async def list_items(
 
 async def pop_item(ctx: Context, principal: Principal, name: str, sid: str) -> PoppedItem:
     """Removes and answers the last item: WRITE, and READ since it answers what it removed."""
-    store = await _store(ctx, principal, name, "entries.write")
-    await ctx.access.check(principal, "entries.read", store)
+    store = await _store(ctx, principal, name, "sessions.write")
+    await ctx.access.check(principal, "sessions.read", store)
     async with audited(ctx.pool) as conn:
         item = await repo.pop(conn, await _locked(conn, ctx, principal, store, sid))
         note_result(1 if item else 0)
@@ -540,6 +540,6 @@ async def pop_item(ctx: Context, principal: Principal, name: str, sid: str) -> P
 
 
 async def clear_items(ctx: Context, principal: Principal, name: str, sid: str) -> None:
-    store = await _store(ctx, principal, name, "entries.write")
+    store = await _store(ctx, principal, name, "sessions.write")
     async with audited(ctx.pool) as conn:
         note_result(await repo.clear(conn, await _locked(conn, ctx, principal, store, sid)))

@@ -62,7 +62,7 @@ async def insert(
         store_id,
         scope,
         kind,
-        json.dumps(metadata),
+        metadata,
         by,
     )
 
@@ -71,7 +71,7 @@ async def set_metadata(conn: Conn, conversation_id: str, metadata: dict[str, str
     status: str = await conn.execute(
         "UPDATE conversations SET metadata = $2::jsonb, updated_at = clock_timestamp() WHERE id = $1",
         conversation_id,
-        json.dumps(metadata),
+        metadata,
     )
     return status.endswith(" 1")
 

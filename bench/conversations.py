@@ -100,15 +100,19 @@ def _ms(latencies: list[float]) -> tuple[float, float]:
     return statistics.median(latencies) * 1000, pct(latencies, 0.99) * 1000
 
 
-async def reads(http: httpx.AsyncClient, conversation: str, n: int) -> list[tuple[str, float, float]]:
-    r = await http.get(f"{BASE}/{conversation}/items", params={"limit": 100, "order": "asc"})
-    r.raise_for_status()
-    ids = [item["id"] for item in r.json()["data"]]
-    cursor = ids[50]
-    page = await http.get(
-        f"{BASE}/{conversation}/items", params={"limit": 100, "order": "asc", "after": ids[-1]}
-    )
-    middle = page.json()["data"][-1]["id"]  # the 200th item
+async def reads(
+    http: httpx.AsyncClient, conversation: str, items: int, n: int
+) -> list[tuple[str, float, float]]:
+    ids: list[str] = []  # oldest first, up to the middle of the conversation
+    while True:
+        params: dict[str, object] = {"limit": 100, "order": "asc", **({"after": ids[-1]} if ids else {})}
+        r = await http.get(f"{BASE}/{conversation}/items", params=params)
+        r.raise_for_status()
+        ids += [item["id"] for item in r.json()["data"]]
+        if not r.json()["has_more"] or len(ids) >= items // 2:
+            break
+    middle = ids[min(len(ids), items // 2) - 1]
+    cursor = ids[len(ids) // 2]
     cases: list[tuple[str, str, dict[str, object]]] = [
         ("list, limit 20, newest first", f"{BASE}/{conversation}/items", {}),
         ("list, limit 100, newest first", f"{BASE}/{conversation}/items", {"limit": 100}),
@@ -147,7 +151,7 @@ async def run(server: BenchServer, items: int, n: int) -> None:
         full, append_rows = await appends(http, items)
         r = await http.get(f"{BASE}/{full}/items", params={"limit": 1})
         assert r.json()["data"][0]["content"][0]["text"].startswith(f"turn {items - 1}:")
-        read_rows = await reads(http, full, n)
+        read_rows = await reads(http, full, items, n)
     print(f"appends (one message item per request; {items} items per case)")
     print("| case | appends/s | p50 ms | p99 ms |\n|---|---:|---:|---:|")
     for name, rate, p50, p99 in append_rows:

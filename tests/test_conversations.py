@@ -4,9 +4,11 @@ its items in order and as sent, and refuses bad input with the field named."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 
+import asyncpg
 import httpx
 import openai
 import pytest
@@ -363,3 +365,38 @@ def test_each_request_is_audited_on_the_store(live):
     assert created and {(e["securable_type"], e["securable_full_name"]) for e in created} == {
         ("MEMORY_STORE", STORE)
     }
+
+
+def test_message_text_is_kept_for_search(live, database_url):
+    conversation = new_conversation(
+        live,
+        items=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "Where is my parcel?"},
+                    {"type": "input_image", "image_url": "https://example.com/label.png"},
+                    {"type": "input_text", "text": "Tracking 42."},
+                ],
+            },
+            {"type": "function_call", "call_id": "c1", "name": "track", "arguments": "{}"},
+            {"role": "assistant", "content": "It arrives tomorrow."},
+        ],
+    )
+
+    async def stored() -> list[tuple[str, str | None]]:
+        conn = await asyncpg.connect(database_url)
+        try:
+            rows = await conn.fetch(
+                "SELECT type, text FROM conversation_items WHERE conversation_id = $1 ORDER BY position",
+                conversation.id,
+            )
+        finally:
+            await conn.close()
+        return [(row["type"], row["text"]) for row in rows]
+
+    assert asyncio.run(stored()) == [
+        ("message", "Where is my parcel?\nTracking 42."),
+        ("function_call", None),
+        ("message", "It arrives tomorrow."),
+    ]

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from catalog.inputs import NO_NUL, Scope
+from catalog.names import StoreFullName
 from catalog.wire import Input
 
 MAX_ITEMS_PER_REQUEST = 20  # as OpenAI: "You may add up to 20 items at a time"
@@ -45,7 +46,7 @@ Items = Annotated[
 class ConversationStoreRef(Input):
     """The memory store a conversation belongs to."""
 
-    name: Annotated[str, msgspec.Meta(min_length=1, max_length=800, description="catalog.schema.store")]
+    name: StoreFullName
 
 
 class ConversationScope(Input):

@@ -50,6 +50,7 @@ from catalog.settings import Settings
 UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents/memory-stores"
 SCIM = "/api/2.0/preview/scim/v2/Groups"
+CONVERSATIONS = "/ai-gateway/mlflow/v1/conversations"
 
 # Examples per operation in the fuzzing phase (the coverage phase adds its own, per boundary).
 MAX_EXAMPLES = 15
@@ -111,6 +112,11 @@ SEMANTIC: dict[str, list[str]] = {
     "agentsCreateMemoryStore": [r"managed_memory_store_id must be"],  # the display name stands in for the id
     "agentsUpdateMemoryStore": [r"update_mask must name"],  # nothing to change
     "agentsUpdateMemoryEntry": [r"update_mask must name"],
+    # items are OpenAI's union of item shapes (by `type`), checked by the server as the README says,
+    # and hold no NUL anywhere (a key included)
+    "createConversation": [r"^`?items\[\d+\]"],
+    "createConversationItems": [r"^`?items\[\d+\]"],
+    "listConversationItems": [r"^after: no item"],  # an item of this conversation
 }
 
 
@@ -250,6 +256,18 @@ def seed(server: Server, admin: dict[str, str], seeds: dict[str, Any]) -> None:
         if http.get(f"{SCIM}/{seeds['group_id']}").status_code == 404:
             r = http.post(SCIM, json={"displayName": "fuzzers"})
             seeds["group_id"] = r.json()["id"]
+        conversation = seeds.get("conversation_id")
+        if conversation is None or http.get(f"{CONVERSATIONS}/{conversation}").status_code == 404:
+            r = http.post(
+                CONVERSATIONS,
+                json={
+                    "memory_store": {"name": "fuzz.s.m"},
+                    "scope": {"kind": "user", "value": "u"},
+                    "items": [{"role": "user", "content": "alpha", "id": "msg_fuzz"}],
+                },
+            )
+            assert r.status_code == 200, r.text
+            seeds["conversation_id"] = r.json()["id"]
 
 
 # What names the seeded objects, by parameter or top-level body field name.
@@ -277,7 +295,7 @@ def _seeded_path(case: Any, generated: dict[str, Any], securable: int) -> dict[s
             params[name] = "fuzz"
         elif name == "store_id":
             params[name] = "fuzz-store"
-        elif name in ("entry_id", "group_id"):
+        elif name in ("entry_id", "group_id", "conversation_id"):
             params[name] = seeds.get(name, params[name])
     if "securable_type" in params:
         kind, full_name = SECURABLES[securable % len(SECURABLES)]
@@ -310,9 +328,18 @@ def _patch_group(body: dict[str, Any]) -> None:
             operation["path"] = "members"  # the one SCIM path supported with a value
 
 
+def _create_conversation(body: dict[str, Any]) -> None:
+    body["memory_store"] = {"name": "fuzz.s.m"}  # the seeded store
+
+
 # Operation by operation, what makes a schema-valid body one the API can carry out (the rules
 # across fields listed in SEMANTIC), applied to the seeded half.
-COMPLETE = {"createEntry": _create_entry, "updateEntry": _edit_entry, "patchGroup": _patch_group}
+COMPLETE = {
+    "createEntry": _create_entry,
+    "updateEntry": _edit_entry,
+    "patchGroup": _patch_group,
+    "createConversation": _create_conversation,
+}
 
 
 def _seeded_body(case: Any, body: Any) -> Any:

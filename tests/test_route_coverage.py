@@ -45,6 +45,9 @@ BODIES = {
     "agentsUpdateMemoryEntry": {"content": "x"},
     "agentsSearchMemoryEntries": {"actor_id": "u", "query": "x"},
     "eraseScope": {"scope": "u"},
+    "createConversation": {"memory_store": {"name": "walk.s.m"}, "scope": {"kind": "user", "value": "u"}},
+    "updateConversation": {"metadata": {"k": "v"}},
+    "createConversationItems": {"items": [{"role": "user", "content": "x"}]},
     "patchGroup": {"Operations": [{"op": "add", "path": "members", "value": [{"value": "nobody"}]}]},
 }
 QUERIES = {
@@ -91,7 +94,17 @@ def walk(client, token):
         json={"display_name": "walk-store"},
     )
     assert r.status_code == 200, r.text
-    return {"group_id": group["id"]}
+    r = client.post(
+        "/ai-gateway/mlflow/v1/conversations",
+        headers=token(),
+        json={
+            "memory_store": {"name": "walk.s.m"},
+            "scope": {"kind": "user", "value": "u"},
+            "items": [{"role": "user", "content": "x", "id": "walk-item"}],
+        },
+    )
+    assert r.status_code == 200, r.text
+    return {"group_id": group["id"], "conversation_id": r.json()["id"]}
 
 
 def _operations(client):
@@ -109,6 +122,8 @@ def _fill(path: str, walk: dict[str, str]) -> str:
         "store_id": "walk-store",
         "entry_id": "00000000-0000-4000-8000-000000000000",
         "user_id": "admin",
+        "conversation_id": walk["conversation_id"],
+        "item_id": "walk-item",
     }
     if "/schemas/" in path:
         values["full_name"] = "walk.s"

@@ -140,6 +140,18 @@ ACTIONS: dict[str, Action] = {
             "read or search a memory store's entries",
         ),
         _a("entries.write", _S.MEMORY_STORE, (_P.WRITE_MEMORY_STORE,), "write a memory store's entries"),
+        _a(
+            "conversations.read",
+            _S.MEMORY_STORE,
+            (_P.READ_MEMORY_STORE,),
+            "read a memory store's conversations and their items",
+        ),
+        _a(
+            "conversations.write",
+            _S.MEMORY_STORE,
+            (_P.WRITE_MEMORY_STORE,),
+            "create, change or delete a memory store's conversations and their items",
+        ),
         _a("permissions.get", None, (), "read the grants on a securable", any_privilege=True),
         _a("permissions.update", None, (_P.MANAGE,), "grant or revoke privileges on a securable"),
         _a("effective_permissions.self", None, (), "read one's own effective privileges"),

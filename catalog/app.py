@@ -23,6 +23,7 @@ from catalog.agents.routes import store_router as agents_store_router
 from catalog.audit.routes import router as audit_router
 from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
 from catalog.context import Context
+from catalog.conversations.routes import routers as conversations_routers
 from catalog.entries.routes import router as entries_router
 from catalog.entries.routes import system_router
 from catalog.errors import handle_exception
@@ -71,6 +72,7 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             principals_router,
             agents_router,
             agents_store_router,
+            *conversations_routers,
             sessions_router,
             sessions_store_router,
             system_router,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -10,6 +11,8 @@ from catalog.governance import Access, Authorizer, Node
 from catalog.search import SearchEngine
 from catalog.settings import Settings
 
+ScopeEraser = Callable[[asyncpg.Connection, str | None, str], Awaitable[int]]
+
 
 @dataclass(frozen=True)
 class Context:
@@ -17,6 +20,10 @@ class Context:
     pool: asyncpg.Pool
     access: Access  # the one access seam (catalog.governance.access)
     search: SearchEngine | None = None  # None only in tools that never touch entries
+    # What else a scope holds besides entries (conversations, ...): each eraser deletes a scope's
+    # rows from one store, or from every store when given None, in the erasing transaction, and
+    # answers how many. Slices above `entries` register theirs in the composition root.
+    scope_erasers: tuple[ScopeEraser, ...] = ()
 
     @property
     def authorizer(self) -> Authorizer:

@@ -110,7 +110,7 @@ def _params(scope: Scope) -> dict[str, Any]:
 
 
 # query parameters that may be repeated (every other one is single-valued)
-MULTI_VALUED = frozenset({"scopes"})
+MULTI_VALUED = frozenset({"scopes", "include"})
 
 
 def _repeated_parameter(scope: Scope) -> str | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from catalog import conversations, sessions
 from catalog.auditlog.writer import AuditWriter, early_unlock_supported, record_system_events
 from catalog.auth import TokenVerifier
 from catalog.context import Context
@@ -171,7 +172,11 @@ class Runtime:
                 await asyncio.to_thread(embedded.stop)
             raise
         context = Context(
-            settings=settings, pool=pool, access=Access(pool, authorizer, metastore), search=search
+            settings=settings,
+            pool=pool,
+            access=Access(pool, authorizer, metastore),
+            search=search,
+            scope_erasers=(conversations.erase_scope, sessions.erase_scope),
         )
         monitor.start()
         limiter = RateLimiter(settings.rate_limit, settings.burst) if settings.rate_limit > 0 else None

@@ -51,6 +51,7 @@ UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents/memory-stores"
 SESSIONS = "/api/2.0/agents/session-stores"
 SCIM = "/api/2.0/preview/scim/v2/Groups"
+CONVERSATIONS = "/ai-gateway/mlflow/v1/conversations"
 
 # Examples per operation in the fuzzing phase (the coverage phase adds its own, per boundary).
 MAX_EXAMPLES = 15
@@ -120,6 +121,11 @@ SEMANTIC: dict[str, list[str]] = {
     "agentsForkSession": [r"up_to_item_id"],  # an item of the source session
     "agentsListSessions": [r"filter must be"],  # its grammar is in the description
     "agentsAppendSessionItems": [r"must not contain the NUL character"],  # jsonb holds none
+    # items are OpenAI's union of item shapes (by `type`), checked by the server as the README says,
+    # and hold no NUL anywhere (a key included)
+    "createConversation": [r"^`?items\[\d+\]"],
+    "createConversationItems": [r"^`?items\[\d+\]"],
+    "listConversationItems": [r"^after: no item"],  # an item of this conversation
 }
 
 
@@ -272,6 +278,18 @@ def seed(server: Server, admin: dict[str, str], seeds: dict[str, Any]) -> None:
         if http.get(f"{SCIM}/{seeds['group_id']}").status_code == 404:
             r = http.post(SCIM, json={"displayName": "fuzzers"})
             seeds["group_id"] = r.json()["id"]
+        conversation = seeds.get("conversation_id")
+        if conversation is None or http.get(f"{CONVERSATIONS}/{conversation}").status_code == 404:
+            r = http.post(
+                CONVERSATIONS,
+                json={
+                    "memory_store": {"name": "fuzz.s.m"},
+                    "scope": {"kind": "user", "value": "u"},
+                    "items": [{"role": "user", "content": "alpha", "id": "msg_fuzz"}],
+                },
+            )
+            assert r.status_code == 200, r.text
+            seeds["conversation_id"] = r.json()["id"]
 
 
 # What names the seeded objects, by parameter or top-level body field name.
@@ -304,7 +322,7 @@ def _seeded_path(case: Any, generated: dict[str, Any], securable: int) -> dict[s
             params[name] = "fuzz-sessions"
         elif name == "session_id":
             params[name] = "fuzz-session"
-        elif name in ("entry_id", "group_id"):
+        elif name in ("entry_id", "group_id", "conversation_id"):
             params[name] = seeds.get(name, params[name])
     if "securable_type" in params:
         kind, full_name = SECURABLES[securable % len(SECURABLES)]
@@ -337,9 +355,18 @@ def _patch_group(body: dict[str, Any]) -> None:
             operation["path"] = "members"  # the one SCIM path supported with a value
 
 
+def _create_conversation(body: dict[str, Any]) -> None:
+    body["memory_store"] = {"name": "fuzz.s.m"}  # the seeded store
+
+
 # Operation by operation, what makes a schema-valid body one the API can carry out (the rules
 # across fields listed in SEMANTIC), applied to the seeded half.
-COMPLETE = {"createEntry": _create_entry, "updateEntry": _edit_entry, "patchGroup": _patch_group}
+COMPLETE = {
+    "createEntry": _create_entry,
+    "updateEntry": _edit_entry,
+    "patchGroup": _patch_group,
+    "createConversation": _create_conversation,
+}
 
 
 def _seeded_body(case: Any, body: Any) -> Any:

@@ -55,6 +55,9 @@ BODIES = {
     "agentsPopSessionItem": {},
     "agentsClearSessionItems": {},
     "eraseScope": {"scope": "u"},
+    "createConversation": {"memory_store": {"name": "walk.s.m"}, "scope": {"kind": "user", "value": "u"}},
+    "updateConversation": {"metadata": {"k": "v"}},
+    "createConversationItems": {"items": [{"role": "user", "content": "x"}]},
     "patchGroup": {"Operations": [{"op": "add", "path": "members", "value": [{"value": "nobody"}]}]},
 }
 QUERIES = {
@@ -103,6 +106,17 @@ def walk(client, token):
     )
     assert r.status_code == 200, r.text
     r = client.post(
+        "/ai-gateway/mlflow/v1/conversations",
+        headers=token(),
+        json={
+            "memory_store": {"name": "walk.s.m"},
+            "scope": {"kind": "user", "value": "u"},
+            "items": [{"role": "user", "content": "x", "id": "walk-item"}],
+        },
+    )
+    assert r.status_code == 200, r.text
+    conversation_id = r.json()["id"]
+    r = client.post(
         "/api/2.0/agents/session-stores",
         headers=token(),
         params={"session_store_name": "walk-sessions"},
@@ -116,7 +130,7 @@ def walk(client, token):
         json={"actor_id": "u"},
     )
     assert r.status_code == 200, r.text
-    return {"group_id": group["id"]}
+    return {"group_id": group["id"], "conversation_id": conversation_id}
 
 
 def _operations(client):
@@ -134,6 +148,8 @@ def _fill(path: str, walk: dict[str, str]) -> str:
         "store_id": "walk-store",
         "entry_id": "00000000-0000-4000-8000-000000000000",
         "user_id": "admin",
+        "conversation_id": walk["conversation_id"],
+        "item_id": "walk-item",
         "store_name": "walk-sessions",
         "session_id": "walk-session",
     }

@@ -234,14 +234,9 @@ async def delete_scope(conn: Conn, store_id: str, scope: str) -> int:
 
 
 async def erase_scope(conn: Conn, scope: str) -> list[tuple[str, int]]:
-    """Delete a scope's entries from every memory store and its sessions (with their items) from
-    every session store, where an actor id is the same scope; (store full name, how many entries or
-    sessions), by name. The sessions' table belongs to `catalog.sessions`; erasure is one
-    statement here so that a scope is erased everywhere or nowhere."""
+    """Delete a scope's entries from every store; (store full name, how many), by name."""
     rows = await conn.fetch(
-        "WITH gone_entries AS (DELETE FROM entries WHERE scope = $1 RETURNING store_id), "
-        "gone_sessions AS (DELETE FROM agent_sessions WHERE actor_id = $1 RETURNING store_id), "
-        "gone AS (SELECT store_id FROM gone_entries UNION ALL SELECT store_id FROM gone_sessions) "
+        "WITH gone AS (DELETE FROM entries WHERE scope = $1 RETURNING store_id) "
         "SELECT c.name || '.' || s.name || '.' || m.name AS memory_store, count(*) AS deleted "
         "FROM gone g JOIN memory_stores m ON m.id = g.store_id JOIN schemas s ON s.id = m.schema_id "
         "JOIN catalogs c ON c.id = s.catalog_id GROUP BY 1 ORDER BY 1",

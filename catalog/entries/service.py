@@ -368,6 +368,8 @@ async def delete_scope(ctx: Context, principal: Principal, op: ops.DeleteScope) 
     store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
     async with audited(ctx.pool) as conn:
         deleted = await repo.delete_scope(conn, store.node.id, scope)
+        for eraser in ctx.scope_erasers:  # the scope's conversations, ...
+            await eraser(conn, store.node.id, scope)
         note_result(deleted)
     _written(ctx)
     return deleted
@@ -379,6 +381,8 @@ async def erase(ctx: Context, principal: Principal, op: ops.Erase) -> list[tuple
     await ctx.access.resolve(principal, "system.erase_scope", SecurableType.METASTORE)
     async with audited(ctx.pool) as conn:
         erased = await repo.erase_scope(conn, scope)
+        for eraser in ctx.scope_erasers:  # the scope's conversations, ...
+            await eraser(conn, None, scope)
         note_result(sum(count for _, count in erased))
     _written(ctx)
     return erased

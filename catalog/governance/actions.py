@@ -140,6 +140,18 @@ ACTIONS: dict[str, Action] = {
             "read or search a memory store's entries",
         ),
         _a("entries.write", _S.MEMORY_STORE, (_P.WRITE_MEMORY_STORE,), "write a memory store's entries"),
+        _a(
+            "conversations.read",
+            _S.MEMORY_STORE,
+            (_P.READ_MEMORY_STORE,),
+            "read a memory store's conversations and their items",
+        ),
+        _a(
+            "conversations.write",
+            _S.MEMORY_STORE,
+            (_P.WRITE_MEMORY_STORE,),
+            "create, change or delete a memory store's conversations and their items",
+        ),
         # a session store is a memory store of kind `session`: the same privileges as its entries
         _a(
             "sessions.read",

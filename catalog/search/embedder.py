@@ -94,6 +94,10 @@ class OnnxEncoder:
         # idle inference threads must not spin: the event loop and PostgreSQL share these cores
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Memory patterns are planned and kept per input shape; batches here vary in both size and
+        # length, so with them the process grew by about 300 MB more (bench/embedder_memory.py),
+        # at the same speed without them.
+        options.enable_mem_pattern = False
         self.session = onnxruntime.InferenceSession(
             str(files.model), options, providers=["CPUExecutionProvider"]
         )

@@ -4,7 +4,9 @@ A session store `x` is the store `<CATALOG_AGENTS_SCHEMA>.x` of kind `session`: 
 type (MEMORY_STORE), privileges, ownership, grants, scope binding and audit as a memory store; the
 memory-store routes do not see it, nor these routes a memory store (404 NOT_FOUND). Reading
 sessions and items needs READ_MEMORY_STORE (`sessions.read`), changing them WRITE_MEMORY_STORE
-(`sessions.write`); an actor id is a scope, held to the store's scope binding like an entry scope.
+(`sessions.write`); an actor id is a scope, held to the store's scope binding like an entry scope,
+and erasing a scope (`entries.service.erase`) removes that actor's sessions with their items
+(`erase_scope`, handed to it through `Context.scope_erasers` by the composition root).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from catalog.sessions.schemas import (
 )
 
 KIND = "session"
+erase_scope = repo.erase_scope  # the scope eraser the composition root hands to entry erasure
 MAX_STORE_PAGE = 100
 DEFAULT_SESSION_PAGE, MAX_SESSION_PAGE = 100, 1000
 DEFAULT_ITEM_PAGE, MAX_ITEM_PAGE = 100, 1000

@@ -1,0 +1,5 @@
+"""OpenAI-compatible conversations, each bound to one memory store and one scope."""
+
+from catalog.conversations.service import erase_scope
+
+__all__ = ["erase_scope"]

@@ -1,0 +1,202 @@
+"""Conversations: OpenAI-compatible conversations bound to one memory store and one scope.
+
+Rules:
+- a conversation belongs to the store and scope it was created with, for its whole life; every
+  request on it reads them from its row and then authorizes on that store through the access
+  seam: reading (retrieve, list and retrieve items) needs READ_MEMORY_STORE, changing (create,
+  append, update metadata, delete it or an item) WRITE_MEMORY_STORE (actions `conversations.read`
+  and `conversations.write`); the scope is held to the store's scope binding like an entry scope;
+- 403 or 404: a conversation that exists answers 403 to a caller who may not use its store (also
+  when the refusal is for a parent: the id is random, so its existence tells nothing the caller
+  did not hold already); an id that names no conversation is 404 `NOT_FOUND`; creating one in a
+  store that does not exist is 404 behind usable parents and 403 otherwise, as for entries;
+- every change runs in one transaction with the request's audit event, whose securable is the
+  store; appends serialize on the conversation's row (`repo.append`), so concurrent appends never
+  lose or interleave an item;
+- erasing a scope (`entries.service.erase` / `delete_scope`) removes its conversations too
+  (`erase_scope`, handed to them through `Context.scope_erasers` by the composition root).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from catalog.auditlog import audited, note_result
+from catalog.auth import Principal
+from catalog.context import Context
+from catalog.conversations import repo
+from catalog.conversations.items import check_items, new_conversation_id
+from catalog.conversations.repo import ConversationRow
+from catalog.conversations.schemas import (
+    DEFAULT_PAGE,
+    MAX_PAGE,
+    Conversation,
+    ConversationCreate,
+    ConversationDeleted,
+    ConversationItemList,
+    ConversationItemsCreate,
+    ConversationScopeOut,
+    ConversationStore,
+    ConversationUpdate,
+)
+from catalog.entries.service import resolve_store
+from catalog.errors import AlreadyExists, InvalidParameter, NotFound
+from catalog.governance import Securable
+from catalog.keys import validate_scope
+
+erase_scope = repo.erase_scope  # the scope eraser the composition root hands to entry erasure
+
+
+def _answer(row: ConversationRow) -> Conversation:
+    return Conversation(
+        id=row.id,
+        created_at=row.created_at,
+        metadata=row.metadata,
+        memory_store=ConversationStore(name=row.store_name),
+        scope=ConversationScopeOut(kind=row.scope_kind, value=row.scope),
+    )
+
+
+async def _open(
+    ctx: Context, principal: Principal, conversation_id: str, action_name: str
+) -> tuple[ConversationRow, Securable]:
+    """The conversation and its store, once `action_name` is allowed there (see the rules)."""
+    row = await repo.get(ctx.pool, conversation_id)
+    if row is None:
+        raise NotFound(f"conversation {conversation_id} does not exist")
+    store = await resolve_store(ctx, principal, row.store_name, action_name, [row.scope])
+    if store.node.id != row.store_id:  # renamed and replaced between the two reads
+        raise NotFound(f"conversation {conversation_id} does not exist")
+    return row, store
+
+
+async def _append(conn: asyncpg.Connection, conversation_id: str, items: list[Any], by: str) -> None:
+    try:
+        appended = await repo.append(conn, conversation_id, items, by)
+    except asyncpg.UniqueViolationError:
+        raise AlreadyExists(
+            f"an item with one of these ids is already in conversation {conversation_id}"
+        ) from None
+    if not appended:
+        raise NotFound(f"conversation {conversation_id} does not exist")
+
+
+async def create(ctx: Context, principal: Principal, data: ConversationCreate) -> Conversation:
+    scope = validate_scope(data.scope.value, "scope.value")
+    items = check_items(data.items or [])
+    store = await resolve_store(
+        ctx, principal, data.memory_store.name, "conversations.write", [scope], field="memory_store.name"
+    )
+    conversation_id = new_conversation_id()
+    async with audited(ctx.pool) as conn:
+        await repo.insert(
+            conn, conversation_id, store.node.id, scope, data.scope.kind, data.metadata or {}, principal.name
+        )
+        await _append(conn, conversation_id, items, principal.name)
+        row = await repo.get(conn, conversation_id)
+        note_result(len(items))
+    assert row is not None  # inserted in this transaction
+    return _answer(row)
+
+
+async def retrieve(ctx: Context, principal: Principal, conversation_id: str) -> Conversation:
+    row, _ = await _open(ctx, principal, conversation_id, "conversations.read")
+    note_result(1)
+    return _answer(row)
+
+
+async def update(
+    ctx: Context, principal: Principal, conversation_id: str, data: ConversationUpdate
+) -> Conversation:
+    await _open(ctx, principal, conversation_id, "conversations.write")
+    async with audited(ctx.pool) as conn:
+        if not await repo.set_metadata(conn, conversation_id, data.metadata or {}):
+            raise NotFound(f"conversation {conversation_id} does not exist")
+        row = await repo.get(conn, conversation_id)
+        note_result(1)
+    assert row is not None
+    return _answer(row)
+
+
+async def delete(ctx: Context, principal: Principal, conversation_id: str) -> ConversationDeleted:
+    await _open(ctx, principal, conversation_id, "conversations.write")
+    async with audited(ctx.pool) as conn:
+        if not await repo.delete(conn, conversation_id):
+            raise NotFound(f"conversation {conversation_id} does not exist")
+        note_result(1)
+    return ConversationDeleted(id=conversation_id)
+
+
+async def append(
+    ctx: Context, principal: Principal, conversation_id: str, data: ConversationItemsCreate
+) -> ConversationItemList:
+    """OpenAI answers the items it added, as a list (`has_more` false)."""
+    items = check_items(data.items)
+    await _open(ctx, principal, conversation_id, "conversations.write")
+    async with audited(ctx.pool) as conn:
+        await _append(conn, conversation_id, items, principal.name)
+        note_result(len(items))
+    data_out = [item.item for item in items]
+    return ConversationItemList(
+        data=data_out,
+        first_id=data_out[0]["id"] if data_out else None,
+        last_id=data_out[-1]["id"] if data_out else None,
+        has_more=False,
+    )
+
+
+async def list_items(
+    ctx: Context,
+    principal: Principal,
+    conversation_id: str,
+    limit: int | None,
+    order: str | None,
+    after: str | None,
+) -> ConversationItemList:
+    """One page in position order (`desc`, the default as in OpenAI: newest first); `after` is the
+    id of the last item of the previous page."""
+    size = DEFAULT_PAGE if limit is None else limit
+    if not 1 <= size <= MAX_PAGE:
+        raise InvalidParameter(f"limit must be between 1 and {MAX_PAGE}", "limit")
+    descending = (order or "desc") == "desc"
+    await _open(ctx, principal, conversation_id, "conversations.read")
+    start = None
+    if after is not None:
+        start = await repo.position(ctx.pool, conversation_id, after)
+        if start is None:
+            raise InvalidParameter(f"after: no item {after} in conversation {conversation_id}", "after")
+    rows = await repo.list_items(ctx.pool, conversation_id, start, size + 1, descending)
+    page = rows[:size]
+    note_result(len(page))
+    return ConversationItemList(
+        data=page,
+        first_id=page[0]["id"] if page else None,
+        last_id=page[-1]["id"] if page else None,
+        has_more=len(rows) > size,
+    )
+
+
+async def retrieve_item(
+    ctx: Context, principal: Principal, conversation_id: str, item_id: str
+) -> dict[str, Any]:
+    await _open(ctx, principal, conversation_id, "conversations.read")
+    item = await repo.get_item(ctx.pool, conversation_id, item_id)
+    if item is None:
+        raise NotFound(f"no item {item_id} in conversation {conversation_id}")
+    note_result(1)
+    return item
+
+
+async def delete_item(ctx: Context, principal: Principal, conversation_id: str, item_id: str) -> Conversation:
+    """OpenAI answers the conversation the item was deleted from."""
+    await _open(ctx, principal, conversation_id, "conversations.write")
+    async with audited(ctx.pool) as conn:
+        if not await repo.delete_item(conn, conversation_id, item_id):
+            raise NotFound(f"no item {item_id} in conversation {conversation_id}")
+        row = await repo.get(conn, conversation_id)
+        note_result(1)
+    if row is None:
+        raise NotFound(f"conversation {conversation_id} does not exist")
+    return _answer(row)

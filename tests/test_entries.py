@@ -429,6 +429,11 @@ def test_search_filters(client, token):
             client, token, {"scope": "u-filter", "query": "kayak trip", "session_id": "s1", "mode": mode}
         )
         assert [r["memory_entry"]["path"] for r in results] == ["/projects/b.md"], mode
+    # a keyword query of stopwords only has no term to match: nothing, not every entry
+    results = search(client, token, {"scope": "u-filter", "query": "the of and", "mode": "keyword"})
+    assert results == []
+    results = search(client, token, {"scope": "u-filter", "query": "the kayak", "mode": "keyword"})
+    assert len(results) == 3
     results = search(client, token, {"scope": "u-filter", "query": "kayak trip", "min_score": 2.0})
     assert results == []
     results = search(client, token, {"scope": "u-filter", "query": "kayak trip", "top_k": 1})

@@ -35,8 +35,17 @@ def _read_stopwords() -> list[str]:
 # English function words (see the file for their source), dropped at index and query time:
 # questions are full of them and they only add noise to BM25. Read once, at import.
 STOPWORDS = _read_stopwords()
+_STOPWORD_SET = frozenset(STOPWORDS)
+_TOKENS = re.compile(r"[^\W_]+", re.UNICODE)  # what the simple tokenizer keeps (letters and digits)
 _QUERY_SYNTAX = re.compile(r"[^\w\s]", re.UNICODE)
 _PATH_WORDS = re.compile(r"[/_.\-]+")
+
+
+def _has_terms(words: str) -> bool:
+    """Whether the analyzer leaves any term of `words` (a token under 64 bytes, not a stopword)."""
+    return any(
+        len(token.encode()) < 64 and token.lower() not in _STOPWORD_SET for token in _TOKENS.findall(words)
+    )
 
 
 def _analyzer() -> Any:
@@ -177,8 +186,8 @@ class FullTextIndex:
     ) -> list[tuple[str, float]]:
         """(entry id, BM25 score), best first, only from the given store and scopes."""
         words = _QUERY_SYNTAX.sub(" ", text).strip()
-        if not words:
-            return []
+        if not _has_terms(words):
+            return []  # nothing left to match (only stopwords): an empty query would match everything
         parsed, _errors = self.index.parse_query_lenient(
             words, ["contents", "description", "path_words"], field_boosts=self.boosts
         )

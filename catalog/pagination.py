@@ -43,6 +43,15 @@ def page_size(value: int | None, *, default: int, cap: int, field: str = "max_re
     return min(value, cap)
 
 
+def scim_window(start_index: int | None, count: int | None, *, cap: int) -> tuple[int, int]:
+    """A SCIM list's window: (1-based first index, page size). `startIndex` absent means 1;
+    `count` absent or 0 means the cap, above the cap the cap, negative 400."""
+    start = start_index or 1
+    if start < 1:
+        raise InvalidParameter("startIndex starts at 1", "startIndex")
+    return start, page_size(count, default=cap, cap=cap, field="count")
+
+
 async def token_key(pool: asyncpg.Pool) -> bytes:
     """The database's signing key (one short query; only a request that reads or issues a token
     asks for it)."""

@@ -40,7 +40,6 @@ from catalog.keys import validate_scope
 from catalog.namespace import service as namespace
 from catalog.namespace.schemas import MemoryStoreCreate, MemoryStoreInfo, MemoryStoreUpdate
 from catalog.permissions import service as permissions
-from catalog.permissions.schemas import PermissionsChange, UpdatePermissions
 
 _STORE_ID = re.compile(STORE_ID_PATTERN)
 _READ_MASK = re.compile(READ_MASK_PATTERN)
@@ -186,19 +185,8 @@ async def delete_store(ctx: Context, principal: Principal, sid: str) -> None:
 
 
 async def grant(ctx: Context, principal: Principal, sid: str, body: GrantRequest) -> None:
-    privileges = (
-        ["READ_MEMORY_STORE"] if body.permission == "READ" else ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]
-    )
-    await permissions.update_permissions(
-        ctx,
-        principal,
-        "memory_store",
-        _full_name(ctx, sid),
-        UpdatePermissions(
-            changes=[PermissionsChange(principal=body.principal.name, add=privileges)],
-            omit_permissions_in_response=True,
-        ),
-        store_kind="memory",
+    await permissions.grant_store_permission(
+        ctx, principal, _full_name(ctx, sid), body.principal.name, body.permission, store_kind="memory"
     )
 
 

@@ -29,6 +29,7 @@ from catalog.groups.schemas import (
     MemberRef,
 )
 from catalog.inputs import blank
+from catalog.pagination import scim_window
 
 _REMOVE_PATH = re.compile(r'members\[value eq "([^"]+)"\]')
 # the one filter supported (SCIM's attribute and operator, with spaces around them)
@@ -145,12 +146,7 @@ async def list_groups(
         if not match:
             raise InvalidParameter('filter supports only displayName eq "name"', "filter")
         display_name = match[1]
-    start = start_index or 1
-    if start < 1:
-        raise InvalidParameter("startIndex starts at 1", "startIndex")
-    if count is not None and count < 0:
-        raise InvalidParameter("count must not be negative", "count")
-    size = min(count if count else ctx.settings.page_cap, ctx.settings.page_cap)
+    start, size = scim_window(start_index, count, cap=ctx.settings.page_cap)
     admin, _ = await _authorize(ctx, principal, "groups.list")
     rows = await repo.list_groups(ctx.pool, display_name)
     if not admin:

@@ -21,6 +21,7 @@ from catalog.permissions.schemas import (
     EffectivePermissionsList,
     EffectivePrivilege,
     EffectivePrivilegeAssignment,
+    PermissionsChange,
     PermissionsList,
     PrivilegeAssignment,
     UpdatePermissions,
@@ -107,6 +108,25 @@ async def get_permissions(
     return PermissionsList(
         privilege_assignments=[PrivilegeAssignment(principal=name, privileges=grants[name]) for name in page],
         next_page_token=token,
+    )
+
+
+async def grant_store_permission(
+    ctx: Context, principal: Principal, full_name: str, grantee: str, permission: str, *, store_kind: str
+) -> None:
+    """The agent dialect's store grant (memory and session stores alike): WRITE grants READ and
+    WRITE, READ grants READ."""
+    privileges = (
+        ["READ_MEMORY_STORE"] if permission == "READ" else ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]
+    )
+    change = PermissionsChange(principal=grantee, add=privileges)
+    await update_permissions(
+        ctx,
+        principal,
+        "memory_store",
+        full_name,
+        UpdatePermissions(changes=[change], omit_permissions_in_response=True),
+        store_kind=store_kind,
     )
 
 

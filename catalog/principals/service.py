@@ -23,6 +23,7 @@ from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound
 from catalog.governance import SecurableType
 from catalog.governance.policy import PolicyState
+from catalog.pagination import scim_window
 from catalog.principals import repo
 from catalog.principals.schemas import User, UserGroup, UserList
 
@@ -97,12 +98,7 @@ async def list_users(
         if not match:
             raise InvalidParameter('filter supports only userName eq "name" (or id, displayName)', "filter")
         name = match[2]
-    start = start_index or 1
-    if start < 1:
-        raise InvalidParameter("startIndex starts at 1", "startIndex")
-    if count is not None and count < 0:
-        raise InvalidParameter("count must not be negative", "count")
-    size = min(count if count else ctx.settings.page_cap, ctx.settings.page_cap)
+    start, size = scim_window(start_index, count, cap=ctx.settings.page_cap)
     await ctx.access.resolve(principal, "principals.read", SecurableType.METASTORE)
     total = await repo.count_known(ctx.pool, name)
     names = await repo.list_known(ctx.pool, name, start - 1, size)

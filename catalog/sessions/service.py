@@ -37,7 +37,6 @@ from catalog.namespace.schemas import (
 from catalog.namespace.service import scope_binding
 from catalog.pagination import Pages, collect_page
 from catalog.permissions import service as permissions
-from catalog.permissions.schemas import PermissionsChange, UpdatePermissions
 from catalog.sessions import repo
 from catalog.sessions.repo import ItemRow, SessionRow
 from catalog.sessions.schemas import (
@@ -275,19 +274,8 @@ async def delete_store(ctx: Context, principal: Principal, name: str) -> None:
 
 async def grant(ctx: Context, principal: Principal, name: str, body: SessionStoreGrant) -> None:
     """As for memory stores in this dialect: WRITE grants READ and WRITE, READ grants READ."""
-    privileges = (
-        ["READ_MEMORY_STORE"] if body.permission == "READ" else ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]
-    )
-    await permissions.update_permissions(
-        ctx,
-        principal,
-        "memory_store",
-        _full_name(ctx, name),
-        UpdatePermissions(
-            changes=[PermissionsChange(principal=body.principal.name, add=privileges)],
-            omit_permissions_in_response=True,
-        ),
-        store_kind=KIND,
+    await permissions.grant_store_permission(
+        ctx, principal, _full_name(ctx, name), body.principal.name, body.permission, store_kind=KIND
     )
 
 

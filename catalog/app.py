@@ -27,6 +27,7 @@ from catalog.conversations.routes import routers as conversations_routers
 from catalog.entries.routes import router as entries_router
 from catalog.entries.routes import system_router
 from catalog.errors import handle_exception
+from catalog.extraction.routes import router as extraction_router
 from catalog.groups.routes import router as groups_router
 from catalog.http import RequestContext
 from catalog.metrics.routes import router as metrics_router
@@ -34,12 +35,14 @@ from catalog.openapi import finish
 from catalog.ops import databricks_config, healthz
 from catalog.permissions.routes import router as permissions_router
 from catalog.principals.routes import router as principals_router
+from catalog.responses.routes import routers as responses_routers
 from catalog.runtime import Runtime
 from catalog.search.embedder import Encoder
 from catalog.sessions.routes import router as sessions_router
 from catalog.sessions.routes import store_router as sessions_store_router
 from catalog.settings import Settings
 from catalog.toolkit import routes as toolkit
+from catalog.transcripts.routes import routers as transcripts_routers
 
 
 def _context(request: Request[Any, Any, Any]) -> Context:
@@ -75,6 +78,9 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             *conversations_routers,
             sessions_router,
             sessions_store_router,
+            *transcripts_routers,
+            *responses_routers,
+            extraction_router,
             system_router,
             audit_router,
             metrics_router,

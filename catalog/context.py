@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from catalog.governance import Access, Authorizer, Node
+from catalog.llm import ChatModel
 from catalog.search import SearchEngine
 from catalog.settings import Settings
 
@@ -20,10 +21,12 @@ class Context:
     pool: asyncpg.Pool
     access: Access  # the one access seam (catalog.governance.access)
     search: SearchEngine | None = None  # None only in tools that never touch entries
-    # What else a scope holds besides entries (conversations, ...): each eraser deletes a scope's
-    # rows from one store, or from every store when given None, in the erasing transaction, and
-    # answers how many. Slices above `entries` register theirs in the composition root.
-    scope_erasers: tuple[ScopeEraser, ...] = ()
+    # What else a scope holds besides entries, by name (`conversations`, `sessions`): each eraser
+    # deletes a scope's rows from one store, or from every store when given None, in the erasing
+    # transaction, and answers how many. Slices above `entries` register theirs in the
+    # composition root.
+    scope_erasers: tuple[tuple[str, ScopeEraser], ...] = ()
+    llm: ChatModel | None = None  # the upstream model (catalog.llm), None when not configured
 
     @property
     def authorizer(self) -> Authorizer:

@@ -114,6 +114,25 @@ class DeadlineExceeded(CatalogError):
     error_code = "DEADLINE_EXCEEDED"
 
 
+class NotConfigured(CatalogError):
+    """The route needs a part of the server that is not configured (an upstream model)."""
+
+    status_code = 501
+    error_code = "NOT_IMPLEMENTED"
+
+
+class UpstreamFailed(CatalogError):
+    """The upstream model server failed (after the retries the server allows itself)."""
+
+    status_code = 502
+    error_code = "BAD_GATEWAY"
+
+
+# 5xx errors whose message is answered as is (the others are logged and answered as an internal
+# error, with the request id): they say what a client or an operator can act on
+ANSWERED_AS_IS = (DeadlineExceeded, NotConfigured, UpstreamFailed)
+
+
 class RequestTimeout(CatalogError):
     """The client paused too long while sending its request (slow-client protection)."""
 
@@ -230,7 +249,7 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
         runtime = getattr(request.app.state, "runtime", None)
         if runtime is not None:
             runtime.db.suspect()  # probe now; requests are refused at once while it is down
-    elif err.status_code >= 500 and not isinstance(err, DeadlineExceeded):
+    elif err.status_code >= 500 and not isinstance(err, ANSWERED_AS_IS):
         log_unexpected(exc, request_id=request_id, route=request.scope.get("path"))
         err = CatalogError(f"internal error (request id {request_id})")
     error_code = wire_code(err, request)
@@ -248,6 +267,9 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
 def retry_headers(err: CatalogError) -> dict[str, str]:
     if isinstance(err, RequestTimeout):  # the rest of the body may still come: not a next request
         return {"Connection": "close"}
+    if isinstance(err, NotConfigured | UpstreamFailed):
+        # the server has retried the upstream itself: OpenAI's clients would send it twice more
+        return {"x-should-retry": "false"}
     if isinstance(err, RetryLater):
         return {"Retry-After": str(max(1, math.ceil(err.retry_after)))}
     return {}

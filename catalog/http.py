@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 import time
 import uuid
 from typing import Any
@@ -77,6 +78,8 @@ def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> No
 
 
 UNAUDITED = {"/healthz", "/openapi.json", "/docs"}
+# routes that wait for the upstream model: `llm_request_timeout` instead of `request_timeout`
+MODEL_ROUTES = re.compile(r"^/(ai-gateway/mlflow/)?v1/responses/?$|/sessions/[^/]+/extractions/?$")
 
 
 def _storable(text: str) -> str:
@@ -170,7 +173,9 @@ class RequestContext:
         if audited:
             audit.enabled = runtime.audit.enabled
             audit.early_unlock = runtime.audit.early_unlock
+            audit.event_for = lambda context, status: request_event(scope, state, context, request_id, status)
             audit.describe = lambda status: request_event(scope, state, audit, request_id, status)
+            audit.record = runtime.audit.record
         else:
             audit.enabled = False
         token = current.set(audit)
@@ -193,6 +198,9 @@ class RequestContext:
                     replaced = True
                     status = await self._audit_failed(scope, state, audit, request_id, send, exc)
                     return
+                # the request's event is written: a change still made while the body streams (a
+                # streamed response appending to its conversation) commits without it
+                audit.committed = True
                 response_started = True
             await send(message)
 
@@ -212,7 +220,7 @@ class RequestContext:
                     send_with_id,
                     504,
                     "DEADLINE_EXCEEDED",
-                    f"the request took longer than {runtime.settings.request_timeout:g} s",
+                    f"the request took longer than the server allows ({_limit(scope, runtime.settings):g} s)",
                 )
             finally:
                 self.in_flight -= 1
@@ -240,10 +248,11 @@ class RequestContext:
         settings = runtime.settings if runtime is not None else None
         if settings is not None and settings.body_timeout > 0:
             receive = _patient_receive(receive, settings.body_timeout)
-        if settings is None or settings.request_timeout <= 0:
+        limit = _limit(scope, settings) if settings is not None else 0
+        if limit <= 0:
             await self.app(scope, receive, send)
             return
-        async with asyncio.timeout(settings.request_timeout):
+        async with asyncio.timeout(limit):
             await self.app(scope, receive, send)
 
     def _refusal(self, scope: Scope, runtime: Any) -> tuple[int, str, str, float | None] | None:
@@ -344,6 +353,13 @@ class RequestContext:
     @staticmethod
     def _runtime(scope: Scope) -> Any:
         return getattr(scope["app"].state, "runtime", None) if "app" in scope else None  # type: ignore[typeddict-item]
+
+
+def _limit(scope: Scope, settings: Any) -> float:
+    """How long the request may take (0: no limit)."""
+    if MODEL_ROUTES.search(scope.get("path", "")):
+        return float(settings.llm_request_timeout)  # it waits for the upstream model
+    return float(settings.request_timeout)
 
 
 def _patient_receive(receive: Receive, timeout: float) -> Receive:

@@ -80,6 +80,8 @@ _WHY = {
     "RESOURCE_CONFLICT (the object is held)",
     413: "PAYLOAD_TOO_LARGE: the body, or a text field in it, is longer than allowed",
     429: "REQUEST_LIMIT_EXCEEDED: the caller's rate limit is exceeded; retry after `Retry-After` seconds",
+    501: "NOT_IMPLEMENTED: no upstream model is configured (CATALOG_LLM_BASE_URL)",
+    502: "BAD_GATEWAY: the upstream model failed (its status and message are in the message)",
     503: "TEMPORARILY_UNAVAILABLE: the database cannot be reached; retry after `Retry-After` seconds",
     504: "DEADLINE_EXCEEDED: the request took longer than the server allows",
 }

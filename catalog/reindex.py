@@ -1,9 +1,10 @@
 """`catalog reindex`: rebuild the derived search state from PostgreSQL.
 
-- every full-text index slot of the data dir that no running server holds is rebuilt (a slot a
-  server holds is skipped and named: that server keeps it current itself);
-- entries whose vector is missing or stale are embedded, every entry with `--embeddings`;
-- the HNSW index is rebuilt (REINDEX).
+- for each corpus (entries, transcripts), every full-text index slot of the data dir that no
+  running server holds is rebuilt (a slot a server holds is skipped and named: that server keeps
+  it current itself);
+- rows whose vector is missing or stale are embedded, every row with `--embeddings`;
+- the HNSW indexes are rebuilt (REINDEX).
 Progress goes to stderr, a summary to stdout.
 """
 
@@ -19,10 +20,10 @@ from catalog.auditlog.writer import record_system_events
 from catalog.db import create_pool
 from catalog.runtime import database_url_for_tools, load_encoder, prepare_database
 from catalog.search import SearchEngine, repo
+from catalog.search.corpus import CORPORA
 from catalog.search.embedder import Embedder
 from catalog.search.fulltext import FullTextIndex
 from catalog.search.indexer import Indexer
-from catalog.search.repo import VectorSearch
 from catalog.settings import Settings
 
 
@@ -51,43 +52,51 @@ async def reindex(settings: Settings, *, recompute_embeddings: bool = False) -> 
 
 
 async def _reindex(settings: Settings, pool: asyncpg.Pool, recompute_embeddings: bool) -> int:
-    root = settings.index_dir
-    root.mkdir(parents=True, exist_ok=True)
-    slots = sorted(p for p in root.glob("slot-*") if p.is_dir() and ".corrupt" not in p.name)
-    slots = slots or [root / "slot-0"]
     rebuilt = skipped = 0
-    for directory in slots:
-        try:
-            index = await asyncio.to_thread(FullTextIndex, directory)
-        except ValueError as exc:
-            if "lock" in str(exc).lower():
-                _say(f"{directory.name}: held by a running server, which keeps it current; skipped")
-                skipped += 1
-                continue
-            raise
-        indexer = Indexer(pool, root)
-        indexer.index = index
-        started = time.perf_counter()
-        count = await indexer.rebuild()
-        await indexer.catch_up()
-        await asyncio.to_thread(index.close)
-        _say(f"{directory.name}: {count} entries indexed in {time.perf_counter() - started:.1f} s")
-        rebuilt += 1
+    for corpus in CORPORA:
+        indexer = Indexer(pool, settings.index_dir, corpus=corpus)
+        root = indexer.index_root
+        root.mkdir(parents=True, exist_ok=True)
+        slots = sorted(p for p in root.glob("slot-*") if p.is_dir() and ".corrupt" not in p.name)
+        for directory in slots or [root / "slot-0"]:
+            label = f"{corpus.name} {directory.name}"
+            try:
+                index = await asyncio.to_thread(FullTextIndex, directory)
+            except ValueError as exc:
+                if "lock" in str(exc).lower():
+                    _say(f"{label}: held by a running server, which keeps it current; skipped")
+                    skipped += 1
+                    continue
+                raise
+            indexer = Indexer(pool, settings.index_dir, corpus=corpus)
+            indexer.index = index
+            started = time.perf_counter()
+            count = await indexer.rebuild()
+            await indexer.catch_up()
+            await asyncio.to_thread(index.close)
+            _say(f"{label}: {count} documents indexed in {time.perf_counter() - started:.1f} s")
+            rebuilt += 1
 
     encoder = await asyncio.to_thread(load_encoder, settings)
-    engine = SearchEngine(pool, Embedder(encoder), Indexer(pool, root), VectorSearch(pool))
-    if recompute_embeddings:
-        await repo.forget_embeddings(pool)
-    total = await repo.count_unembedded(pool)
-    started = time.perf_counter()
-    done = 0
-    while done < total:
-        batch = await engine.embed_pass(1024)
-        if batch == 0:
-            break
-        done += batch
-        rate = done / max(time.perf_counter() - started, 1e-9)
-        _say(f"embeddings: {done}/{total} ({rate:.0f}/s)")
-    await repo.rebuild_vector_index(pool)
-    print(f"reindexed: {rebuilt} full-text index slot(s) rebuilt, {skipped} skipped; {done} entries embedded")
+    engine = SearchEngine.create(pool, Embedder(encoder), settings.index_dir)
+    embedded: list[str] = []
+    for corpus in CORPORA:
+        if recompute_embeddings:
+            await repo.forget_embeddings(pool, corpus)
+        total = await repo.count_unembedded(pool, corpus)
+        started = time.perf_counter()
+        done = 0
+        while done < total:
+            batch = await engine.embed_pass(1024, corpus)
+            if batch == 0:
+                break
+            done += batch
+            rate = done / max(time.perf_counter() - started, 1e-9)
+            _say(f"embeddings of {corpus.name}: {done}/{total} ({rate:.0f}/s)")
+        await repo.rebuild_vector_index(pool, corpus)
+        embedded.append(f"{done} {corpus.name}")
+    print(
+        f"reindexed: {rebuilt} full-text index slot(s) rebuilt, {skipped} skipped; "
+        f"embedded: {', '.join(embedded)}"
+    )
     return 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from catalog import conversations, sessions
+from catalog import conversations, llm, sessions
 from catalog.auditlog.writer import AuditWriter, early_unlock_supported, record_system_events
 from catalog.auth import TokenVerifier
 from catalog.context import Context
@@ -25,8 +25,6 @@ from catalog.namespace import bootstrap, get_metastore
 from catalog.principals import SeenPrincipals
 from catalog.search import SearchEngine
 from catalog.search.embedder import DIMENSIONS, Embedder, Encoder, ModelError, ModelFiles, OnnxEncoder
-from catalog.search.indexer import Indexer
-from catalog.search.repo import VectorSearch
 from catalog.settings import Settings
 
 log = logging.getLogger("catalog.runtime")
@@ -92,7 +90,7 @@ def load_encoder(settings: Settings) -> Encoder:
 async def start_search(settings: Settings, pool: asyncpg.Pool, encoder: Encoder | None) -> SearchEngine:
     if encoder is None:
         encoder = await asyncio.to_thread(load_encoder, settings)
-    engine = SearchEngine(pool, Embedder(encoder), Indexer(pool, settings.index_dir), VectorSearch(pool))
+    engine = SearchEngine.create(pool, Embedder(encoder), settings.index_dir)
     await engine.start()
     return engine
 
@@ -176,7 +174,11 @@ class Runtime:
             pool=pool,
             access=Access(pool, authorizer, metastore),
             search=search,
-            scope_erasers=(conversations.erase_scope, sessions.erase_scope),
+            scope_erasers=(
+                ("conversations", conversations.erase_scope),
+                ("sessions", sessions.erase_scope),
+            ),
+            llm=llm.configured(settings),
         )
         monitor.start()
         limiter = RateLimiter(settings.rate_limit, settings.burst) if settings.rate_limit > 0 else None
@@ -188,6 +190,8 @@ class Runtime:
         await self.audit.close()
         if self.context.search is not None:
             await self.context.search.close()
+        if self.context.llm is not None:
+            await self.context.llm.close()
         await self.context.pool.close()
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,16 @@ class Settings:
     max_connections: int = 1024  # open client connections; more are answered 503 and closed
     header_timeout: float = 10.0  # seconds a client may take to send a request's line and headers
     body_timeout: float = 30.0  # seconds a client may pause while sending a request body
+    # the upstream model (catalog.llm): an OpenAI-compatible Chat Completions endpoint, or none
+    llm_base_url: str | None = None
+    llm_api_key: str | None = field(default=None, repr=False)
+    llm_model: str | None = None
+    llm_timeout: float = 120.0  # seconds one upstream call may take
+    llm_max_retries: int = 2  # retries of one upstream call (429, 5xx, connection failures)
+    llm_max_steps: int = 8  # model calls one response or extraction may make (tool rounds)
+    # a route that waits for the model (responses, extraction) may take this long instead of
+    # `request_timeout`
+    llm_request_timeout: float = 600.0
 
     def __post_init__(self) -> None:
         if self.jwks_url and self.jwt_public_key:
@@ -68,6 +78,10 @@ class Settings:
             raise SettingsError("port must be between 0 (any free port) and 65535")
         if self.log_format not in ("auto", "json", "plain"):
             raise SettingsError("CATALOG_LOG_FORMAT must be auto, json or plain")
+        if self.llm_base_url is not None and not re.match(r"^https?://[^\s/]+", self.llm_base_url):
+            raise SettingsError("CATALOG_LLM_BASE_URL must be an http(s) URL, e.g. http://127.0.0.1:11434/v1")
+        if not 1 <= self.llm_max_steps <= 64:
+            raise SettingsError("CATALOG_LLM_MAX_STEPS must be between 1 and 64")
         for name, value in (
             ("CATALOG_RATE_LIMIT", self.rate_limit),
             ("CATALOG_RATE_BURST", self.rate_burst),
@@ -76,6 +90,9 @@ class Settings:
             ("CATALOG_MAX_CONNECTIONS", self.max_connections),
             ("CATALOG_HEADER_TIMEOUT", self.header_timeout),
             ("CATALOG_BODY_TIMEOUT", self.body_timeout),
+            ("CATALOG_LLM_TIMEOUT", self.llm_timeout),
+            ("CATALOG_LLM_MAX_RETRIES", self.llm_max_retries),
+            ("CATALOG_LLM_REQUEST_TIMEOUT", self.llm_request_timeout),
         ):
             if value < 0:
                 raise SettingsError(f"{name} must not be negative (0 turns the limit off)")
@@ -112,6 +129,13 @@ class Settings:
             max_connections=number("CATALOG_MAX_CONNECTIONS", 1024, int),
             header_timeout=number("CATALOG_HEADER_TIMEOUT", 10.0),
             body_timeout=number("CATALOG_BODY_TIMEOUT", 30.0),
+            llm_base_url=get("CATALOG_LLM_BASE_URL"),
+            llm_api_key=get("CATALOG_LLM_API_KEY"),
+            llm_model=get("CATALOG_LLM_MODEL"),
+            llm_timeout=number("CATALOG_LLM_TIMEOUT", 120.0),
+            llm_max_retries=number("CATALOG_LLM_MAX_RETRIES", 2, int),
+            llm_max_steps=number("CATALOG_LLM_MAX_STEPS", 8, int),
+            llm_request_timeout=number("CATALOG_LLM_REQUEST_TIMEOUT", 600.0),
             data_dir=Path(get("CATALOG_DATA_DIR") or ".data"),
             database_url=get("CATALOG_DATABASE_URL"),
             admin=get("CATALOG_ADMIN") or "admin",

@@ -4,6 +4,8 @@ usually None, are left out)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import msgspec
 
 
@@ -13,3 +15,12 @@ class Input(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class Output(msgspec.Struct, omit_defaults=True, kw_only=True):
     """A reply body."""
+
+
+def rfc3339(epoch_ms: int) -> str:
+    """Epoch milliseconds as the agent dialect writes times: `2026-12-01T02:48:14.123Z`."""
+    return (
+        datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )

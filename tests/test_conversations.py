@@ -402,3 +402,38 @@ def test_message_text_is_kept_for_search(live, database_url):
         ("function_call", None),
         ("message", "It arrives tomorrow."),
     ]
+
+
+def test_transcript_search_finds_a_message_by_meaning_with_the_real_model(live):
+    """Episodic memory through the shipped ONNX model: a paraphrase with no word in common finds
+    the message; the scope's other conversations and other scopes stay out."""
+    user = f"sem-{uuid.uuid4().hex[:8]}"
+    oai = client_for(live, "alice")
+    oai.conversations.create(
+        items=[
+            {"role": "user", "content": "My daughter cannot eat peanuts, she gets a severe reaction."},
+            {"role": "user", "content": "Please book a table by the window for Saturday evening."},
+            {"role": "user", "content": "The quarterly report is due on the fifteenth."},
+        ],
+        extra_body=bind(STORE, user),
+    )
+    oai.conversations.create(
+        items=[{"role": "user", "content": "Nut allergies run in my family."}],
+        extra_body=bind(STORE, "someone-else"),
+    )
+    r = httpx.post(
+        f"{live.url}{UC}/memory-stores/{STORE}/conversations:search",
+        headers=headers(live, "rita"),  # READ only
+        json={
+            "scope": user,
+            "query": "which foods is the child allergic to?",
+            "mode": "semantic",
+            "top_k": 3,
+        },
+    )
+    assert r.status_code == 200, r.text
+    hits = [hit["conversation_item"] for hit in r.json()["results"]]
+    assert hits[0]["text"].startswith("My daughter cannot eat peanuts")
+    assert {hit["scope"] for hit in hits} == {user}
+    scores = [hit["score"] for hit in r.json()["results"]]
+    assert scores == sorted(scores, reverse=True)

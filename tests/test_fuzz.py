@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import os
 import re
 import socket
@@ -41,6 +42,7 @@ from schemathesis.core.parameters import ParameterLocation
 from schemathesis.core.result import Ok
 from schemathesis.pytest.lazy import get_all_tests
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
+from scripted_llm import Reply, ScriptedLLM
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
@@ -95,6 +97,8 @@ SEMANTIC: dict[str, list[str]] = {
     "deleteEntry": [r"path is required", r"give path or all=true, not both"],
     "listEntries": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
     "searchEntries": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
+    "searchConversations": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
+    "agentsSearchSessionItems": [r"actor_id \(or actor_ids\) is required", r"at most 20 actors per request"],
     "updatePermissions": [
         r"cannot be granted on a",  # which privileges fit which securable type
         r"is both added and removed",
@@ -126,6 +130,15 @@ SEMANTIC: dict[str, list[str]] = {
     "createConversation": [r"^`?items\[\d+\]"],
     "createConversationItems": [r"^`?items\[\d+\]"],
     "listConversationItems": [r"^after: no item"],  # an item of this conversation
+    # input items are checked as conversation items are; the fields OpenAI's clients send and that
+    # change nothing here are accepted, the ones that would change the answer are refused
+    "createResponse": [
+        r"^`?input",
+        r"client tools are not supported",
+        r"previous_response_id is not supported",
+        r"tool_choice must be",
+        r"must not contain NUL characters",  # anywhere in the body, as for every text
+    ],
 }
 
 
@@ -213,11 +226,13 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(settings: Settings) -> Iterator[Server]:
-    running = Server(settings)
-    try:
-        yield running
-    finally:
-        running.stop()
+    # responses need an upstream model: ours answers every call with a short text
+    with ScriptedLLM(default=Reply("noted")) as llm:
+        running = Server(dataclasses.replace(settings, llm_base_url=llm.url, llm_model="scripted"))
+        try:
+            yield running
+        finally:
+            running.stop()
 
 
 @pytest.fixture(scope="module")

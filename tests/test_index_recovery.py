@@ -56,6 +56,17 @@ def keyword(client, settings, query):
     return sorted(x["memory_entry"]["path"] for x in r.json()["results"])
 
 
+def said(client, settings, query):
+    """The conversation messages of scope u that a keyword search finds."""
+    r = client.post(
+        f"{STORE}/conversations:search",
+        headers=headers(settings),
+        json={"scope": "u", "query": query, "mode": "keyword"},
+    )
+    assert r.status_code == 200, r.text
+    return [x["conversation_item"]["text"] for x in r.json()["results"]]
+
+
 def sql(url: str, statement: str) -> None:
     async def run() -> None:
         conn = await asyncpg.connect(url)
@@ -88,6 +99,17 @@ def test_index_catches_up_rebuilds_and_reindexes(own):
             )
             assert r.status_code == 200
         assert keyword(c, settings, "walrus") == [f"/before/{i}.md" for i in range(5)]
+        r = c.post(
+            "/v1/conversations",
+            headers=headers(settings),
+            json={
+                "items": [{"role": "user", "content": "a walrus in the harbour"}],
+                "memory_store": {"name": "main.default.rec"},
+                "scope": {"kind": "user", "value": "u"},
+            },
+        )
+        assert r.status_code == 200, r.text
+        assert said(c, settings, "walrus") == ["a walrus in the harbour"]
 
     # committed in PostgreSQL while no server ran: the index never saw these (a crash between the
     # database commit and the index commit looks the same)
@@ -109,8 +131,12 @@ def test_index_catches_up_rebuilds_and_reindexes(own):
     for path in sorted(index_dir.rglob("*"), reverse=True):
         path.unlink() if path.is_file() else path.rmdir()
     index_dir.rmdir()
+    transcripts_dir = settings.index_dir / "transcripts" / "slot-0"
+    assert (transcripts_dir / "meta.json").exists()  # the transcripts' index, beside the entries'
+    (transcripts_dir / "meta.json").write_text("{ not json")
     with app_client(settings) as c:
         assert keyword(c, settings, "walrus") == expected
+        assert said(c, settings, "walrus") == ["a walrus in the harbour"]  # rebuilt too
 
     # corrupt index → moved aside and rebuilt
     (index_dir / "meta.json").write_text("{ not json")
@@ -130,14 +156,16 @@ def test_index_catches_up_rebuilds_and_reindexes(own):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert "slot-0: 7 entries indexed" in done.stderr
-    assert "1 full-text index slot(s) rebuilt" in done.stdout
+    assert "entries slot-0: 7 documents indexed" in done.stderr
+    assert "transcripts slot-0: 1 documents indexed" in done.stderr
+    assert "2 full-text index slot(s) rebuilt" in done.stdout
     reindexed = asyncio.run(
         _fetch(database_url, "SELECT decision FROM audit_events WHERE action_name = 'system.reindex'")
     )
     assert [r["decision"] for r in reindexed] == ["system"]  # the command is in the audit log
     with app_client(settings) as c:
         assert keyword(c, settings, "walrus") == expected
+        assert said(c, settings, "walrus") == ["a walrus in the harbour"]
         # the rows written behind the server's back got vectors from the backfill or reindex
         r = c.post(
             f"{STORE}/entries:search",

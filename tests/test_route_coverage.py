@@ -36,6 +36,8 @@ BODIES = {
     "createEntry": {"path": "/notes.md", "contents": "x"},
     "updateEntry": {"scope": "u", "path": "/notes.md", "append": {"text": "x"}},
     "searchEntries": {"scope": "u", "query": "x"},
+    "searchConversations": {"scope": "u", "query": "x"},
+    "agentsSearchSessionItems": {"actor_id": "u", "query": "x"},
     "agentsCreateMemoryStore": {"display_name": "walk-new"},
     "agentsUpdateMemoryStore": {"description": "x"},
     "agentsGrantMemoryStorePermission": {
@@ -58,6 +60,8 @@ BODIES = {
     "createConversation": {"memory_store": {"name": "walk.s.m"}, "scope": {"kind": "user", "value": "u"}},
     "updateConversation": {"metadata": {"k": "v"}},
     "createConversationItems": {"items": [{"role": "user", "content": "x"}]},
+    "agentsExtractMemories": {"memory_store": "memory-stores/walk-store"},
+    "createResponse": {"model": "m", "input": "x", "conversation": "{conversation_id}"},
     "patchGroup": {"Operations": [{"op": "add", "path": "members", "value": [{"value": "nobody"}]}]},
 }
 QUERIES = {
@@ -133,6 +137,14 @@ def walk(client, token):
     return {"group_id": group["id"], "conversation_id": conversation_id}
 
 
+def _body(operation_id: str, walk: dict[str, str]) -> object:
+    """The sample body, with the walk's ids put in (`"{conversation_id}"`)."""
+    return {
+        key: value.format(**walk) if isinstance(value, str) and value.startswith("{") else value
+        for key, value in BODIES[operation_id].items()
+    }
+
+
 def _operations(client):
     doc = client.get("/openapi.json").json()
     for path, item in doc["paths"].items():
@@ -178,7 +190,7 @@ def test_every_route_refuses_strangers_and_asks_authorize(client, token, walk, m
         kwargs = {"params": QUERIES.get(operation_id, {})}
         if method in ("POST", "PATCH"):
             assert operation_id in BODIES, f"add a sample body for {operation_id}"
-            kwargs["json"] = BODIES[operation_id]
+            kwargs["json"] = _body(operation_id, walk)
         anonymous = client.request(method, url, **kwargs)
         if operation_id in OPEN_WITHOUT_TOKEN:
             assert anonymous.status_code == 200, operation_id
@@ -216,6 +228,11 @@ def test_every_registered_action_is_used_by_a_route(client, token, walk, monkeyp
         # the admin asks about somebody else (the stranger about itself)
         extra_queries = {"getEffectivePermissions": {"principal": "somebody-else"}} if who == "admin" else {}
         # the MCP endpoint speaks JSON-RPC, outside the OpenAPI document (before the walk deletes the store)
+        # a response without a conversation is authorized on the metastore (no LLM here: 501 after)
+        stateless = client.post(
+            "/ai-gateway/mlflow/v1/responses", headers=token(who), json={"model": "m", "input": "x"}
+        )
+        assert stateless.status_code == 501, stateless.text
         mcp = client.post(
             "/mcp/memory-stores/walk.s.m",
             headers={**token(who), "Accept": "application/json, text/event-stream"},
@@ -227,6 +244,6 @@ def test_every_registered_action_is_used_by_a_route(client, token, walk, monkeyp
                 continue
             kwargs = {"params": {**QUERIES.get(operation_id, {}), **extra_queries.get(operation_id, {})}}
             if method in ("POST", "PATCH"):
-                kwargs["json"] = BODIES[operation_id]
+                kwargs["json"] = _body(operation_id, walk)
             client.request(method, _fill(path, walk), headers=token(who), **kwargs)
     assert set(ACTIONS) - asked == set()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import UTC, datetime
 
 from catalog.agents.schemas import (
     ENTRY_FIELDS,
@@ -40,6 +39,7 @@ from catalog.keys import validate_scope
 from catalog.namespace import service as namespace
 from catalog.namespace.schemas import MemoryStoreCreate, MemoryStoreInfo, MemoryStoreUpdate
 from catalog.permissions import service as permissions
+from catalog.wire import rfc3339
 
 _STORE_ID = re.compile(STORE_ID_PATTERN)
 _READ_MASK = re.compile(READ_MASK_PATTERN)
@@ -49,14 +49,6 @@ MAX_PAGE = 100
 DISPLAY_NAME = "display_name"
 # what a caller who may write but not read is told of an entry it wrote
 WRITE_ONLY_FIELDS = {"session_id", "create_time", "update_time"}
-
-
-def rfc3339(epoch_ms: int) -> str:
-    return (
-        datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 def store_id(value: str, field: str = "managed_memory_store_id") -> str:

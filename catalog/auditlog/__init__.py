@@ -10,6 +10,7 @@ from catalog.auditlog.writer import (
     note_decision,
     note_outcome,
     note_result,
+    operation,
     record_system_events,
 )
 
@@ -22,5 +23,6 @@ __all__ = [
     "note_decision",
     "note_outcome",
     "note_result",
+    "operation",
     "record_system_events",
 ]

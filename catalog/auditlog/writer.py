@@ -26,7 +26,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -88,6 +88,10 @@ class AuditContext:
     policy_revision: int | None = None
     result_count: int | None = None
     describe: Callable[[int], dict[str, Any]] | None = None  # the request's event for a status
+    # the event of a context of this request for a status (`describe` is it for this context), and
+    # how an event is appended: what `operation()` needs to give an operation an event of its own
+    event_for: Callable[[AuditContext, int], dict[str, Any]] | None = None
+    record: Callable[..., Awaitable[None]] | None = None
     params: dict[str, Any] | None = None  # what the request did beyond its query (a tool call)
     # the status and error code of an operation whose transport answered 200 anyway (an MCP tool
     # call that failed is a successful JSON-RPC answer)
@@ -127,6 +131,39 @@ def begin_operation(params: dict[str, Any]) -> None:
     context.securable_id = context.privilege = context.decision = context.reason = None
     context.policy_revision = context.result_count = None
     context.params = params
+
+
+@asynccontextmanager
+async def operation(params: dict[str, Any]) -> AsyncIterator[AuditContext]:
+    """An operation inside a request that gets an audit event of its own: each tool call a model
+    makes while the server answers a response. Inside the block, the authorizer's decision, the
+    counts and `note_outcome` go to the operation's context, not the request's; a change made
+    inside commits the operation's event with itself (`audited`), else the event is appended when
+    the block ends (with status 500 if it raised). Events share the request's id."""
+    parent = current.get()
+    child = AuditContext(params=params, enabled=False)
+    event_for, record = (parent.event_for, parent.record) if parent is not None else (None, None)
+    if parent is not None and parent.enabled and event_for is not None and record is not None:
+        child.enabled = True
+        child.early_unlock = parent.early_unlock
+        child.describe = lambda status: event_for(child, status)
+    token = current.set(child)
+    failed = False
+    try:
+        yield child
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        current.reset(token)
+        if child.enabled and not child.committed and child.describe is not None and record is not None:
+            if failed and child.outcome is None:
+                child.outcome = (500, "INTERNAL_ERROR")
+            if failed:
+                with contextlib.suppress(Exception):  # the failure itself is what propagates
+                    await record(**child.describe(200))
+            else:
+                await record(**child.describe(200))
 
 
 def note_outcome(status: int, error_code: str) -> None:

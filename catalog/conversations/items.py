@@ -10,7 +10,7 @@ Rules:
   `output_text` for the assistant), the shape OpenAI answers;
 - one item is at most `MAX_ITEM_CHARS` characters as JSON (413 naming `items[i]`);
 - the text parts of a message, joined by newlines, are returned beside the item for the `text`
-  column (what a later full-text search indexes).
+  column (what transcript search indexes: `catalog.transcripts`, migration 0015).
 """
 
 from __future__ import annotations
@@ -67,6 +67,24 @@ _SPECS: dict[str, tuple[str, dict[str, tuple[type, ...]], frozenset[str] | None]
         {"call_id": (str,), "output": (str, list)},
         frozenset({"type", "id", "call_id", "output", "status"}),
     ),
+    # a tool call the server ran itself (a response's memory tools; OpenAI's hosted MCP calls)
+    "mcp_call": (
+        "mcp",
+        {"name": (str,), "arguments": (str,), "server_label": (str,)},
+        frozenset(
+            {
+                "type",
+                "id",
+                "name",
+                "arguments",
+                "server_label",
+                "output",
+                "error",
+                "status",
+                "approval_request_id",
+            }
+        ),
+    ),
     "reasoning": ("rs", {"summary": (list,)}, None),
 }
 ITEM_TYPES = tuple(_SPECS)
@@ -109,9 +127,10 @@ def _parts(content: list[Any], field: str) -> list[str]:
     return texts
 
 
-def check_item(raw: dict[str, Any], i: int) -> Item:
-    """One item of a request, checked and completed (see the module's rules)."""
-    field = f"items[{i}]"
+def check_item(raw: dict[str, Any], i: int, name: str = "items") -> Item:
+    """One item of a request, checked and completed (see the module's rules); errors name it
+    `<name>[i]`."""
+    field = f"{name}[{i}]"
     item = dict(raw)
     kind = item.setdefault("type", "message") if "role" in item else item.get("type")
     if not isinstance(kind, str) or kind not in _SPECS:
@@ -136,8 +155,9 @@ def check_item(raw: dict[str, Any], i: int) -> Item:
     else:
         item["id"] = f"{prefix}_{secrets.token_hex(16)}"
     status = item.setdefault("status", "completed")
-    if status not in STATUSES:
-        raise InvalidParameter(f"{field}.status must be one of {', '.join(STATUSES)}", f"{field}.status")
+    statuses = (*STATUSES, "calling", "failed") if kind == "mcp_call" else STATUSES
+    if status not in statuses:
+        raise InvalidParameter(f"{field}.status must be one of {', '.join(statuses)}", f"{field}.status")
     text = None
     if kind == "message":
         text = _message_text(item, field)
@@ -164,12 +184,12 @@ def _message_text(item: dict[str, Any], field: str) -> str:
     return "\n".join(_parts(content, f"{field}.content"))
 
 
-def check_items(raw: Sequence[dict[str, Any]]) -> list[Item]:
+def check_items(raw: Sequence[dict[str, Any]], name: str = "items") -> list[Item]:
     """A request's items, checked; two items of one request may not share an id."""
-    items = [check_item(one, i) for i, one in enumerate(raw)]
+    items = [check_item(one, i, name) for i, one in enumerate(raw)]
     seen: set[str] = set()
     for i, item in enumerate(items):
         if item.id in seen:
-            raise InvalidParameter(f"items[{i}].id {item.id} is given twice", f"items[{i}].id")
+            raise InvalidParameter(f"{name}[{i}].id {item.id} is given twice", f"{name}[{i}].id")
         seen.add(item.id)
     return items

@@ -27,7 +27,7 @@ from catalog.auditlog import audited, note_result
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.conversations import repo
-from catalog.conversations.items import check_items, new_conversation_id
+from catalog.conversations.items import Item, check_items, new_conversation_id
 from catalog.conversations.repo import ConversationRow
 from catalog.conversations.schemas import (
     DEFAULT_PAGE,
@@ -200,3 +200,27 @@ async def delete_item(ctx: Context, principal: Principal, conversation_id: str, 
     if row is None:
         raise NotFound(f"conversation {conversation_id} does not exist")
     return _answer(row)
+
+
+# --- for responses (catalog.responses): a turn read and written through this slice -------------------
+
+
+async def open_conversation(
+    ctx: Context, principal: Principal, conversation_id: str, action_name: str
+) -> tuple[ConversationRow, Securable]:
+    """The conversation and its store, once `action_name` is allowed there (403 / 404 as above)."""
+    return await _open(ctx, principal, conversation_id, action_name)
+
+
+async def recent_items(ctx: Context, conversation_id: str, limit: int) -> list[dict[str, Any]]:
+    """The conversation's last `limit` items, oldest first (a model's context window)."""
+    rows = await repo.list_items(ctx.pool, conversation_id, None, limit, True)
+    return rows[::-1]
+
+
+async def append_turn(ctx: Context, principal: Principal, conversation_id: str, items: list[Item]) -> None:
+    """Append a response's turn (checked items: its input, tool calls, outputs and answer) in one
+    transaction with the request's audit event, all or nothing."""
+    async with audited(ctx.pool) as conn:
+        await _append(conn, conversation_id, items, principal.name)
+        note_result(len(items))

@@ -314,9 +314,11 @@ async def search(
 
 @post("/erase-scope", status_code=200, operation_id="eraseScope", responses=errors(413))
 async def erase_scope(request: Req, ctx: Ctx, data: JSONBody[EraseRequest]) -> EraseResult:
-    erased = await service.erase(ctx, request.user, ops.Erase(scope=data.scope))
+    erased, others = await service.erase(ctx, request.user, ops.Erase(scope=data.scope))
     stores = [ErasedStore(memory_store=store, deleted=count) for store, count in erased]
-    return EraseResult(scope=data.scope, deleted=sum(s.deleted for s in stores), stores=stores)
+    return EraseResult(
+        scope=data.scope, deleted=sum(s.deleted for s in stores), stores=stores, also_deleted=others
+    )
 
 
 router = routing.router(

@@ -150,5 +150,6 @@ class ErasedStore(msgspec.Struct, kw_only=True):
 
 class EraseResult(msgspec.Struct, kw_only=True):
     scope: str
-    deleted: int
-    stores: list[ErasedStore]
+    deleted: int  # entries, in every store
+    stores: list[ErasedStore]  # the stores that held entries of the scope, with how many
+    also_deleted: dict[str, int] = {}  # the scope's conversations and sessions (actor = scope)

@@ -271,6 +271,11 @@ async def list_entries(ctx: Context, principal: Principal, op: ops.List) -> Page
     return Page(page, await pages.token([last.path, last.scope, last.session_id]))
 
 
+def apply_change(current: str | None, change: ops.Change | None) -> str | None:
+    """The contents an edit leaves (400 naming the field when it cannot apply)."""
+    return _apply(current, change)
+
+
 def _apply(current: str | None, change: ops.Change | None) -> str | None:
     text_now = current or ""
     if isinstance(change, ops.StrReplace):
@@ -368,24 +373,26 @@ async def delete_scope(ctx: Context, principal: Principal, op: ops.DeleteScope) 
     store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
     async with audited(ctx.pool) as conn:
         deleted = await repo.delete_scope(conn, store.node.id, scope)
-        for eraser in ctx.scope_erasers:  # the scope's conversations, ...
+        for _, eraser in ctx.scope_erasers:  # the scope's conversations, ...
             await eraser(conn, store.node.id, scope)
         note_result(deleted)
     _written(ctx)
     return deleted
 
 
-async def erase(ctx: Context, principal: Principal, op: ops.Erase) -> list[tuple[str, int]]:
-    """A scope from every store (metastore admin): (store, entries deleted), by store name."""
+async def erase(
+    ctx: Context, principal: Principal, op: ops.Erase
+) -> tuple[list[tuple[str, int]], dict[str, int]]:
+    """A scope from every store (metastore admin): (store, entries deleted) by store name, and
+    how many of the scope's other rows went with them (`conversations`, `sessions`)."""
     scope = validate_scope(op.scope)
     await ctx.access.resolve(principal, "system.erase_scope", SecurableType.METASTORE)
     async with audited(ctx.pool) as conn:
         erased = await repo.erase_scope(conn, scope)
-        for eraser in ctx.scope_erasers:  # the scope's conversations, ...
-            await eraser(conn, None, scope)
+        others = {name: await eraser(conn, None, scope) for name, eraser in ctx.scope_erasers}
         note_result(sum(count for _, count in erased))
     _written(ctx)
-    return erased
+    return erased, others
 
 
 async def search(ctx: Context, principal: Principal, op: ops.Search) -> list[tuple[EntryRow, float]]:

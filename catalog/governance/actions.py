@@ -165,6 +165,32 @@ ACTIONS: dict[str, Action] = {
             (_P.WRITE_MEMORY_STORE,),
             "create, change or delete a session store's sessions and items",
         ),
+        _a(
+            "responses.create",
+            _S.MEMORY_STORE,
+            (_P.WRITE_MEMORY_STORE,),
+            "answer a response over a conversation of the store (reads it, appends the turn); "
+            "each memory tool call the model makes is then authorized as its entry operation",
+        ),
+        _a(
+            "responses.create_stateless",
+            _S.METASTORE,
+            (),
+            "answer a response without a conversation (no memory tools, nothing kept)",
+        ),
+        _a(
+            "memories.extract",
+            _S.MEMORY_STORE,
+            (_P.WRITE_MEMORY_STORE,),
+            "extract a session's transcript into the store's memories (a dry run too: it checks "
+            "what it would write); each tool call is then authorized as its entry operation",
+        ),
+        _a(
+            "transcripts.search",
+            _S.MEMORY_STORE,
+            (_P.READ_MEMORY_STORE,),
+            "search the messages of a store's conversations or sessions",
+        ),
         _a("permissions.get", None, (), "read the grants on a securable", any_privilege=True),
         _a("permissions.update", None, (_P.MANAGE,), "grant or revoke privileges on a securable"),
         _a("effective_permissions.self", None, (), "read one's own effective privileges"),

@@ -79,6 +79,15 @@ async def collect(ctx: Context) -> list[Metric]:
             documents,
         ),
         *_worker("catalog_index", status.index, now),
+        *[
+            Metric(
+                "catalog_transcript_index_lag_changes",
+                "gauge",
+                "transcript change rows not yet applied to this process's transcript index",
+                other.lag,
+            )
+            for other in status.other_indexes
+        ],
         Metric(
             "catalog_embedding_backlog_entries",
             "gauge",

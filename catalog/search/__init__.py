@@ -1,4 +1,6 @@
-"""Search: local embeddings, the Tantivy index and pgvector, fused into one ranking.
+"""Search: local embeddings, the Tantivy index and pgvector, fused into one ranking, over two
+corpora with one design (`catalog.search.corpus`): entries, and the transcript items of
+conversations and sessions.
 
 Writes are answered once PostgreSQL has committed them; two background workers then bring the
 derived state up to date: the indexer (Tantivy) and the embedding worker (the `embedding` column,
@@ -20,10 +22,12 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import asyncpg
 
 from catalog.search import repo
+from catalog.search.corpus import ENTRIES, TRANSCRIPTS, Corpus
 from catalog.search.embedder import Embedder
 from catalog.search.fusion import FusionWeights, fuse
 from catalog.search.health import Health, WorkerStatus
@@ -51,18 +55,21 @@ def embedding_text(contents: str | None, description: str | None) -> str:
 
 @dataclass(frozen=True)
 class SearchStatus:
-    index: WorkerStatus
-    embeddings: WorkerStatus
+    index: WorkerStatus  # the entries' full-text index
+    embeddings: WorkerStatus  # the embedding worker, both corpora
+    other_indexes: tuple[WorkerStatus, ...] = ()  # the transcripts' full-text index
 
     @property
     def reasons(self) -> list[str]:
         """Why derived state is not keeping up; empty when all is well."""
-        return [f"{w.name}: {w.reason}" for w in (self.index, self.embeddings) if not w.healthy]
+        workers = (self.index, *self.other_indexes, self.embeddings)
+        return [f"{w.name}: {w.reason}" for w in workers if not w.healthy]
 
 
 @dataclass(frozen=True)
 class Query:
-    """What to rank: a store's entries in some scopes (optionally one session, a path prefix)."""
+    """What to rank: a store's entries (or transcript items) in some scopes, optionally one
+    session (for transcripts: `conversation:<id>` or `session:<id>`) and a path prefix (a role)."""
 
     store_id: str
     scopes: tuple[str, ...]
@@ -71,14 +78,24 @@ class Query:
     mode: str = "hybrid"  # hybrid, keyword or semantic
     session_id: str | None = None
     path_prefix: str | None = None
+    corpus: Corpus = ENTRIES
+
+
+@dataclass(frozen=True)
+class CorpusSearch:
+    """One corpus's derived state: its full-text index and its vectors."""
+
+    indexer: Indexer
+    vectors: VectorSearch
 
 
 @dataclass
 class SearchEngine:
     pool: asyncpg.Pool
     embedder: Embedder
-    indexer: Indexer
+    indexer: Indexer  # the entries' (the corpus every process has)
     vectors: VectorSearch
+    transcripts: CorpusSearch | None = None  # conversation and session items (None in some tools)
     weights: FusionWeights = field(default_factory=FusionWeights)
     passes: Passes = field(default_factory=Passes)
     embedding_health: Health = field(default_factory=lambda: Health("embeddings", log))
@@ -87,9 +104,36 @@ class SearchEngine:
     _stopping: bool = False
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
+    @classmethod
+    def create(cls, pool: asyncpg.Pool, embedder: Embedder, index_root: Path) -> SearchEngine:
+        """An engine over both corpora, each with its index under `index_root`."""
+        return cls(
+            pool,
+            embedder,
+            Indexer(pool, index_root),
+            VectorSearch(pool),
+            CorpusSearch(
+                Indexer(pool, index_root, corpus=TRANSCRIPTS), VectorSearch(pool, corpus=TRANSCRIPTS)
+            ),
+        )
+
+    @property
+    def corpora(self) -> dict[Corpus, CorpusSearch]:
+        parts = {ENTRIES: CorpusSearch(self.indexer, self.vectors)}
+        if self.transcripts is not None:
+            parts[TRANSCRIPTS] = self.transcripts
+        return parts
+
+    def part(self, corpus: Corpus) -> CorpusSearch:
+        try:
+            return self.corpora[corpus]
+        except KeyError:
+            raise RuntimeError(f"this search engine does not hold the {corpus.name} corpus") from None
+
     async def start(self) -> None:
         self.embedder.start()
-        await self.indexer.start()
+        for part in self.corpora.values():
+            await part.indexer.start()
         self._worker = asyncio.create_task(self._embed_loop(), name="embedding-worker")
         self.passes.wake.set()
 
@@ -97,7 +141,8 @@ class SearchEngine:
         self._stopping = True
         self._stop.set()
         self.passes.wake.set()
-        self.indexer.request_stop()  # both workers wind down at once
+        for part in self.corpora.values():  # every worker winds down at once
+            part.indexer.request_stop()
         if self._worker is not None:
             try:
                 await asyncio.wait_for(self._worker, EMBED_STOP_GRACE)
@@ -105,31 +150,34 @@ class SearchEngine:
                 self._worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._worker
-        await self.indexer.close()
+        for part in self.corpora.values():
+            await part.indexer.close()
         await self.embedder.close()
 
     def written(self) -> None:
         """A write committed: index and embed it soon."""
-        self.indexer.notify()
+        for part in self.corpora.values():
+            part.indexer.notify()
         self.passes.wake.set()
 
     async def status(self) -> SearchStatus:
-        """Each worker's health, lag and last failure (two small queries)."""
+        """Each worker's health, lag and last failure (a few small queries)."""
         index = await self.indexer.status()
-        backlog = await repo.count_unembedded(self.pool)
+        others = tuple([await part.indexer.status() for c, part in self.corpora.items() if c is not ENTRIES])
+        backlog = sum([await repo.count_unembedded(self.pool, corpus) for corpus in self.corpora])
         embeddings = self.embedding_health.status(backlog)
         if self._worker is not None and self._worker.done() and not self._stopping:
             stopped = "the embedding worker has stopped"
             embeddings = dataclasses.replace(embeddings, healthy=False, reason=stopped)
-        return SearchStatus(index=index, embeddings=embeddings)
+        return SearchStatus(index=index, embeddings=embeddings, other_indexes=others)
 
     # --- the embedding worker --------------------------------------------------------------------
 
-    async def embed_pass(self, limit: int = EMBED_BATCH) -> int:
-        """Embed up to `limit` entries whose vector is missing or older than their contents.
-        The rows are claimed with SKIP LOCKED, so several processes share the work."""
+    async def embed_pass(self, limit: int = EMBED_BATCH, corpus: Corpus = ENTRIES) -> int:
+        """Embed up to `limit` rows of the corpus whose vector is missing or older than their
+        text. The rows are claimed with SKIP LOCKED, so several processes share the work."""
         async with self.pool.acquire() as conn, conn.transaction():
-            rows = await repo.claim_unembedded(conn, limit)
+            rows = await repo.claim_unembedded(conn, limit, corpus)
             if rows:
                 texts = [embedding_text(r["contents"], r["description"]) for r in rows]
                 # a model error raises here and the transaction rolls back: the rows stay stale
@@ -137,7 +185,7 @@ class SearchEngine:
                 if len(vectors) != len(rows):
                     raise RuntimeError(f"the model gave {len(vectors)} vectors for {len(rows)} texts")
                 await repo.set_embeddings(
-                    conn, [(r["id"], r["version"], v) for r, v in zip(rows, vectors, strict=True)]
+                    conn, [(r["id"], r["version"], v) for r, v in zip(rows, vectors, strict=True)], corpus
                 )
         self.embedded_total += len(rows)
         return len(rows)
@@ -159,7 +207,8 @@ class SearchEngine:
             try:
                 # every lane runs to its end before the next pass (none is left behind running)
                 outcomes = await asyncio.gather(
-                    *(self._drain() for _ in range(EMBED_LANES)), return_exceptions=True
+                    *(self._drain(corpus) for corpus in self.corpora for _ in range(EMBED_LANES)),
+                    return_exceptions=True,
                 )
                 failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
                 if isinstance(failure, asyncio.CancelledError):
@@ -172,9 +221,9 @@ class SearchEngine:
             finally:
                 await self.passes.end(number)
 
-    async def _drain(self) -> None:
+    async def _drain(self, corpus: Corpus) -> None:
         while True:
-            done = await self.embed_pass()
+            done = await self.embed_pass(corpus=corpus)
             if done:  # healthy again once a batch is stored, not only once a long backlog is drained
                 self.embedding_health.succeeded()
             if done < EMBED_BATCH or self._stopping:
@@ -194,11 +243,12 @@ class SearchEngine:
         return fuse(keyword, semantic, self.weights)
 
     async def _keyword(self, query: Query) -> list[tuple[str, float]]:
+        indexer = self.part(query.corpus).indexer
         try:
-            await self.indexer.wait_fresh()
+            await indexer.wait_fresh()
         except TimeoutError:
-            log.warning("full-text index is behind; searching what it holds")
-        index = self.indexer.index
+            log.warning("full-text index of %s is behind; searching what it holds", query.corpus.name)
+        index = indexer.index
         assert index is not None
         return await asyncio.to_thread(
             index.search,
@@ -212,9 +262,10 @@ class SearchEngine:
 
     async def _semantic(self, query: Query) -> list[tuple[str, float]]:
         (vector,), _ = await asyncio.gather(
-            self.embedder.embed([query.text]), self.vectors_fresh(query.store_id, query.scopes)
+            self.embedder.embed([query.text]),
+            self.vectors_fresh(query.store_id, query.scopes, query.corpus),
         )
-        return await self.vectors.search(
+        return await self.part(query.corpus).vectors.search(
             query.store_id,
             list(query.scopes),
             vector,
@@ -223,10 +274,10 @@ class SearchEngine:
             path_prefix=query.path_prefix,
         )
 
-    async def vectors_fresh(self, store_id: str, scopes: Sequence[str]) -> None:
-        """Return once no entry of these scopes committed before the call lacks its vector."""
+    async def vectors_fresh(self, store_id: str, scopes: Sequence[str], corpus: Corpus = ENTRIES) -> None:
+        """Return once no row of these scopes committed before the call lacks its vector."""
         deadline = time.monotonic() + FRESH_TIMEOUT
-        while await repo.has_unembedded(self.pool, store_id, scopes):
+        while await repo.has_unembedded(self.pool, store_id, scopes, corpus):
             if not self.embedding_health.healthy and not self.embedding_health.outage:
                 return  # the worker is failing (see /healthz): search the vectors there are
             remaining = deadline - time.monotonic()

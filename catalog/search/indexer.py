@@ -1,4 +1,5 @@
-"""Keeps this process's Tantivy index in step with PostgreSQL by tailing `entry_changes`.
+"""Keeps this process's Tantivy index of a corpus (`catalog.search.corpus`) in step with
+PostgreSQL by tailing the corpus's change log (`entry_changes`, `transcript_changes`).
 
 Rules:
 - PostgreSQL is the truth; the index is derived. Each pass reads the change rows past the
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import asyncpg
 
+from catalog.search.corpus import ENTRIES, Corpus
 from catalog.search.fulltext import FullTextIndex, IndexedEntry
 from catalog.search.health import Health, WorkerStatus, describe
 from catalog.search.passes import Passes
@@ -78,13 +80,15 @@ class Indexer:
         pool: asyncpg.Pool,
         index_root: Path,
         *,
+        corpus: Corpus = ENTRIES,
         poll_interval: float = 0.25,
         gap_timeout: float = 30.0,
         retry_delay: float = 0.5,
         max_retry_delay: float = 10.0,
     ) -> None:
         self.pool = pool
-        self.index_root = index_root
+        self.corpus = corpus
+        self.index_root = index_root / corpus.directory if corpus.directory else index_root
         self.poll_interval = poll_interval
         self.gap_timeout = gap_timeout
         self.index: FullTextIndex | None = None
@@ -94,7 +98,8 @@ class Indexer:
         self._done_above: set[int] = set()
         self._gaps: dict[int, float] = {}
         self.passes = Passes()
-        self.health = Health("full-text index", log, first_delay=retry_delay, max_delay=max_retry_delay)
+        name = "full-text index" if corpus is ENTRIES else f"full-text index of {corpus.name}"
+        self.health = Health(name, log, first_delay=retry_delay, max_delay=max_retry_delay)
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._stopping = False
@@ -185,7 +190,7 @@ class Indexer:
         return max(0, head - self.watermark - applied)
 
     async def status(self) -> WorkerStatus:
-        head = int(await self.pool.fetchval("SELECT coalesce(max(seq), 0) FROM entry_changes"))
+        head = int(await self.pool.fetchval(f"SELECT coalesce(max(seq), 0) FROM {self.corpus.changes}"))
         status = self.health.status(self.lag(head))
         if self._task is not None and self._task.done() and not self._stopping:
             # the loop ended on something it does not catch: nothing will catch the index up
@@ -204,7 +209,7 @@ class Indexer:
         index = self.index
         async with self._lock:
             self._needs_rebuild = True
-            head = int(await self.pool.fetchval("SELECT coalesce(max(seq), 0) FROM entry_changes"))
+            head = int(await self.pool.fetchval(f"SELECT coalesce(max(seq), 0) FROM {self.corpus.changes}"))
             count = 0
             try:
                 await asyncio.to_thread(index.clear)
@@ -212,7 +217,7 @@ class Indexer:
                     cursor = conn.cursor(
                         "SELECT id::text, store_id::text, scope, session_id, path, "
                         "coalesce(contents, '') AS contents, coalesce(description, '') AS description "
-                        "FROM entries",
+                        f"FROM {self.corpus.table}",
                         prefetch=BATCH,
                     )
                     batch: list[IndexedEntry] = []
@@ -235,7 +240,10 @@ class Indexer:
             self._done_above.clear()
             self._gaps.clear()
             await self._save_watermark()
-        log.info("full-text index rebuilt", extra={"entries": count, "index": str(index.directory)})
+        log.info(
+            "full-text index rebuilt",
+            extra={"corpus": self.corpus.name, "documents": count, "index": str(index.directory)},
+        )
         return count
 
     async def catch_up(self) -> int:
@@ -299,7 +307,7 @@ class Indexer:
             started = self.passes.begin()
             try:
                 rows = await self.pool.fetch(
-                    "SELECT seq, entry_id::text AS entry_id, op FROM entry_changes "
+                    f"SELECT seq, {self.corpus.key}::text AS entry_id, op FROM {self.corpus.changes} "
                     "WHERE seq > $1 ORDER BY seq LIMIT $2",
                     self.watermark,
                     BATCH,
@@ -309,7 +317,7 @@ class Indexer:
                     ids = list({row["entry_id"] for row in fresh})
                     current = await self.pool.fetch(
                         "SELECT id::text, store_id::text, scope, session_id, path, coalesce(contents, ''), "
-                        "coalesce(description, '') FROM entries WHERE id = ANY($1::uuid[])",
+                        f"coalesce(description, '') FROM {self.corpus.table} WHERE id = ANY($1::uuid[])",
                         ids,
                     )
                     upserts = [IndexedEntry(*row) for row in current]

@@ -17,6 +17,8 @@ from typing import TypeAlias
 import asyncpg
 import numpy as np
 
+from catalog.search.corpus import ENTRIES, Corpus
+
 EXACT_LIMIT = 5_000
 OVERSAMPLE = 16
 MIN_CANDIDATES = 400
@@ -30,8 +32,9 @@ _FILTER = (
 
 
 class VectorSearch:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, corpus: Corpus = ENTRIES) -> None:
         self.pool = pool
+        self.corpus = corpus
         self._sizes: dict[tuple[str, tuple[str, ...], int], tuple[float, int]] = {}
         self.fallbacks = 0
         self._rows = 0
@@ -43,7 +46,8 @@ class VectorSearch:
         if now - self._rows_at > _COUNT_TTL:
             self._rows = int(
                 await self.pool.fetchval(
-                    "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'entries'::regclass"
+                    "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1::regclass",
+                    self.corpus.table,
                 )
             )
             self._rows_at = now
@@ -58,8 +62,8 @@ class VectorSearch:
             return cached[1]
         size = int(
             await self.pool.fetchval(
-                "SELECT count(*) FROM (SELECT 1 FROM entries WHERE store_id = $1 AND scope = ANY($2::text[]) "
-                "LIMIT $3) capped",
+                f"SELECT count(*) FROM (SELECT 1 FROM {self.corpus.table} WHERE store_id = $1 "
+                "AND scope = ANY($2::text[]) LIMIT $3) capped",
                 store_id,
                 list(scopes),
                 cap + 1,
@@ -98,7 +102,7 @@ class VectorSearch:
             rows = await conn.fetch(
                 "SELECT id::text, 1 - d AS similarity FROM ("
                 "  SELECT id, store_id, scope, session_id, path, embedding, embedding <=> $5 AS d "
-                "  FROM entries "
+                f"  FROM {self.corpus.table} "
                 f"  ORDER BY embedding <=> $5 LIMIT {int(candidates)}) nearest "
                 f"WHERE {_FILTER} ORDER BY d LIMIT $6",
                 *args,
@@ -111,7 +115,7 @@ class VectorSearch:
     async def _exact(self, *args: object) -> list[tuple[str, float]]:
         rows = await self.pool.fetch(
             "SELECT id::text, 1 - d AS similarity FROM ("
-            f"  SELECT id, embedding <=> $5 AS d FROM entries WHERE {_FILTER} OFFSET 0) scoped "
+            f"  SELECT id, embedding <=> $5 AS d FROM {self.corpus.table} WHERE {_FILTER} OFFSET 0) scoped "
             "ORDER BY d LIMIT $6",
             *args,
         )
@@ -124,41 +128,49 @@ class VectorSearch:
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
-async def set_embeddings(conn: Conn, rows: Sequence[tuple[str, int, np.ndarray]]) -> None:
+async def set_embeddings(
+    conn: Conn, rows: Sequence[tuple[str, int, np.ndarray]], corpus: Corpus = ENTRIES
+) -> None:
     await conn.executemany(
-        "UPDATE entries SET embedding = $3, embedded_version = version WHERE id = $1 AND version = $2", rows
+        f"UPDATE {corpus.table} SET embedding = $3, embedded_version = version "
+        "WHERE id = $1 AND version = $2",
+        rows,
     )
 
 
-async def count_unembedded(conn: Conn) -> int:
+async def count_unembedded(conn: Conn, corpus: Corpus = ENTRIES) -> int:
     return int(
-        await conn.fetchval("SELECT count(*) FROM entries WHERE embedded_version IS DISTINCT FROM version")
+        await conn.fetchval(
+            f"SELECT count(*) FROM {corpus.table} WHERE embedded_version IS DISTINCT FROM version"
+        )
     )
 
 
-async def forget_embeddings(conn: Conn) -> None:
+async def forget_embeddings(conn: Conn, corpus: Corpus = ENTRIES) -> None:
     """Mark every vector stale (they are recomputed by the backfill or `catalog reindex`)."""
-    await conn.execute("UPDATE entries SET embedded_version = NULL")
+    await conn.execute(f"UPDATE {corpus.table} SET embedded_version = NULL")
 
 
-async def rebuild_vector_index(conn: Conn) -> None:
-    await conn.execute("REINDEX INDEX entries_embedding_hnsw")
+async def rebuild_vector_index(conn: Conn, corpus: Corpus = ENTRIES) -> None:
+    await conn.execute(f"REINDEX INDEX {corpus.hnsw_index}")
 
 
-async def claim_unembedded(conn: asyncpg.Connection, limit: int) -> list[asyncpg.Record]:
-    """Lock (inside the caller's transaction) up to `limit` entries whose vector is stale,
+async def claim_unembedded(
+    conn: asyncpg.Connection, limit: int, corpus: Corpus = ENTRIES
+) -> list[asyncpg.Record]:
+    """Lock (inside the caller's transaction) up to `limit` rows whose vector is stale,
     skipping rows another worker holds."""
     return await conn.fetch(
-        "SELECT id, version, contents, description FROM entries "
+        f"SELECT id, version, contents, description FROM {corpus.table} "
         "WHERE embedded_version IS DISTINCT FROM version LIMIT $1 FOR UPDATE SKIP LOCKED",
         limit,
     )
 
 
-async def has_unembedded(conn: Conn, store_id: str, scopes: Sequence[str]) -> bool:
+async def has_unembedded(conn: Conn, store_id: str, scopes: Sequence[str], corpus: Corpus = ENTRIES) -> bool:
     return bool(
         await conn.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM entries WHERE embedded_version IS DISTINCT FROM version "
+            f"SELECT EXISTS (SELECT 1 FROM {corpus.table} WHERE embedded_version IS DISTINCT FROM version "
             "AND store_id = $1 AND scope = ANY($2::text[]))",
             store_id,
             list(scopes),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import UTC, datetime
 
 import msgspec
 from asyncpg import Connection
@@ -65,6 +64,7 @@ from catalog.sessions.schemas import (
     SessionStoreUpdate,
     SessionUpdate,
 )
+from catalog.wire import rfc3339
 
 KIND = "session"
 erase_scope = repo.erase_scope  # the scope eraser the composition root hands to entry erasure
@@ -80,14 +80,6 @@ _FILTER_TERM = re.compile(
     r"""\s*(actor_id|root_session_id|parent_session_id)\s*=\s*(?:"([^"]*)"|'([^']*)')\s*"""
 )
 _AND = re.compile(r"\s+AND\s+", re.IGNORECASE)
-
-
-def rfc3339(epoch_ms: int) -> str:
-    return (
-        datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 # --- validation ------------------------------------------------------------------------------------
@@ -154,7 +146,7 @@ def _filter(value: str | None) -> dict[str, str]:
 # --- answers ------------------------------------------------------------------------------------
 
 
-def _full_name(ctx: Context, name: str) -> str:
+def store_full_name(ctx: Context, name: str) -> str:
     return f"{ctx.settings.agents_schema}.{store_name(name, 'session_store')}"
 
 
@@ -224,7 +216,7 @@ async def create_store(
 
 
 async def get_store(ctx: Context, principal: Principal, name: str) -> SessionStoreInfo:
-    return to_store(await namespace.get_store(ctx, principal, _full_name(ctx, name), kind=KIND))
+    return to_store(await namespace.get_store(ctx, principal, store_full_name(ctx, name), kind=KIND))
 
 
 async def list_stores(
@@ -264,18 +256,18 @@ async def update_store(
         scope_binding=body.scope_binding if "scope_binding" in fields else None,
         shared_scopes=body.shared_scopes if "shared_scopes" in fields else None,
     )
-    info = await namespace.update_store(ctx, principal, _full_name(ctx, name), change, kind=KIND)
+    info = await namespace.update_store(ctx, principal, store_full_name(ctx, name), change, kind=KIND)
     return to_store(info)
 
 
 async def delete_store(ctx: Context, principal: Principal, name: str) -> None:
-    await namespace.delete_store(ctx, principal, _full_name(ctx, name), kind=KIND)
+    await namespace.delete_store(ctx, principal, store_full_name(ctx, name), kind=KIND)
 
 
 async def grant(ctx: Context, principal: Principal, name: str, body: SessionStoreGrant) -> None:
     """As for memory stores in this dialect: WRITE grants READ and WRITE, READ grants READ."""
     await permissions.grant_store_permission(
-        ctx, principal, _full_name(ctx, name), body.principal.name, body.permission, store_kind=KIND
+        ctx, principal, store_full_name(ctx, name), body.principal.name, body.permission, store_kind=KIND
     )
 
 
@@ -283,7 +275,7 @@ async def grant(ctx: Context, principal: Principal, name: str, body: SessionStor
 
 
 async def _store(ctx: Context, principal: Principal, name: str, action_name: str) -> Securable:
-    parts = _full_name(ctx, name).split(".")
+    parts = store_full_name(ctx, name).split(".")
     return await ctx.access.resolve(
         principal, action_name, SecurableType.MEMORY_STORE, parts, store_kind=KIND
     )
@@ -534,3 +526,21 @@ async def clear_items(ctx: Context, principal: Principal, name: str, sid: str) -
     store = await _store(ctx, principal, name, "sessions.write")
     async with audited(ctx.pool) as conn:
         note_result(await repo.clear(conn, await _locked(conn, ctx, principal, store, sid)))
+
+
+# --- for memory extraction (catalog.extraction): a session's transcript read through this slice ----
+
+
+async def open_session(
+    ctx: Context, principal: Principal, name: str, sid: str, action_name: str
+) -> tuple[SessionRow, Securable]:
+    """The session and its store, once `action_name` is allowed on the store and the session's
+    actor is within the store's scope binding (403 / 404 as for the other session routes)."""
+    store = await _store(ctx, principal, name, action_name)
+    return await _session(ctx, principal, store, sid), store
+
+
+async def transcript(ctx: Context, session: SessionRow, limit: int) -> list[ItemRow]:
+    """The session's last `limit` items, oldest first."""
+    rows = await repo.list_items(ctx.pool, session, descending=True, after=None, limit=limit)
+    return rows[::-1]

@@ -38,3 +38,23 @@ with list_memories, or read the memory again before editing it).
 
 Tell the person when you save or change something important about them; never invent a memory.
 """
+
+# The system prompt of memory extraction: a model reads a session's transcript (no person is
+# there to answer) and keeps the actor's memories current with the same tools.
+EXTRACTION_INSTRUCTIONS = """\
+You maintain the long-term memory of one person (or team) from the transcript of a session they \
+had with an assistant. Nobody will read your reply: act only through the memory tools, then answer \
+with one line saying what you changed.
+
+- First call list_memories (and search_memory or get_memory as needed) to see what is kept already.
+- Save what will still matter in a later session: stable preferences, facts about the person and \
+their work, decisions and their reasons, commitments, corrections. Skip small talk, one-off \
+requests, what is only true today, and secrets (passwords, keys, tokens, card or account numbers).
+- One memory per topic at a stable path, /memories/<topic>.md. If a memory on the topic exists, \
+change it with update_memory (str_replace, insert, replace_all) instead of saving a duplicate; \
+merge near-duplicates into one and delete the rest.
+- When the transcript shows a memory is wrong or no longer true, correct it; when the person asked \
+to forget something, delete it.
+- Only keep what the transcript supports; never invent a fact. If nothing is worth keeping, change \
+nothing.
+"""

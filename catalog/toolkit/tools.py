@@ -50,6 +50,10 @@ class Bound:
     principal: Principal
     store: str  # catalog.schema.store
     scope: str
+    # a dry run: the write tools check what they would do (privileges, paths, edits) and answer it,
+    # and write nothing
+    dry_run: bool = False
+    source_type: str | None = None  # what new memories are marked with (e.g. written by extraction)
 
 
 class ToolError(Exception):
@@ -187,9 +191,40 @@ async def _search(ctx: Context, bound: Bound, args: SearchArgs) -> dict[str, Any
     return {"memories": [{**_memory(row, excerpt=EXCERPT), "score": score} for row, score in hits]}
 
 
+async def _would(ctx: Context, bound: Bound, path: str) -> EntryRow | None:
+    """A dry run's check: may the caller write here, and what is at `path` now (None: nothing)."""
+    await entries.resolve_store(ctx, bound.principal, bound.store, "entries.write", [bound.scope])
+    try:
+        return await entries.get(
+            ctx, bound.principal, ops.Get(store=bound.store, target=ops.ByKey(scope=bound.scope, path=path))
+        )
+    except NotFound:
+        return None
+
+
+def _dry(verb: str, path: str, description: str | None, contents: str | None) -> dict[str, Any]:
+    memory = {"path": path, "description": description, "contents": contents or ""}
+    return {"result": f"would {verb} {path} (a dry run: nothing is written)", "memory": memory}
+
+
 async def _save(ctx: Context, bound: Bound, args: SaveArgs) -> dict[str, Any]:
     key = ops.ByKey(scope=bound.scope, path=args.path)
-    op = ops.Write(store=bound.store, key=key, contents=args.contents, description=args.description)
+    if bound.dry_run:
+        if await _would(ctx, bound, args.path) is not None:
+            raise ToolError(
+                f"a memory already exists at {args.path}; read it with get_memory and change it with "
+                "update_memory instead of saving a duplicate",
+                409,
+                AlreadyExists.error_code,
+            )
+        return _dry("save", args.path, args.description, args.contents)
+    op = ops.Write(
+        store=bound.store,
+        key=key,
+        contents=args.contents,
+        description=args.description,
+        source_type=bound.source_type,
+    )
     try:
         written = await entries.write(ctx, bound.principal, op)
     except AlreadyExists:
@@ -238,11 +273,21 @@ async def _update(ctx: Context, bound: Bound, args: UpdateArgs) -> dict[str, Any
     elif args.description is None:
         raise ToolError("nothing to change: give description, str_replace, insert or replace_all")
     target = ops.ByKey(scope=bound.scope, path=args.path)
+    if bound.dry_run:
+        row = await _would(ctx, bound, args.path)
+        if row is None:
+            raise NotFound(f"no entry at {args.path}")
+        contents = entries.apply_change(row.contents, change)
+        return _dry("update", args.path, args.description or row.description, contents)
     op = ops.Edit(store=bound.store, target=target, change=change, description=args.description)
     return _written(await entries.edit(ctx, bound.principal, op), "updated")
 
 
 async def _delete(ctx: Context, bound: Bound, args: PathArgs) -> dict[str, Any]:
+    if bound.dry_run:
+        if await _would(ctx, bound, args.path) is None:
+            raise NotFound(f"no entry at {args.path}")
+        return {"result": f"would delete {args.path} (a dry run: nothing is written)"}
     op = ops.Delete(store=bound.store, target=ops.ByKey(scope=bound.scope, path=args.path))
     await entries.delete(ctx, bound.principal, op)
     return {"result": f"deleted {args.path}"}

@@ -1,0 +1,2 @@
+"""OpenAI-compatible responses over a conversation: the upstream model answers with the memory
+tools of the conversation's store and scope, which the server runs itself as the caller."""

@@ -1,0 +1,117 @@
+"""Transcript search: a store's conversation or session items as episodic memory.
+
+Rules:
+- what is searched is the text of message items (user, assistant, system, developer), kept in
+  `transcript_items` by triggers on the item tables in the appending transaction, and indexed by
+  the search engine like entries (`catalog.search.corpus.TRANSCRIPTS`): BM25 over Tantivy,
+  cosine over pgvector, fused; a search sent after an append's answer sees the append;
+- a memory store's conversations are searched in the Unity Catalog dialect, by scope; a session
+  store's sessions in the agent dialect, by actor (the same thing as a scope). Either needs
+  READ_MEMORY_STORE on the store (action `transcripts.search`) and holds the scopes to the
+  store's scope binding, as reading the items one by one does;
+- hits are read back from PostgreSQL: an item deleted since it was indexed is left out, and no hit
+  is ever from another store or scope than asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from catalog.auditlog import note_result
+from catalog.auth import Principal
+from catalog.context import Context
+from catalog.entries.service import check_binding, resolve_store
+from catalog.errors import InvalidParameter
+from catalog.governance import Securable, SecurableType
+from catalog.keys import MAX_SCOPES, validate_scope, validate_scopes
+from catalog.search import Query
+from catalog.search.corpus import TRANSCRIPTS
+from catalog.sessions.service import store_full_name
+from catalog.transcripts import repo
+from catalog.transcripts.repo import TranscriptRow
+from catalog.transcripts.schemas import MAX_QUERY, MAX_TOP_K, ConversationSearch, SessionItemSearch
+
+ACTION = "transcripts.search"
+MIN_CANDIDATES = 30  # taken from each mode before fusion, as for entries
+
+Hits = list[tuple[TranscriptRow, float]]
+
+
+async def search_conversations(
+    ctx: Context, principal: Principal, full_name: str, body: ConversationSearch
+) -> Hits:
+    scopes = validate_scopes(body.scope, body.scopes)
+    store = await resolve_store(ctx, principal, full_name, ACTION, scopes)
+    thread = f"conversation:{body.conversation_id}" if body.conversation_id is not None else None
+    return await _search(
+        ctx, store, scopes, body.query, body.top_k, body.mode, thread, body.role, body.min_score
+    )
+
+
+async def search_sessions(
+    ctx: Context, principal: Principal, store_name: str, body: SessionItemSearch
+) -> Hits:
+    scopes = _actors(body.actor_id, body.actor_ids)
+    parts = store_full_name(ctx, store_name).split(".")
+    store = await ctx.access.resolve(
+        principal, ACTION, SecurableType.MEMORY_STORE, parts, store_kind="session"
+    )
+    await check_binding(ctx, principal, store, scopes)
+    thread = f"session:{body.session_id}" if body.session_id is not None else None
+    return await _search(
+        ctx, store, scopes, body.query, body.top_k, body.mode, thread, body.role, body.min_score
+    )
+
+
+def _actors(actor_id: str | None, actor_ids: Sequence[str] | None) -> list[str]:
+    found = [validate_scope(actor_id, "actor_id")] if actor_id is not None else []
+    found += [validate_scope(a, f"actor_ids[{i}]") for i, a in enumerate(actor_ids or [])]
+    if not found:
+        raise InvalidParameter("actor_id (or actor_ids) is required", "actor_id")
+    unique = list(dict.fromkeys(found))
+    if len(unique) > MAX_SCOPES:
+        raise InvalidParameter(f"at most {MAX_SCOPES} actors per request", "actor_ids")
+    return unique
+
+
+async def _search(
+    ctx: Context,
+    store: Securable,
+    scopes: list[str],
+    text: str,
+    top_k: int,
+    mode: str,
+    thread: str | None,
+    role: str | None,
+    min_score: float | None,
+) -> Hits:
+    query = text.strip()
+    if not query:
+        raise InvalidParameter("query must not be empty", "query")
+    if len(query) > MAX_QUERY:
+        raise InvalidParameter(f"query must be at most {MAX_QUERY} characters", "query")
+    if not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidParameter(f"top_k must be between 1 and {MAX_TOP_K}", "top_k")
+    assert ctx.search is not None
+    store_id = store.node.id
+    candidates = max(MIN_CANDIDATES, top_k * 3)
+    ranked = await ctx.search.rank(
+        Query(store_id, tuple(scopes), query, candidates, mode, thread, role, corpus=TRANSCRIPTS)
+    )
+    if min_score is not None:
+        ranked = [(doc, score) for doc, score in ranked if score >= min_score]
+    ranked = ranked[: top_k * 2]
+    rows = await repo.by_ids(ctx.pool, [doc for doc, _ in ranked])
+    hits: Hits = []
+    for doc, score in ranked:
+        row = rows.get(doc)
+        # an item deleted since it was indexed is dropped
+        if row is None or row.store_id != store_id or row.scope not in scopes:
+            continue
+        if role is not None and row.role != role:
+            continue
+        hits.append((row, round(score, 6)))
+        if len(hits) == top_k:
+            break
+    note_result(len(hits))
+    return hits

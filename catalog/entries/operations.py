@@ -36,6 +36,22 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
     key: ByKey
 
 
+class TranscriptSource(msgspec.Struct, frozen=True, kw_only=True):
+    """Conversation or session items a change was derived from (lineage).
+
+    Built by the server's own code that holds the thread (a response written into a conversation,
+    an extraction from a session's transcript) after authorizing it, never taken from a request
+    body: the entries service checks its shape and that the store id names a store of the kind,
+    not the caller's access to the thread."""
+
+    kind: Literal["conversation", "session"]
+    store: str  # full name catalog.schema.store of the conversation's memory store / of the session store
+    store_id: str  # its id (uuid text)
+    scope: str  # the conversation's scope / the session's actor
+    thread_id: str  # the conversation id / the session id
+    item_ids: tuple[str, ...] = ()  # the items it was derived from (empty: the whole thread)
+
+
 class Write(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     key: ByKey
@@ -49,6 +65,7 @@ class Write(msgspec.Struct, frozen=True, kw_only=True):
     creation_source: str | None = None
     mode: WriteMode = "EXCLUSIVE"
     derived_from: tuple[Source, ...] = ()
+    origin: TranscriptSource | None = None
 
 
 class Get(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,6 +116,7 @@ class Edit(msgspec.Struct, frozen=True, kw_only=True):
     description: str | None = None
     set_description: bool = False  # set it even to None (the agent dialect's update mask)
     if_match: int | None = None
+    origin: TranscriptSource | None = None
 
 
 class Delete(msgspec.Struct, frozen=True, kw_only=True):

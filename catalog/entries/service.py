@@ -50,7 +50,8 @@ from catalog.keys import (
     validate_scopes,
     validate_session,
 )
-from catalog.lineage import EntryRef
+from catalog.lineage import EntryRef, TranscriptRef, check_origin
+from catalog.lineage import erase_scope as erase_lineage
 from catalog.lineage import record as record_lineage
 from catalog.names import split_full_name
 from catalog.namespace.service import scope_binding
@@ -192,6 +193,15 @@ async def _sources(ctx: Context, principal: Principal, refs: Sequence[ops.Source
     return rows
 
 
+def _origin(source: ops.TranscriptSource | None) -> TranscriptRef | None:
+    """A change's transcript origin, checked for shape before anything is written."""
+    if source is None:
+        return None
+    return check_origin(
+        source.kind, source.store, source.store_id, source.scope, source.thread_id, source.item_ids
+    )
+
+
 def _ref(row: EntryRow) -> EntryRef:
     return EntryRef(
         id=row.id, store_id=row.store_id, scope=row.scope, session_id=row.session_id, path=row.path
@@ -202,7 +212,8 @@ def _ref(row: EntryRow) -> EntryRef:
 
 
 async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
-    """Create (EXCLUSIVE), overwrite or append to an entry, with its lineage."""
+    """Create (EXCLUSIVE), overwrite or append to an entry, with its lineage (the entries and the
+    transcript it was derived from). An APPEND that changes nothing records no lineage."""
     scope = validate_scope(op.key.scope)
     fields = _fields(op)
     if op.mode == "APPEND" and not fields.contents:
@@ -211,6 +222,7 @@ async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
     key = _key(store, op.key)
     readable = ctx.access.visible(principal, "entries.read", store)
     sources = await _sources(ctx, principal, op.derived_from)
+    origin = _origin(op.origin)
     async with audited(ctx.pool) as conn:
         note_result(1)
         if op.mode == "EXCLUSIVE":
@@ -226,7 +238,7 @@ async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
                 if row is None:
                     raise Aborted("the entry changed concurrently; retry")
                 return Written(row, readable)
-        await record_lineage(conn, principal.name, _ref(row), [_ref(s) for s in sources])
+        await record_lineage(conn, principal.name, _ref(row), [_ref(s) for s in sources], origin)
     _written(ctx)
     return Written(row, readable)
 
@@ -319,7 +331,8 @@ def _reads_text(change: ops.Change | None) -> str | None:
 
 
 async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
-    """One change to the contents and/or the description, under the row's lock."""
+    """One change to the contents and/or the description, under the row's lock, with the
+    transcript it was derived from (if any) in the same transaction."""
     description = within(op.description, "description", MAX_DESCRIPTION)
     if isinstance(op.change, ops.ReplaceAll):
         within(op.change.contents, "replace_all.contents", MAX_CONTENTS)
@@ -331,6 +344,7 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
     if (reads := _reads_text(op.change)) is not None:
         await _ensure_may_read(ctx, principal, store, reads)
     found = await _find(ctx, principal, store, op.target)
+    origin = _origin(op.origin)
     async with audited(ctx.pool) as conn:
         note_result(1)
         current = await repo.get_by_id(conn, store.node.id, found.id, for_update=True)
@@ -348,7 +362,8 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
             current.description if keep else description,
             principal.name,
         )
-    assert row is not None  # the row lock held the version
+        assert row is not None  # the row lock held the version
+        await record_lineage(conn, principal.name, _ref(row), [], origin)
     _written(ctx)
     return Written(row, readable)
 
@@ -373,6 +388,7 @@ async def delete_scope(ctx: Context, principal: Principal, op: ops.DeleteScope) 
     store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
     async with audited(ctx.pool) as conn:
         deleted = await repo.delete_scope(conn, store.node.id, scope)
+        await erase_lineage(conn, store.node.id, scope)  # its edges at either end, in this store
         for _, eraser in ctx.scope_erasers:  # the scope's conversations, ...
             await eraser(conn, store.node.id, scope)
         note_result(deleted)
@@ -389,6 +405,7 @@ async def erase(
     await ctx.access.resolve(principal, "system.erase_scope", SecurableType.METASTORE)
     async with audited(ctx.pool) as conn:
         erased = await repo.erase_scope(conn, scope)
+        await erase_lineage(conn, None, scope)  # its edges at either end, in every store
         others = {name: await eraser(conn, None, scope) for name, eraser in ctx.scope_erasers}
         note_result(sum(count for _, count in erased))
     _written(ctx)

@@ -1,4 +1,6 @@
-"""SQL for entry provenance edges and their transitive walk."""
+"""SQL for entry provenance edges (entry to entry, and transcript to entry) and their transitive
+walk. Transcript edges are checked against `memory_stores`, and shown deleted or not by reading
+`conversations` and `agent_sessions`: by SQL only, lineage imports neither slice."""
 
 from __future__ import annotations
 
@@ -27,6 +29,17 @@ class EntryRef(msgspec.Struct, frozen=True, kw_only=True):
     path: str
 
 
+class TranscriptRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A conversation or a session (and some of its items) at the source end of an edge."""
+
+    kind: str  # conversation | session
+    store_id: str  # the conversation's memory store, the session store
+    store_name: str  # its full name as the change gave it: checked against the id, not kept
+    scope: str  # the conversation's scope, the session's actor
+    thread_id: str  # the conversation id, the session id
+    item_ids: tuple[str, ...]  # () for the whole thread
+
+
 async def add_edges(conn: Conn, target: EntryRef, sources: Sequence[EntryRef], by: str) -> None:
     await conn.executemany(
         "INSERT INTO entry_lineage (target_entry_id, target_store_id, target_scope, target_session_id, "
@@ -50,6 +63,90 @@ async def add_edges(conn: Conn, target: EntryRef, sources: Sequence[EntryRef], b
             for s in sources
         ],
     )
+
+
+async def add_origin(conn: Conn, target: EntryRef, source: TranscriptRef, by: str) -> None:
+    """One edge per entry and thread: a later change from the thread adds its items to the edge's
+    (new ones last); an empty list stands for the whole thread and absorbs any other."""
+    await conn.execute(
+        "INSERT INTO transcript_lineage AS l (target_entry_id, target_store_id, target_scope, "
+        "target_session_id, target_path, source_kind, source_store_id, source_scope, source_thread_id, "
+        "source_item_ids, created_by, updated_by) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::text[], $11, $11) "
+        "ON CONFLICT (target_entry_id, source_kind, source_store_id, source_thread_id) DO UPDATE SET "
+        "source_item_ids = CASE "
+        "WHEN cardinality(l.source_item_ids) = 0 OR cardinality(EXCLUDED.source_item_ids) = 0 "
+        "THEN '{}'::text[] "
+        "ELSE l.source_item_ids || ARRAY(SELECT i FROM unnest(EXCLUDED.source_item_ids) "
+        "WITH ORDINALITY AS u (i, n) WHERE i <> ALL (l.source_item_ids) ORDER BY n) END, "
+        "updated_at = now(), updated_by = EXCLUDED.updated_by",
+        target.id,
+        target.store_id,
+        target.scope,
+        target.session_id,
+        target.path,
+        source.kind,
+        source.store_id,
+        source.scope,
+        source.thread_id,
+        list(source.item_ids),
+        by,
+    )
+
+
+async def store_kind(conn: Conn, store_id: str) -> tuple[str, str] | None:
+    """The kind (`memory`, `session`) and full name of the store with this id, if it exists."""
+    row = await conn.fetchrow(
+        f"SELECT kind, {_STORE_NAME.format(col='$1::uuid')} AS name FROM memory_stores WHERE id = $1::uuid",
+        store_id,
+    )
+    return (row["kind"], row["name"]) if row is not None else None
+
+
+_ORIGIN_COLUMNS = f"""
+    l.*,
+    {_STORE_NAME.format(col="l.source_store_id")} AS source_store,
+    {_STORE_NAME.format(col="l.target_store_id")} AS target_store,
+    CASE l.source_kind
+        WHEN 'conversation' THEN EXISTS (
+            SELECT 1 FROM conversations c WHERE c.id = l.source_thread_id AND c.store_id = l.source_store_id)
+        ELSE EXISTS (
+            SELECT 1 FROM agent_sessions a
+            WHERE a.store_id = l.source_store_id AND a.session_id = l.source_thread_id)
+    END AS source_exists,
+    EXISTS (SELECT 1 FROM entries e WHERE e.id = l.target_entry_id) AS target_exists
+"""
+
+
+async def origins_of(conn: Conn, entry_ids: Sequence[str]) -> list[asyncpg.Record]:
+    """The transcript edges into these entries, with store names and whether each end exists."""
+    return await conn.fetch(
+        f"SELECT {_ORIGIN_COLUMNS} FROM transcript_lineage l WHERE l.target_entry_id = ANY($1::uuid[])",
+        list(entry_ids),
+    )
+
+
+async def origins_from_store(conn: Conn, store_id: str) -> list[asyncpg.Record]:
+    """The transcript edges out of the conversations (or sessions) of a store."""
+    return await conn.fetch(
+        f"SELECT {_ORIGIN_COLUMNS} FROM transcript_lineage l WHERE l.source_store_id = $1", store_id
+    )
+
+
+async def erase_scope(conn: Conn, store_id: str | None, scope: str) -> int:
+    """Delete the edges with the scope at either end, in one store (None: in every store): a
+    scope's erasure leaves no key of it in lineage. How many edges went."""
+    count = 0
+    for table in ("entry_lineage", "transcript_lineage"):
+        status = await conn.execute(
+            f"DELETE FROM {table} WHERE "
+            "(target_scope = $2 AND ($1::uuid IS NULL OR target_store_id = $1::uuid)) "
+            "OR (source_scope = $2 AND ($1::uuid IS NULL OR source_store_id = $1::uuid))",
+            store_id,
+            scope,
+        )
+        count += int(status.split()[-1])
+    return count
 
 
 async def entry_edges(
@@ -81,12 +178,16 @@ async def entry_edges(
 
 
 async def store_entry_ids(conn: Conn, store_id: str, upstream: bool) -> list[str]:
-    """Entries of a store that have lineage edges in the direction asked (live or deleted)."""
+    """Entries of a store that have lineage edges in the direction asked (live or deleted):
+    upstream, an edge from another entry or from a transcript; downstream, an edge to an entry."""
     column, store_column = (
         ("target_entry_id", "target_store_id") if upstream else ("source_entry_id", "source_store_id")
     )
+    origins = (
+        " UNION SELECT target_entry_id FROM transcript_lineage WHERE target_store_id = $1" if upstream else ""
+    )
     rows = await conn.fetch(
-        f"SELECT DISTINCT {column} FROM entry_lineage WHERE {store_column} = $1", store_id
+        f"SELECT DISTINCT {column} FROM entry_lineage WHERE {store_column} = $1{origins}", store_id
     )
     return [str(r[0]) for r in rows]
 

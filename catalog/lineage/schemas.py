@@ -1,5 +1,6 @@
-"""Wire types of the lineage API: entry provenance edges, and request lineage as OpenLineage
-RunEvents (https://openlineage.io/spec/2-0-2/OpenLineage.json)."""
+"""Wire types of the lineage API: entry provenance edges (from entries, and from conversations and
+sessions), and request lineage as OpenLineage RunEvents
+(https://openlineage.io/spec/2-0-2/OpenLineage.json)."""
 
 from __future__ import annotations
 
@@ -24,10 +25,31 @@ class LineageEdge(msgspec.Struct, kw_only=True):
     depth: int  # hops from the entries asked about
 
 
+class TranscriptEnd(msgspec.Struct, kw_only=True):
+    """A conversation or a session an entry was written from."""
+
+    kind: Literal["conversation", "session"]
+    # the conversation's memory store, or the session store (a store of kind session), as
+    # catalog.schema.store; None once the store itself is deleted
+    memory_store: str | None
+    scope: str  # the conversation's scope; the session's actor
+    conversation_id: str | None  # kind conversation
+    session_id: str | None  # kind session
+    item_ids: list[str]  # the items it was derived from; [] for the whole thread
+    deleted: bool  # the conversation or session no longer exists (its edges are kept)
+
+
+class OriginEdge(msgspec.Struct, kw_only=True):
+    source: TranscriptEnd
+    target: LineageEnd
+    depth: int  # hops from the entries (or the store) asked about
+
+
 class Lineage(msgspec.Struct, kw_only=True):
     securable_full_name: str
     direction: Direction
-    edges: list[LineageEdge]
+    edges: list[LineageEdge]  # entry to entry
+    origins: list[OriginEdge] = msgspec.field(default_factory=list)  # conversation or session to entry
 
 
 class Dataset(msgspec.Struct, kw_only=True):

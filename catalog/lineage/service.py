@@ -1,8 +1,21 @@
 """Entry provenance: the edges a derived write records, and walking them for auditors; request
-lineage as OpenLineage events. Lineage knows entries only by id and key (`EntryRef`)."""
+lineage as OpenLineage events. Lineage knows entries only by id and key (`EntryRef`), and
+conversations and sessions by store id, scope and thread id (`TranscriptRef`).
+
+Two kinds of edge, both recorded in the transaction of the change that derives the entry:
+- entry to entry (`entry_lineage`): a write's `derived_from`, checked by the entries service;
+- transcript to entry (`transcript_lineage`): a write or edit made from a conversation's or a
+  session's items (`origin`). The server's own code that holds the thread builds the origin; this
+  module checks its shape and that its store is of the kind named, and keeps one edge per entry
+  and thread whose item ids accumulate over the thread's changes to the entry.
+
+Edges outlive the entries, threads and stores at their ends (shown deleted); erasing a scope
+deletes every edge with the scope at either end (`erase_scope`).
+"""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -12,9 +25,10 @@ from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound
 from catalog.governance import SecurableType
+from catalog.inputs import has_control
 from catalog.keys import validate_path, validate_scope, validate_session
 from catalog.lineage import repo
-from catalog.lineage.repo import EntryRef
+from catalog.lineage.repo import EntryRef, TranscriptRef
 from catalog.lineage.schemas import (
     CatalogRunFacet,
     Dataset,
@@ -23,9 +37,11 @@ from catalog.lineage.schemas import (
     LineageEdge,
     LineageEnd,
     OpenLineageEvents,
+    OriginEdge,
     Run,
     RunEvent,
     RunFacets,
+    TranscriptEnd,
 )
 from catalog.names import split_full_name
 from catalog.pagination import page_size
@@ -34,12 +50,85 @@ MAX_DEPTH = 10
 DEFAULT_DEPTH = 5
 # the last millisecond a Python datetime (and so a filter) can name: 9999-12-31T23:59:59.999Z
 MAX_EPOCH_MS = 253402300799999
+MAX_ORIGIN_ITEMS = 1000  # item ids one change may name
+MAX_THREAD_ID = 256  # a session id (a conversation id is at most 128)
+MAX_ITEM_ID = 128  # a conversation item's id (a session item's is a uuid)
+Edge = tuple[asyncpg.Record, int]  # an edge's row and its depth (hops from what was asked about)
+_STORE_KIND = {"conversation": "memory", "session": "session"}
 
 
-async def record(conn: asyncpg.Connection, by: str, target: EntryRef, sources: Sequence[EntryRef]) -> None:
-    """The edges of a write derived from `sources` (within the write's transaction)."""
+def _text(value: object, field: str, limit: int) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= limit or has_control(value):
+        raise InvalidParameter(f"{field} must be 1-{limit} characters without control characters", field)
+    return value
+
+
+def check_origin(
+    kind: str,
+    store: str,
+    store_id: str,
+    scope: str,
+    thread_id: str,
+    item_ids: Sequence[str],
+    field: str = "origin",
+) -> TranscriptRef:
+    """A change's transcript origin, checked for shape (400 naming `origin.<field>`); its store
+    is checked against its id when the edge is recorded. Repeated item ids count once."""
+    if kind not in _STORE_KIND:
+        raise InvalidParameter(f"{field}.kind must be conversation or session", f"{field}.kind")
+    store_name = ".".join(split_full_name(store, 3, f"{field}.store"))
+    try:
+        store_uuid = str(uuid.UUID(store_id))
+    except (TypeError, ValueError, AttributeError):
+        raise InvalidParameter(
+            f"{field}.store_id must be a store's id (a uuid)", f"{field}.store_id"
+        ) from None
+    if len(item_ids) > MAX_ORIGIN_ITEMS:
+        raise InvalidParameter(
+            f"at most {MAX_ORIGIN_ITEMS} item ids in {field}.item_ids", f"{field}.item_ids"
+        )
+    items = [_text(item, f"{field}.item_ids[{i}]", MAX_ITEM_ID) for i, item in enumerate(item_ids)]
+    return TranscriptRef(
+        kind=kind,
+        store_id=store_uuid,
+        store_name=store_name,
+        scope=validate_scope(scope, f"{field}.scope"),
+        thread_id=_text(thread_id, f"{field}.thread_id", MAX_THREAD_ID),
+        item_ids=tuple(dict.fromkeys(items)),
+    )
+
+
+async def record(
+    conn: asyncpg.Connection,
+    by: str,
+    target: EntryRef,
+    sources: Sequence[EntryRef],
+    origin: TranscriptRef | None = None,
+) -> None:
+    """The edges of a change to `target` derived from `sources` and/or a transcript (within the
+    change's transaction). An origin whose store id names no store of its kind, or a store of
+    another name, is refused (400), and the change with it."""
     if sources:
         await repo.add_edges(conn, target, sources, by)
+    if origin is not None:
+        found = await repo.store_kind(conn, origin.store_id)
+        kind = _STORE_KIND[origin.kind]
+        if found is None or found[0] != kind:
+            raise InvalidParameter(
+                f"origin.store_id: no {kind} store has the id {origin.store_id}", "origin.store_id"
+            )
+        if found[1] != origin.store_name:
+            raise InvalidParameter(
+                f"origin.store: the store {origin.store_id} is {found[1]}, not {origin.store_name}",
+                "origin.store",
+            )
+        await repo.add_origin(conn, target, origin, by)
+
+
+async def erase_scope(conn: asyncpg.Connection, store_id: str | None, scope: str) -> int:
+    """Delete the edges (entry to entry, transcript to entry) with the scope at either end, in one
+    store or (None) in every store, within the erasing transaction; how many."""
+    return await repo.erase_scope(conn, store_id, scope)
 
 
 def _end(row: asyncpg.Record, side: str) -> LineageEnd:
@@ -72,11 +161,13 @@ async def lineage(
         raise InvalidParameter(f"depth must be between 1 and {MAX_DEPTH}", "depth")
     await ctx.access.resolve(principal, "lineage.read", SecurableType.METASTORE)
     parts = split_full_name(securable_full_name, 3, "securable_full_name")
-    store = await ctx.access.locate(SecurableType.MEMORY_STORE, parts)
+    # a store of either kind: downstream of a session store are the entries written from its sessions
+    store = await ctx.access.locate(SecurableType.MEMORY_STORE, parts, store_kind=None)
     if not store.exists:
         raise NotFound(f"memory store {store.full_name} does not exist")
     upstream = direction == "upstream"
-    if scope is not None or path is not None:
+    whole_store = scope is None and path is None
+    if not whole_store:
         key_scope, key_path = validate_scope(scope), validate_path(path)
         found = await repo.entry_id(
             ctx.pool, store.node.id, key_scope, validate_session(session_id), key_path
@@ -86,14 +177,80 @@ async def lineage(
         start = [found]
     else:
         start = await repo.store_entry_ids(ctx.pool, store.node.id, upstream)
-    edges = await repo.entry_edges(ctx.pool, start, upstream, hops) if start else []
+    edges: dict[tuple[str, str], Edge] = {}
+    if start:
+        edges = {_pair(e): (e, e["depth"]) for e in await repo.entry_edges(ctx.pool, start, upstream, hops)}
+    if upstream:
+        origins = await _origins_upstream(ctx, start, edges, hops)
+    elif whole_store:
+        origins = await _from_transcripts(ctx, store.node.id, edges, hops)
+    else:
+        origins = []  # downstream of one entry: no transcript is downstream of an entry
     return Lineage(
         securable_full_name=store.full_name,
         direction="upstream" if upstream else "downstream",
         edges=[
-            LineageEdge(source=_end(e, "source"), target=_end(e, "target"), depth=e["depth"])
-            for e in sorted(edges, key=lambda e: (e["depth"], e["target_path"], e["source_path"]))
+            LineageEdge(source=_end(e, "source"), target=_end(e, "target"), depth=depth)
+            for e, depth in sorted(
+                edges.values(), key=lambda x: (x[1], x[0]["target_path"], x[0]["source_path"])
+            )
         ],
+        origins=[
+            OriginEdge(source=_transcript_end(row), target=_end(row, "target"), depth=depth)
+            for row, depth in sorted(
+                origins,
+                key=lambda x: (x[1], x[0]["target_path"], x[0]["source_kind"], x[0]["source_thread_id"]),
+            )
+        ],
+    )
+
+
+def _pair(edge: asyncpg.Record) -> tuple[str, str]:
+    return str(edge["target_entry_id"]), str(edge["source_entry_id"])
+
+
+async def _origins_upstream(
+    ctx: Context, start: Sequence[str], edges: dict[tuple[str, str], Edge], hops: int
+) -> list[Edge]:
+    """The transcripts of every entry reached upstream, one hop past the entry's nearest depth
+    (the entries asked about are at 0)."""
+    reached = dict.fromkeys(start, 0)
+    for e, depth in edges.values():
+        source = str(e["source_entry_id"])
+        reached[source] = min(reached.get(source, depth), depth)
+    near = [entry for entry, depth in reached.items() if depth < hops]
+    if not near:
+        return []
+    rows = await repo.origins_of(ctx.pool, near)
+    return [(row, reached[str(row["target_entry_id"])] + 1) for row in rows]
+
+
+async def _from_transcripts(
+    ctx: Context, store_id: str, edges: dict[tuple[str, str], Edge], hops: int
+) -> list[Edge]:
+    """Downstream of a store's conversations or sessions: the entries written from them (depth 1),
+    returned, and what was derived from those entries, merged into `edges` one hop further than
+    a walk from them alone (an edge keeps its nearest depth)."""
+    rows = await repo.origins_from_store(ctx.pool, store_id)
+    written = list(dict.fromkeys(str(row["target_entry_id"]) for row in rows))
+    if written and hops > 1:
+        for e in await repo.entry_edges(ctx.pool, written, False, hops - 1):
+            known = edges.get(_pair(e))
+            if known is None or known[1] > e["depth"] + 1:
+                edges[_pair(e)] = (e, e["depth"] + 1)
+    return [(row, 1) for row in rows]
+
+
+def _transcript_end(row: asyncpg.Record) -> TranscriptEnd:
+    conversation = row["source_kind"] == "conversation"
+    return TranscriptEnd(
+        kind=row["source_kind"],
+        memory_store=row["source_store"],
+        scope=row["source_scope"],
+        conversation_id=row["source_thread_id"] if conversation else None,
+        session_id=None if conversation else row["source_thread_id"],
+        item_ids=list(row["source_item_ids"]),
+        deleted=not row["source_exists"],
     )
 
 

@@ -112,6 +112,20 @@ def test_a_transcript_becomes_memories_updated_not_duplicated(live, llm):
     assert all(m.actor_id == "vera" and m.source_type == DREAMER for m in extracted)
     kept = memories(live, memory, "vera")
     assert kept["/memories/diet.md"]["content"] == "Eats no meat or fish."
+    # derived from the session's items (lineage)
+    found = httpx.get(
+        f"{live.url}{UC}/system/lineage",
+        headers=headers(live),
+        params={
+            "securable_full_name": f"main.default.{memory}",
+            "scope": "vera",
+            "path": "/memories/diet.md",
+        },
+    ).json()
+    [origin] = found["origins"]
+    assert (origin["source"]["kind"], origin["source"]["session_id"]) == ("session", "chat-1")
+    assert origin["source"]["memory_store"] == "main.default.diet-sessions"
+    assert len(origin["source"]["item_ids"]) == 3
 
     # what the model read: the instructions and the transcript (messages, tool calls named)
     first = llm.requests[0]

@@ -141,6 +141,16 @@ def test_the_model_saves_a_memory_and_a_new_conversation_recalls_it_streamed(liv
         ("message", "assistant"),
     ]
     assert turn[1]["name"] == "save_memory" and turn[1]["server_label"] == "memory"
+    # the memory is derived from the conversation's turn (lineage)
+    found = httpx.get(
+        f"{live.url}{UC}/system/lineage",
+        headers=headers(live),
+        params={"securable_full_name": STORE, "scope": user, "path": "/memories/health.md"},
+    ).json()
+    assert [(o["source"]["kind"], o["source"]["conversation_id"]) for o in found["origins"]] == [
+        ("conversation", first)
+    ]
+    assert found["origins"][0]["source"]["item_ids"] == [turn[0]["id"]]  # the input that led to it
 
     # a new conversation: the model searches and answers from what it finds, streamed
     second = conversation(live, user)

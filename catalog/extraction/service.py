@@ -118,8 +118,10 @@ async def extract(
     full_name = f"{ctx.settings.agents_schema}.{memory_sid}"
     # the memory store first: the request's audit event is the extraction, on the memory store
     target = await resolve_store(ctx, principal, full_name, "memories.extract", field="memory_store")
-    session_row, _store = await sessions.open_session(ctx, principal, session_store, sid, "sessions.read")
-    done = await run(ctx, principal, session_row, target, memory_sid, body.instructions, body.dry_run)
+    session_row, store = await sessions.open_session(ctx, principal, session_store, sid, "sessions.read")
+    done = await run(
+        ctx, principal, session_row, target, memory_sid, body.instructions, body.dry_run, session_store=store
+    )
     return ExtractionResult(name=f"extractions/{uuid.uuid4().hex}", entries=list(done.written.values()))
 
 
@@ -131,9 +133,12 @@ async def run(
     memory_sid: str,
     instructions: str | None,
     dry_run: bool,
+    *,
+    session_store: Securable | None = None,
 ) -> Extraction:
     """Extract one session (already authorized for reading) into one memory store (already
-    authorized for `memories.extract`)."""
+    authorized for `memories.extract`); the entries written carry `origin` the session's items
+    when its store is given."""
     actor = session_row.actor_id
     full_name = target.full_name
     await check_binding(ctx, principal, target, [actor])
@@ -147,12 +152,23 @@ async def run(
         return outcome
     transcript = render(items)
     if transcript:
+        origin = None
+        if session_store is not None:
+            origin = ops.TranscriptSource(
+                kind="session",
+                store=session_store.full_name,
+                store_id=session_store.node.id,
+                scope=actor,
+                thread_id=session_row.session_id,
+                item_ids=tuple(item.item_id for item in items),
+            )
         bound = Bound(
             principal=principal,
             store=full_name,
             scope=actor,
             dry_run=dry_run,
             source_type=SOURCE_TYPE,
+            origin=origin,
         )
         await _converse(ctx, bound, memory_sid, session_row.session_id, transcript, instructions, outcome)
     if not dry_run:

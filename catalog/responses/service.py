@@ -34,6 +34,7 @@ from catalog.auth import Principal
 from catalog.context import Context
 from catalog.conversations import service as conversations
 from catalog.conversations.items import Item, check_item, check_items
+from catalog.entries import operations as ops
 from catalog.errors import InvalidParameter
 from catalog.governance import SecurableType
 from catalog.llm import ChatModel, TextDelta, ToolCall, Turn, Usage, require
@@ -122,7 +123,15 @@ async def prepare(ctx: Context, principal: Principal, request: ResponseCreate) -
         row, store = await conversations.open_conversation(
             ctx, principal, conversation_id, "responses.create"
         )
-        bound = Bound(principal=principal, store=store.full_name, scope=row.scope)
+        origin = ops.TranscriptSource(
+            kind="conversation",
+            store=store.full_name,
+            store_id=store.node.id,
+            scope=row.scope,
+            thread_id=conversation_id,
+            item_ids=tuple(item.id for item in input_items),  # the turn that led to the writes
+        )
+        bound = Bound(principal=principal, store=store.full_name, scope=row.scope, origin=origin)
         history = await conversations.recent_items(ctx, conversation_id, HISTORY_ITEMS)
     model = require(ctx.llm)  # 501 naming the variable
     model.model_for(request.model)  # 501 when there is no model to ask

@@ -54,6 +54,9 @@ class Bound:
     # and write nothing
     dry_run: bool = False
     source_type: str | None = None  # what new memories are marked with (e.g. written by extraction)
+    # the conversation or session items the writes are derived from (lineage), set by the code
+    # that authorized reading them
+    origin: ops.TranscriptSource | None = None
 
 
 class ToolError(Exception):
@@ -224,6 +227,7 @@ async def _save(ctx: Context, bound: Bound, args: SaveArgs) -> dict[str, Any]:
         contents=args.contents,
         description=args.description,
         source_type=bound.source_type,
+        origin=bound.origin,
     )
     try:
         written = await entries.write(ctx, bound.principal, op)
@@ -279,7 +283,9 @@ async def _update(ctx: Context, bound: Bound, args: UpdateArgs) -> dict[str, Any
             raise NotFound(f"no entry at {args.path}")
         contents = entries.apply_change(row.contents, change)
         return _dry("update", args.path, args.description or row.description, contents)
-    op = ops.Edit(store=bound.store, target=target, change=change, description=args.description)
+    op = ops.Edit(
+        store=bound.store, target=target, change=change, description=args.description, origin=bound.origin
+    )
     return _written(await entries.edit(ctx, bound.principal, op), "updated")
 
 

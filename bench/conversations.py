@@ -5,7 +5,9 @@ A `catalog serve` on a fresh data dir (embedded PostgreSQL), one store, the admi
    sequentially (one client), then from 8 concurrent clients into the same conversation (they
    serialize on its row lock) and from 8 clients into 8 conversations of their own.
 2. On the 1,000-item conversation: list a page (`limit` 20 and 100, newest first and oldest
-   first, and a page `after` an item in the middle) and retrieve one item, sequentially.
+   first, and a page `after` an item in the middle) and retrieve one item, sequentially; then
+   transcript search (`conversations:search`, keyword, semantic, hybrid) over every message of
+   the scope (about 3,000, all cases above).
 
 Run: .venv/bin/python bench/conversations.py [--items 1000] [--reads 200]
 """
@@ -136,6 +138,19 @@ async def reads(
             latencies.append(time.perf_counter() - began)
             r.raise_for_status()
         rows.append((name, *_ms(latencies)))
+    # transcript search over every message of the scope (all the conversations above)
+    search = f"{UC}/memory-stores/{STORE}/conversations:search"
+    for mode in ("keyword", "semantic", "hybrid"):
+        latencies = []
+        for i in range(n + 10):
+            body = {"scope": "bench-user", "query": f"turn {i * 7 % items}: a sentence of chat", "mode": mode}
+            began = time.perf_counter()
+            r = await http.post(search, json=body)
+            if i >= 10:  # the first ten warm up
+                latencies.append(time.perf_counter() - began)
+            r.raise_for_status()
+            assert r.json()["results"], "a search finds messages"
+        rows.append((f"transcript search, {mode}, top 10", *_ms(latencies)))
     return rows
 
 

@@ -38,22 +38,25 @@ CREATE TABLE IF NOT EXISTS transcript_changes (
     at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
-CREATE OR REPLACE FUNCTION transcript_items_log_change() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Statement-level triggers with transition tables: one statement per append (of up to 100 items)
+-- instead of one per item.
+CREATE OR REPLACE FUNCTION transcript_items_log_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'DELETE' THEN
-        INSERT INTO transcript_changes (item_id, op) VALUES (OLD.id, 'delete');
-        RETURN OLD;
-    END IF;
-    INSERT INTO transcript_changes (item_id, op) VALUES (NEW.id, 'upsert');
-    RETURN NEW;
+    INSERT INTO transcript_changes (item_id, op) SELECT id, 'upsert' FROM added ORDER BY position;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE FUNCTION transcript_items_log_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO transcript_changes (item_id, op) SELECT id, 'delete' FROM removed;
+    RETURN NULL;
 END $$;
 
 DROP TRIGGER IF EXISTS transcript_items_insert_log ON transcript_items;
 CREATE TRIGGER transcript_items_insert_log AFTER INSERT ON transcript_items
-    FOR EACH ROW EXECUTE FUNCTION transcript_items_log_change();
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION transcript_items_log_insert();
 DROP TRIGGER IF EXISTS transcript_items_delete_log ON transcript_items;
 CREATE TRIGGER transcript_items_delete_log AFTER DELETE ON transcript_items
-    FOR EACH ROW EXECUTE FUNCTION transcript_items_log_change();
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION transcript_items_log_delete();
 
 -- The text of a message item as OpenAI shapes it (`content` a string, or parts whose `text` is
 -- kept: input_text, output_text, text), for session items, which are kept as sent; NULL for
@@ -71,57 +74,58 @@ CREATE OR REPLACE FUNCTION transcript_text(item jsonb) RETURNS text LANGUAGE sql
     END), '')
 $$;
 
-CREATE OR REPLACE FUNCTION conversation_items_transcript() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION conversation_items_transcript_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'DELETE' THEN
-        DELETE FROM transcript_items
-            WHERE source = 'conversation' AND thread_id = OLD.conversation_id AND item_id = OLD.id;
-        RETURN OLD;
-    END IF;
-    IF NEW.type = 'message' AND nullif(btrim(NEW.text), '') IS NOT NULL THEN
-        INSERT INTO transcript_items
-            (store_id, scope, source, thread_id, item_id, position, path, contents, created_at)
-        SELECT c.store_id, c.scope, 'conversation', c.id, NEW.id, NEW.position,
-            coalesce(NEW.item ->> 'role', ''), NEW.text, NEW.created_at
-        FROM conversations c WHERE c.id = NEW.conversation_id
-        ON CONFLICT DO NOTHING;
-    END IF;
-    RETURN NEW;
+    INSERT INTO transcript_items
+        (store_id, scope, source, thread_id, item_id, position, path, contents, created_at)
+    SELECT c.store_id, c.scope, 'conversation', c.id, n.id, n.position, coalesce(n.item ->> 'role', ''),
+        n.text, n.created_at
+    FROM added n JOIN conversations c ON c.id = n.conversation_id
+    WHERE n.type = 'message' AND nullif(btrim(n.text), '') IS NOT NULL
+    ORDER BY n.position
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE FUNCTION conversation_items_transcript_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM transcript_items t USING removed r
+        WHERE t.source = 'conversation' AND t.thread_id = r.conversation_id AND t.item_id = r.id;
+    RETURN NULL;
 END $$;
 
 DROP TRIGGER IF EXISTS conversation_items_transcript_insert ON conversation_items;
 CREATE TRIGGER conversation_items_transcript_insert AFTER INSERT ON conversation_items
-    FOR EACH ROW EXECUTE FUNCTION conversation_items_transcript();
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION conversation_items_transcript_insert();
 DROP TRIGGER IF EXISTS conversation_items_transcript_delete ON conversation_items;
 CREATE TRIGGER conversation_items_transcript_delete AFTER DELETE ON conversation_items
-    FOR EACH ROW EXECUTE FUNCTION conversation_items_transcript();
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION conversation_items_transcript_delete();
 
-CREATE OR REPLACE FUNCTION session_items_transcript() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    body text;
+CREATE OR REPLACE FUNCTION session_items_transcript_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'DELETE' THEN
-        DELETE FROM transcript_items WHERE source = 'session' AND item_id = OLD.item_id::text;
-        RETURN OLD;
-    END IF;
-    body := transcript_text(NEW.data);
-    IF body IS NOT NULL THEN
-        INSERT INTO transcript_items
-            (store_id, scope, source, thread_id, item_id, position, path, contents, created_at)
-        SELECT s.store_id, s.actor_id, 'session', s.session_id, NEW.item_id::text, NEW.position,
-            NEW.data ->> 'role', body, NEW.created_at
-        FROM agent_sessions s WHERE s.id = NEW.session
-        ON CONFLICT DO NOTHING;
-    END IF;
-    RETURN NEW;
+    INSERT INTO transcript_items
+        (store_id, scope, source, thread_id, item_id, position, path, contents, created_at)
+    SELECT s.store_id, s.actor_id, 'session', s.session_id, n.item_id::text, n.position,
+        n.data ->> 'role', t.body, n.created_at
+    FROM added n JOIN agent_sessions s ON s.id = n.session
+        CROSS JOIN LATERAL (SELECT transcript_text(n.data) AS body) t
+    WHERE t.body IS NOT NULL
+    ORDER BY n.position
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE FUNCTION session_items_transcript_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM transcript_items t USING removed r
+        WHERE t.source = 'session' AND t.item_id = r.item_id::text;
+    RETURN NULL;
 END $$;
 
 DROP TRIGGER IF EXISTS session_items_transcript_insert ON session_items;
 CREATE TRIGGER session_items_transcript_insert AFTER INSERT ON session_items
-    FOR EACH ROW EXECUTE FUNCTION session_items_transcript();
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION session_items_transcript_insert();
 DROP TRIGGER IF EXISTS session_items_transcript_delete ON session_items;
 CREATE TRIGGER session_items_transcript_delete AFTER DELETE ON session_items
-    FOR EACH ROW EXECUTE FUNCTION session_items_transcript();
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION session_items_transcript_delete();
 CREATE INDEX IF NOT EXISTS transcript_items_session_item ON transcript_items (item_id) WHERE source = 'session';
 
 -- what was appended before this migration

@@ -291,3 +291,42 @@ def test_without_an_upstream_model_responses_are_501(client, token):
     r = client.post(f"{BASE}/responses", headers=token(), json={"model": "m", "input": "hi"})
     assert r.status_code == 501
     assert r.json()["error_code"] == "NOT_IMPLEMENTED" and "CATALOG_LLM_BASE_URL" in r.json()["message"]
+
+
+def test_the_openai_agents_sdk_runs_an_agent_on_a_conversation(live, llm):
+    """The OpenAI Agents SDK's Responses model (which sends `include`, `tools` and more) runs an
+    agent whose memory the server keeps: streamed and not."""
+    import asyncio
+
+    from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    conv = conversation(live, user)
+    token = mint_dev_token(Settings(data_dir=live.data_dir), "alice")
+
+    async def run() -> tuple[str, str]:
+        client = openai.AsyncOpenAI(base_url=f"{live.url}{BASE}", api_key=token, max_retries=0)
+        agent = Agent(
+            name="helper",
+            instructions="Be brief.",
+            model=OpenAIResponsesModel(model="m", openai_client=client),
+        )
+        llm.script(
+            Call(
+                "save_memory",
+                {"path": "/memories/tea.md", "description": "Likes green tea", "contents": "green"},
+            ),
+            Reply("I'll remember."),
+        )
+        first = await Runner.run(agent, "I like green tea.", conversation_id=conv)
+        llm.script(Reply("Green tea."))
+        streamed = Runner.run_streamed(agent, "What do I drink?", conversation_id=conv)
+        async for _ in streamed.stream_events():
+            pass
+        return str(first.final_output), str(streamed.final_output)
+
+    assert asyncio.run(run()) == ("I'll remember.", "Green tea.")
+    assert memory(live, user, "/memories/tea.md").status_code == 200
+    assert llm.requests[0]["messages"][0]["content"].endswith("Be brief.")  # the agent's instructions
+    assert [i["type"] for i in items(live, conv)] == ["message", "mcp_call", "message", "message", "message"]

@@ -8,6 +8,7 @@ without empty, '.' or '..' segments; a request names at most 20 scopes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 import msgspec
@@ -126,18 +127,24 @@ def validate_scope(scope: str | None, field: str = "scope") -> str:
     return _name_like(scope, field, MAX_SCOPE)
 
 
-def validate_scopes(scope: str | None, scopes: list[str] | tuple[str, ...] | None) -> list[str]:
-    """`scope` and/or `scopes` as one list without repeats (at least one, at most MAX_SCOPES)."""
+def validate_scopes(
+    scope: str | None,
+    scopes: Sequence[str] | None,
+    names: tuple[str, str] = ("scope", "scopes"),
+) -> list[str]:
+    """`scope` and/or `scopes` as one list without repeats (at least one, at most MAX_SCOPES);
+    `names`: the two fields as the request names them (`actor_id`, `actor_ids`)."""
+    one, many = names
     found: list[str] = []
     if scope is not None:
-        found.append(validate_scope(scope))
+        found.append(validate_scope(scope, one))
     for i, item in enumerate(scopes or []):
-        found.append(validate_scope(item, f"scopes[{i}]"))
+        found.append(validate_scope(item, f"{many}[{i}]"))
     if not found:
-        raise InvalidParameter("scope (or scopes) is required", "scope")
+        raise InvalidParameter(f"{one} (or {many}) is required", one)
     unique = list(dict.fromkeys(found))
     if len(unique) > MAX_SCOPES:
-        raise InvalidParameter(f"at most {MAX_SCOPES} scopes per request", "scopes")
+        raise InvalidParameter(f"at most {MAX_SCOPES} {many} per request", many)
     return unique
 
 

@@ -38,7 +38,7 @@ from catalog.errors import NotFound, PermissionDenied
 from catalog.extraction import repo
 from catalog.extraction.schemas import ExtractionRequest, ExtractionResult
 from catalog.governance import Securable
-from catalog.llm import require
+from catalog.llm import assistant_message, content_text, require
 from catalog.sessions import service as sessions
 from catalog.sessions.repo import ItemRow, SessionRow
 from catalog.toolkit import EXTRACTION_INSTRUCTIONS, Bound, function_tools, run_call
@@ -78,7 +78,7 @@ def render(items: list[ItemRow]) -> str:
             continue
         kind = data.get("type", "message")
         if kind == "message" and isinstance(data.get("role"), str):
-            text = _text(data.get("content"))
+            text = content_text(data.get("content"))
             if text.strip():
                 blocks.append(f"{data['role']}: {text.strip()}")
         elif kind == "function_call" and isinstance(data.get("name"), str):
@@ -91,20 +91,6 @@ def render(items: list[ItemRow]) -> str:
             break
         kept.append(block)
     return "\n\n".join(reversed(kept))
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            part["text"]
-            for part in content
-            if isinstance(part, dict)
-            and isinstance(part.get("text"), str)
-            and part.get("type", "text") in ("input_text", "output_text", "text")
-        )
-    return ""
 
 
 def digest(items: list[ItemRow]) -> str:
@@ -201,16 +187,7 @@ async def _converse(
         calls = list(turn.tool_calls) if offered else []
         if not calls:
             return
-        messages.append(
-            {
-                "role": "assistant",
-                "content": turn.text or None,
-                "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                    for c in calls
-                ],
-            }
-        )
+        messages.append(assistant_message(turn.text, calls))
         for tool_call in calls:
             done = await run_call(ctx, bound, tool_call.name, tool_call.arguments, {"session_id": session_id})
             messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": done.answer})

@@ -282,6 +282,34 @@ def require(model: ChatModel | None) -> ChatModel:
     return model
 
 
+def assistant_message(text: str | None, calls: Sequence[ToolCall]) -> dict[str, Any]:
+    """The assistant's turn as the chat continues it: its text and its tool calls."""
+    return {
+        "role": "assistant",
+        "content": text or None,
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls
+        ],
+    }
+
+
+def content_text(content: Any) -> str:
+    """The text of an OpenAI message's `content`: a string, or its text parts (`input_text`,
+    `output_text`, `text`) joined by newlines; other parts (images, files, refusals) are left out."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict)
+            and isinstance(part.get("text"), str)
+            and part.get("type", "text") in ("input_text", "output_text", "text")
+        )
+    return ""
+
+
 def _arguments(value: Any) -> str:
     if isinstance(value, str):
         return value or "{}"

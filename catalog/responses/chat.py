@@ -16,21 +16,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from catalog.llm import content_text
+
 HISTORY_CHARS = 48_000
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            part["text"]
-            for part in content
-            if isinstance(part, dict)
-            and part.get("type") in ("input_text", "output_text", "text")
-            and isinstance(part.get("text"), str)
-        )
-    return ""
 
 
 def _error_text(error: Any) -> str:
@@ -38,7 +26,7 @@ def _error_text(error: Any) -> str:
     if isinstance(error, dict):
         if isinstance(error.get("message"), str):
             return str(error["message"])
-        return _text(error.get("content")) or json.dumps(error, ensure_ascii=False)
+        return content_text(error.get("content")) or json.dumps(error, ensure_ascii=False)
     return str(error)
 
 
@@ -54,7 +42,7 @@ def _turns(item: dict[str, Any]) -> list[dict[str, Any]]:
         role = "system" if role == "developer" else role
         if role not in ("user", "assistant", "system"):
             return []
-        return [{"role": role, "content": _text(item.get("content"))}]
+        return [{"role": role, "content": content_text(item.get("content"))}]
     if kind in ("function_call", "mcp_call"):
         call_id = str(item.get("call_id") or item.get("id"))
         call = {

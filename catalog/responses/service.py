@@ -37,7 +37,7 @@ from catalog.conversations.items import Item, check_item, check_items
 from catalog.entries import operations as ops
 from catalog.errors import InvalidParameter
 from catalog.governance import SecurableType
-from catalog.llm import ChatModel, TextDelta, ToolCall, Turn, Usage, require
+from catalog.llm import ChatModel, TextDelta, ToolCall, Turn, Usage, assistant_message, require
 from catalog.responses.chat import history_messages
 from catalog.responses.schemas import MAX_INPUT_CHARS, ConversationRef, ResponseCreate
 from catalog.toolkit import MEMORY_INSTRUCTIONS, Bound, function_tools, run_call
@@ -191,16 +191,7 @@ async def run(
             yield MessageDone(message)
         if not calls:
             break
-        messages.append(
-            {
-                "role": "assistant",
-                "content": turn.text or None,
-                "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                    for c in calls
-                ],
-            }
-        )
+        messages.append(assistant_message(turn.text, calls))
         for tool_call in calls:
             assert prepared.bound is not None
             item, answer = await _run_tool(ctx, prepared.bound, prepared.conversation_id, tool_call)

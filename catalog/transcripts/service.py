@@ -15,15 +15,13 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from catalog.auditlog import note_result
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries.service import check_binding, resolve_store
 from catalog.errors import InvalidParameter
 from catalog.governance import Securable, SecurableType
-from catalog.keys import MAX_SCOPES, validate_scope, validate_scopes
+from catalog.keys import validate_scopes
 from catalog.search import Query
 from catalog.search.corpus import TRANSCRIPTS
 from catalog.sessions.service import store_full_name
@@ -51,7 +49,7 @@ async def search_conversations(
 async def search_sessions(
     ctx: Context, principal: Principal, store_name: str, body: SessionItemSearch
 ) -> Hits:
-    scopes = _actors(body.actor_id, body.actor_ids)
+    scopes = validate_scopes(body.actor_id, body.actor_ids, ("actor_id", "actor_ids"))
     parts = store_full_name(ctx, store_name).split(".")
     store = await ctx.access.resolve(
         principal, ACTION, SecurableType.MEMORY_STORE, parts, store_kind="session"
@@ -61,17 +59,6 @@ async def search_sessions(
     return await _search(
         ctx, store, scopes, body.query, body.top_k, body.mode, thread, body.role, body.min_score
     )
-
-
-def _actors(actor_id: str | None, actor_ids: Sequence[str] | None) -> list[str]:
-    found = [validate_scope(actor_id, "actor_id")] if actor_id is not None else []
-    found += [validate_scope(a, f"actor_ids[{i}]") for i, a in enumerate(actor_ids or [])]
-    if not found:
-        raise InvalidParameter("actor_id (or actor_ids) is required", "actor_id")
-    unique = list(dict.fromkeys(found))
-    if len(unique) > MAX_SCOPES:
-        raise InvalidParameter(f"at most {MAX_SCOPES} actors per request", "actor_ids")
-    return unique
 
 
 async def _search(

@@ -125,6 +125,17 @@ class Delete(msgspec.Struct, frozen=True, kw_only=True):
     if_match: int | None = None
 
 
+class History(msgspec.Struct, frozen=True, kw_only=True):
+    store: str
+    key: ByKey
+
+
+class Restore(msgspec.Struct, frozen=True, kw_only=True):
+    store: str
+    key: ByKey
+    version: int  # the etag of the version to write again
+
+
 class DeleteScope(msgspec.Struct, frozen=True, kw_only=True):
     """Every entry of one scope in one store (right to be forgotten)."""
 

@@ -178,9 +178,10 @@ async def update_contents(
     )
 
 
-async def delete(conn: Conn, entry_id: str, version: int | None) -> tuple[bool, int | None]:
+async def delete(conn: Conn, entry_id: str, version: int | None, by: str) -> tuple[bool, int | None]:
     """Delete the entry if it is at `version` (any version when None): (deleted, its version
-    when it exists, else None)."""
+    when it exists, else None). `by` is who the history names as the deleter."""
+    await conn.execute("SELECT set_config('catalog.principal', $1, true)", by)
     row = await conn.fetchrow(
         "WITH target AS (SELECT id, version FROM entries WHERE id = $1), "
         "gone AS (DELETE FROM entries e USING target t "
@@ -227,9 +228,11 @@ async def list_entries(
 
 
 async def delete_scope(conn: Conn, store_id: str, scope: str) -> int:
+    """Delete a scope's entries from one store, with their history; how many entries."""
     status: str = await conn.execute(
         "DELETE FROM entries WHERE store_id = $1 AND scope = $2", store_id, scope
     )
+    await conn.execute("DELETE FROM entry_versions WHERE store_id = $1 AND scope = $2", store_id, scope)
     return int(status.split()[-1])
 
 
@@ -242,9 +245,59 @@ async def erase_scope(conn: Conn, scope: str) -> list[tuple[str, int]]:
         "JOIN catalogs c ON c.id = s.catalog_id GROUP BY 1 ORDER BY 1",
         scope,
     )
+    await conn.execute("DELETE FROM entry_versions WHERE scope = $1", scope)  # their history too
     return [(row["memory_store"], int(row["deleted"])) for row in rows]
 
 
 async def by_ids(conn: Conn, ids: Sequence[str]) -> dict[str, EntryRow]:
     rows = _rows(await conn.fetch(f"SELECT {COLUMNS} FROM entries WHERE id = ANY($1::uuid[])", list(ids)))
     return {row.id: row for row in rows}
+
+
+# --- history ----------------------------------------------------------------------------------------
+
+
+class VersionRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One version of an entry's key (`entry_versions`, kept by trigger)."""
+
+    version: int
+    contents: str | None
+    description: str | None
+    operation: str  # create | update | restore | delete
+    changed_at: int  # epoch milliseconds
+    changed_by: str
+
+
+async def history(conn: Conn, key: Key, limit: int) -> list[VersionRow]:
+    """The key's versions, newest first."""
+    rows = await conn.fetch(
+        "SELECT version, contents, description, operation, "
+        "(extract(epoch FROM changed_at) * 1000)::bigint AS changed_at, changed_by "
+        f"FROM entry_versions WHERE {_KEY} ORDER BY seq DESC LIMIT $5",
+        *key,
+        limit,
+    )
+    return [VersionRow(**dict(row)) for row in rows]
+
+
+async def version(conn: Conn, key: Key, number: int) -> VersionRow | None:
+    """The newest kept version `number` of the key that holds contents (not a deletion)."""
+    row = await conn.fetchrow(
+        "SELECT version, contents, description, operation, "
+        "(extract(epoch FROM changed_at) * 1000)::bigint AS changed_at, changed_by "
+        f"FROM entry_versions WHERE {_KEY} AND version = $5 AND operation <> 'delete' "
+        "ORDER BY seq DESC LIMIT 1",
+        *key,
+        number,
+    )
+    return None if row is None else VersionRow(**dict(row))
+
+
+async def restore(conn: asyncpg.Connection, key: Key, kept: VersionRow, by: str) -> EntryRow:
+    """Write a kept version as the newest (an update, or a new entry when the key has none);
+    its history row says `restore`."""
+    await conn.execute("SELECT set_config('catalog.operation', 'restore', true)")
+    fields = Fields(contents=kept.contents, description=kept.description, source_type=None)
+    row = await upsert_overwrite(conn, key, fields, by)
+    await conn.execute("SELECT set_config('catalog.operation', '', true)")
+    return row

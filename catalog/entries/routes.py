@@ -20,10 +20,13 @@ from catalog.entries.schemas import (
     EntryEdit,
     EntryFields,
     EntrySummary,
+    EntryVersion,
     ErasedStore,
     EraseRequest,
     EraseResult,
+    HistoryResponse,
     ListEntriesResponse,
+    RestoreRequest,
     SearchRequest,
     SearchResponse,
     SearchResult,
@@ -312,6 +315,50 @@ async def search(
     )
 
 
+@get("/{full_name:str}/entries:history", operation_id="getEntryHistory", responses=errors(404))
+async def entry_history(
+    request: Req,
+    ctx: Ctx,
+    full_name: StoreFullName,
+    entry_scope: RequiredScope,
+    path: EntryPath,
+    session_id: SessionId = None,
+) -> HistoryResponse:
+    """Every kept version of the entry at this key, newest first (also after it was deleted)."""
+    key = ops.ByKey(scope=entry_scope, path=path, session_id=session_id)
+    versions = await service.history(ctx, request.user, ops.History(store=full_name, key=key))
+    return HistoryResponse(
+        versions=[
+            EntryVersion(
+                etag=str(v.version),
+                contents=v.contents,
+                description=v.description,
+                operation=v.operation,
+                updated_at=v.changed_at,
+                updated_by=v.changed_by,
+            )
+            for v in versions
+        ]
+    )
+
+
+@post(
+    "/{full_name:str}/entries:restore",
+    status_code=200,
+    operation_id="restoreEntry",
+    response_headers=ETAG,
+    responses=errors(404, 409),
+)
+async def restore_entry(
+    request: Req, ctx: Ctx, full_name: StoreFullName, data: JSONBody[RestoreRequest]
+) -> Response[Entry]:
+    """Write a kept version as the entry's newest (the entry is created again if it was deleted)."""
+    key = ops.ByKey(scope=data.scope, path=data.path, session_id=data.session_id)
+    version = int(data.etag.removeprefix("W/").strip('"'))
+    written = await service.restore(ctx, request.user, ops.Restore(store=full_name, key=key, version=version))
+    return _with_etag(to_entry(written.row, readable=True))
+
+
 @post("/erase-scope", status_code=200, operation_id="eraseScope", responses=errors(413))
 async def erase_scope(request: Req, ctx: Ctx, data: JSONBody[EraseRequest]) -> EraseResult:
     erased, others = await service.erase(ctx, request.user, ops.Erase(scope=data.scope))
@@ -323,7 +370,16 @@ async def erase_scope(request: Req, ctx: Ctx, data: JSONBody[EraseRequest]) -> E
 
 router = routing.router(
     path="/api/2.1/unity-catalog/memory-stores",
-    route_handlers=[create_entry, get_entry, list_entries, update_entry, delete_entry, search],
+    route_handlers=[
+        create_entry,
+        get_entry,
+        list_entries,
+        update_entry,
+        delete_entry,
+        search,
+        entry_history,
+        restore_entry,
+    ],
     tags=["entries"],
     memory_store=True,  # a missing store or entry is NOT_FOUND (catalog.errors.NotFound)
 )

@@ -139,6 +139,28 @@ class SearchResponse(msgspec.Struct, kw_only=True):
     results: list[SearchResult]
 
 
+class EntryVersion(msgspec.Struct, omit_defaults=True, kw_only=True):
+    etag: str  # the entry's ETag at this version (what `entries:restore` takes)
+    contents: str | None = None
+    description: str | None = None
+    operation: str  # create | update | restore | delete
+    updated_at: int
+    updated_by: str
+
+
+class HistoryResponse(msgspec.Struct, kw_only=True):
+    versions: list[EntryVersion]  # newest first
+
+
+class RestoreRequest(Input, kw_only=True):
+    scope: Scope
+    path: EntryPath
+    session_id: SessionId | None = None
+    etag: Annotated[
+        str, msgspec.Meta(pattern=r'^(W/)?"?[0-9]{1,18}"?$', description="a version's etag from the history")
+    ]
+
+
 class EraseRequest(Input, kw_only=True):
     scope: Scope
 

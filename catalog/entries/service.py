@@ -374,12 +374,42 @@ async def delete(ctx: Context, principal: Principal, op: ops.Delete) -> None:
     found = await _find(ctx, principal, store, op.target)
     async with audited(ctx.pool) as conn:
         note_result(1)
-        deleted, version = await repo.delete(conn, found.id, op.if_match)
+        deleted, version = await repo.delete(conn, found.id, op.if_match, principal.name)
         if not deleted:
             if version is None:
                 raise NotFound(f"no entry at {found.path} in scope {found.scope}")
             raise Aborted(f"the entry is at version {version}, not {op.if_match}")
     _written(ctx)
+
+
+HISTORY_LIMIT = 1000  # versions one history answer holds at most (newest first)
+
+
+async def history(ctx: Context, principal: Principal, op: ops.History) -> list[repo.VersionRow]:
+    """The versions of an entry's key, newest first (READ): also of a deleted entry."""
+    store = await resolve_store(ctx, principal, op.store, "entries.read", [validate_scope(op.key.scope)])
+    key = _key(store, op.key)
+    versions = await repo.history(ctx.pool, key, HISTORY_LIMIT)
+    if not versions:
+        raise NotFound(f"no entry at {key[3]} in scope {key[1]} has a history")
+    note_result(len(versions))
+    return versions
+
+
+async def restore(ctx: Context, principal: Principal, op: ops.Restore) -> Written:
+    """Write a kept version of the key as its newest (WRITE; READ too, since it reads the text of
+    that version). The entry is created again if it was deleted."""
+    store = await resolve_store(ctx, principal, op.store, "entries.write", [validate_scope(op.key.scope)])
+    await _ensure_may_read(ctx, principal, store, "restore")
+    key = _key(store, op.key)
+    async with audited(ctx.pool) as conn:
+        kept = await repo.version(conn, key, op.version)
+        if kept is None:
+            raise NotFound(f"no version {op.version} of the entry at {key[3]} in scope {key[1]} is kept")
+        row = await repo.restore(conn, key, kept, principal.name)
+        note_result(1)
+    _written(ctx)
+    return Written(row, True)
 
 
 async def delete_scope(ctx: Context, principal: Principal, op: ops.DeleteScope) -> int:

@@ -1,0 +1,95 @@
+"""What keeping entry history costs on writes: the same writes with the history triggers on and
+off (the triggers disabled in PostgreSQL for the "off" rounds), alternating, median of rounds.
+
+A `catalog serve` on a fresh data dir (embedded PostgreSQL), one store; each round: `--writes`
+sequential writes over HTTP (one client) and the same from 8 concurrent clients, half of them new
+entries and half overwrites of one of 50 paths (so pruning every tenth version runs too).
+
+Run: .venv/bin/python bench/history.py [--writes 400] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.live import BenchServer
+
+UC = "/api/2.1/unity-catalog"
+STORE = f"{UC}/memory-stores/main.default.history-bench"
+TRIGGERS = ("entries_history_insert", "entries_history_update", "entries_history_delete")
+
+
+async def writes(http: httpx.AsyncClient, n: int, clients: int) -> float:
+    async def one(c: int) -> None:
+        for i in range(n // clients):
+            path = f"/new/{uuid.uuid4().hex}.md" if i % 2 else f"/hot/{(c * 7 + i) % 50}.md"
+            r = await http.post(
+                f"{STORE}/entries",
+                params={"scope": f"user-{c}"},
+                json={"path": path, "contents": f"fact {i} " * 20, "write_mode": "OVERWRITE"},
+            )
+            r.raise_for_status()
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one(c) for c in range(clients)))
+    return (n // clients) * clients / (time.perf_counter() - began)
+
+
+async def switch(db: str, on: bool) -> None:
+    conn = await asyncpg.connect(db)
+    try:
+        for trigger in TRIGGERS:
+            await conn.execute(f"ALTER TABLE entries {'ENABLE' if on else 'DISABLE'} TRIGGER {trigger}")
+    finally:
+        await conn.close()
+
+
+async def run(server: BenchServer, n: int, rounds: int) -> None:
+    db = server.db_url()
+    headers = {"Authorization": f"Bearer {server.token()}"}
+    async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as http:
+        r = await http.post(
+            f"{UC}/memory-stores",
+            json={"name": "history-bench", "catalog_name": "main", "schema_name": "default"},
+        )
+        r.raise_for_status()
+        await writes(http, 100, 4)  # warm-up
+        rates: dict[tuple[bool, int], list[float]] = {}
+        for _ in range(rounds):
+            for on in (True, False):
+                await switch(db, on)
+                for clients in (1, 8):
+                    rates.setdefault((on, clients), []).append(await writes(http, n, clients))
+        await switch(db, True)
+    print("| writers | history on | history off | cost |")
+    print("|---|---|---|---|")
+    for clients in (1, 8):
+        on, off = statistics.median(rates[(True, clients)]), statistics.median(rates[(False, clients)])
+        print(f"| {clients} | {on:.0f} writes/s | {off:.0f} writes/s | {100 * (off - on) / off:.1f}% |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--writes", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    server = BenchServer()
+    try:
+        asyncio.run(run(server, args.writes, args.rounds))
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

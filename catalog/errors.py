@@ -79,6 +79,13 @@ class Aborted(CatalogError):
     error_code = "ABORTED"
 
 
+class ResourceConflict(CatalogError):
+    """The object is deliberately held (a legal hold): the change is refused, naming the hold."""
+
+    status_code = 409
+    error_code = "RESOURCE_CONFLICT"
+
+
 class PayloadTooLarge(FieldError):
     """The body, or one text field of it, is over its limit (the field is named)."""
 

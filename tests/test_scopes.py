@@ -218,6 +218,7 @@ def test_erase_a_scope_everywhere(client, token, database_url, tmp_path, live_se
                 {"memory_store": "main.default.other", "deleted": 1},
             ],
             "also_deleted": {"conversations": 0, "sessions": 0},
+            "held": [],
         }
         # gone in the other process too, in every mode; the composite scope is a scope of its own
         for mode in ("keyword", "semantic", "hybrid"):

@@ -173,6 +173,14 @@ def note_outcome(status: int, error_code: str) -> None:
         context.outcome = (status, error_code)
 
 
+def note_params(params: dict[str, Any]) -> None:
+    """What the request did beyond its query (setting a legal hold), kept in its event's
+    `request_params`."""
+    context = current.get()
+    if context is not None:
+        context.params = {**(context.params or {}), **params}
+
+
 def note_result(count: int) -> None:
     """How many entries the request read or wrote (request lineage)."""
     context = current.get()

@@ -159,9 +159,10 @@ async def delete_item(conn: Conn, conversation_id: str, item_id: str) -> bool:
 
 async def erase_scope(conn: asyncpg.Connection, store_id: str | None, scope: str) -> int:
     """Delete a scope's conversations (with their items) from one store, or from every store
-    (`store_id` None); how many."""
+    (`store_id` None) not under legal hold; how many."""
     status: str = await conn.execute(
-        "DELETE FROM conversations WHERE scope = $2 AND ($1::uuid IS NULL OR store_id = $1::uuid)",
+        "DELETE FROM conversations WHERE scope = $2 AND ($1::uuid IS NULL OR store_id = $1::uuid) "
+        "AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold)",
         store_id,
         scope,
     )

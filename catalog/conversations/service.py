@@ -45,6 +45,7 @@ from catalog.entries.service import resolve_store
 from catalog.errors import AlreadyExists, InvalidParameter, NotFound
 from catalog.governance import Securable
 from catalog.keys import validate_scope
+from catalog.namespace.service import ensure_not_held
 
 erase_scope = repo.erase_scope  # the scope eraser the composition root hands to entry erasure
 
@@ -121,7 +122,8 @@ async def update(
 
 
 async def delete(ctx: Context, principal: Principal, conversation_id: str) -> ConversationDeleted:
-    await _open(ctx, principal, conversation_id, "conversations.write")
+    _, store = await _open(ctx, principal, conversation_id, "conversations.write")
+    await ensure_not_held(ctx, store, "deleted")
     async with audited(ctx.pool) as conn:
         if not await repo.delete(conn, conversation_id):
             raise NotFound(f"conversation {conversation_id} does not exist")
@@ -191,7 +193,8 @@ async def retrieve_item(
 
 async def delete_item(ctx: Context, principal: Principal, conversation_id: str, item_id: str) -> Conversation:
     """OpenAI answers the conversation the item was deleted from."""
-    await _open(ctx, principal, conversation_id, "conversations.write")
+    _, store = await _open(ctx, principal, conversation_id, "conversations.write")
+    await ensure_not_held(ctx, store, "deleted")
     async with audited(ctx.pool) as conn:
         if not await repo.delete_item(conn, conversation_id, item_id):
             raise NotFound(f"no item {item_id} in conversation {conversation_id}")

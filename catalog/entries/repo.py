@@ -236,16 +236,38 @@ async def delete_scope(conn: Conn, store_id: str, scope: str) -> int:
     return int(status.split()[-1])
 
 
-async def erase_scope(conn: Conn, scope: str) -> list[tuple[str, int]]:
-    """Delete a scope's entries from every store; (store full name, how many), by name."""
+_STORE_NAME = (
+    "SELECT c.name || '.' || s.name || '.' || m.name FROM memory_stores m "
+    "JOIN schemas s ON s.id = m.schema_id JOIN catalogs c ON c.id = s.catalog_id"
+)
+
+
+async def held_stores(conn: Conn, scope: str) -> list[str]:
+    """The stores under legal hold that hold entries of the scope (erasure leaves them alone)."""
     rows = await conn.fetch(
-        "WITH gone AS (DELETE FROM entries WHERE scope = $1 RETURNING store_id) "
+        f"{_STORE_NAME} WHERE m.legal_hold AND EXISTS "
+        "(SELECT 1 FROM entries e WHERE e.store_id = m.id AND e.scope = $1) ORDER BY 1",
+        scope,
+    )
+    return [row[0] for row in rows]
+
+
+async def erase_scope(conn: Conn, scope: str) -> list[tuple[str, int]]:
+    """Delete a scope's entries, and their history, from every store not under legal hold;
+    (store full name, how many), by name."""
+    rows = await conn.fetch(
+        "WITH gone AS (DELETE FROM entries WHERE scope = $1 "
+        "AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold) RETURNING store_id) "
         "SELECT c.name || '.' || s.name || '.' || m.name AS memory_store, count(*) AS deleted "
         "FROM gone g JOIN memory_stores m ON m.id = g.store_id JOIN schemas s ON s.id = m.schema_id "
         "JOIN catalogs c ON c.id = s.catalog_id GROUP BY 1 ORDER BY 1",
         scope,
     )
-    await conn.execute("DELETE FROM entry_versions WHERE scope = $1", scope)  # their history too
+    await conn.execute(  # their history too
+        "DELETE FROM entry_versions WHERE scope = $1 "
+        "AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold)",
+        scope,
+    )
     return [(row["memory_store"], int(row["deleted"])) for row in rows]
 
 

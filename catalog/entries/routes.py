@@ -361,10 +361,14 @@ async def restore_entry(
 
 @post("/erase-scope", status_code=200, operation_id="eraseScope", responses=errors(413))
 async def erase_scope(request: Req, ctx: Ctx, data: JSONBody[EraseRequest]) -> EraseResult:
-    erased, others = await service.erase(ctx, request.user, ops.Erase(scope=data.scope))
-    stores = [ErasedStore(memory_store=store, deleted=count) for store, count in erased]
+    erased = await service.erase(ctx, request.user, ops.Erase(scope=data.scope))
+    stores = [ErasedStore(memory_store=store, deleted=count) for store, count in erased.stores]
     return EraseResult(
-        scope=data.scope, deleted=sum(s.deleted for s in stores), stores=stores, also_deleted=others
+        scope=data.scope,
+        deleted=sum(s.deleted for s in stores),
+        stores=stores,
+        also_deleted=erased.others,
+        held=erased.held,
     )
 
 

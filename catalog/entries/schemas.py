@@ -175,3 +175,4 @@ class EraseResult(msgspec.Struct, kw_only=True):
     deleted: int  # entries, in every store
     stores: list[ErasedStore]  # the stores that held entries of the scope, with how many
     also_deleted: dict[str, int] = {}  # the scope's conversations and sessions (actor = scope)
+    held: list[str] = []  # stores under legal hold: their entries of the scope were left alone

@@ -54,7 +54,7 @@ from catalog.lineage import EntryRef, TranscriptRef, check_origin
 from catalog.lineage import erase_scope as erase_lineage
 from catalog.lineage import record as record_lineage
 from catalog.names import split_full_name
-from catalog.namespace.service import scope_binding
+from catalog.namespace.service import ensure_not_held, scope_binding
 from catalog.pagination import Pages, page_size
 from catalog.search import Query
 
@@ -223,6 +223,8 @@ async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
     readable = ctx.access.visible(principal, "entries.read", store)
     sources = await _sources(ctx, principal, op.derived_from)
     origin = _origin(op.origin)
+    if op.mode == "OVERWRITE" and await repo.get(ctx.pool, key) is not None:
+        await ensure_not_held(ctx, store, "overwritten")
     async with audited(ctx.pool) as conn:
         note_result(1)
         if op.mode == "EXCLUSIVE":
@@ -343,6 +345,8 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
     readable = ctx.access.visible(principal, "entries.read", store)
     if (reads := _reads_text(op.change)) is not None:
         await _ensure_may_read(ctx, principal, store, reads)
+    if not isinstance(op.change, ops.Insert | ops.Append) or description is not None or op.set_description:
+        await ensure_not_held(ctx, store, "changed except by adding text")
     found = await _find(ctx, principal, store, op.target)
     origin = _origin(op.origin)
     async with audited(ctx.pool) as conn:
@@ -372,6 +376,7 @@ async def delete(ctx: Context, principal: Principal, op: ops.Delete) -> None:
     scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
     store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
     found = await _find(ctx, principal, store, op.target)
+    await ensure_not_held(ctx, store, "deleted")
     async with audited(ctx.pool) as conn:
         note_result(1)
         deleted, version = await repo.delete(conn, found.id, op.if_match, principal.name)
@@ -406,6 +411,8 @@ async def restore(ctx: Context, principal: Principal, op: ops.Restore) -> Writte
         kept = await repo.version(conn, key, op.version)
         if kept is None:
             raise NotFound(f"no version {op.version} of the entry at {key[3]} in scope {key[1]} is kept")
+        if await repo.get(conn, key) is not None:
+            await ensure_not_held(ctx, store, "replaced")
         row = await repo.restore(conn, key, kept, principal.name)
         note_result(1)
     _written(ctx)
@@ -416,6 +423,7 @@ async def delete_scope(ctx: Context, principal: Principal, op: ops.DeleteScope) 
     """Every entry of one scope in one store (right to be forgotten); how many."""
     scope = validate_scope(op.scope)
     store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
+    await ensure_not_held(ctx, store, "deleted")
     async with audited(ctx.pool) as conn:
         deleted = await repo.delete_scope(conn, store.node.id, scope)
         await erase_lineage(conn, store.node.id, scope)  # its edges at either end, in this store
@@ -426,20 +434,25 @@ async def delete_scope(ctx: Context, principal: Principal, op: ops.DeleteScope) 
     return deleted
 
 
-async def erase(
-    ctx: Context, principal: Principal, op: ops.Erase
-) -> tuple[list[tuple[str, int]], dict[str, int]]:
-    """A scope from every store (metastore admin): (store, entries deleted) by store name, and
-    how many of the scope's other rows went with them (`conversations`, `sessions`)."""
+@dataclass(frozen=True)
+class Erased:
+    stores: list[tuple[str, int]]  # (store full name, entries deleted), by name
+    others: dict[str, int]  # the scope's conversations, sessions, ... deleted with them
+    held: list[str]  # stores under legal hold that keep the scope's entries
+
+
+async def erase(ctx: Context, principal: Principal, op: ops.Erase) -> Erased:
+    """A scope from every store not under legal hold (metastore admin)."""
     scope = validate_scope(op.scope)
     await ctx.access.resolve(principal, "system.erase_scope", SecurableType.METASTORE)
     async with audited(ctx.pool) as conn:
+        held = await repo.held_stores(conn, scope)
         erased = await repo.erase_scope(conn, scope)
         await erase_lineage(conn, None, scope)  # its edges at either end, in every store
         others = {name: await eraser(conn, None, scope) for name, eraser in ctx.scope_erasers}
         note_result(sum(count for _, count in erased))
     _written(ctx)
-    return erased, others
+    return Erased(erased, others, held)
 
 
 async def search(ctx: Context, principal: Principal, op: ops.Search) -> list[tuple[EntryRow, float]]:

@@ -208,7 +208,7 @@ async def count_stores(conn: Conn, schema_id: str) -> int:
 
 _STORE_SELECT = (
     "SELECT m.id, m.name, s.name AS schema_name, c.name AS catalog_name, m.description, "
-    f"m.scope_binding, m.shared_scopes, {_audit_columns('m')} "
+    f"m.scope_binding, m.shared_scopes, m.legal_hold, {_audit_columns('m')} "
     "FROM memory_stores m JOIN schemas s ON s.id = m.schema_id JOIN catalogs c ON c.id = s.catalog_id"
 )
 
@@ -226,6 +226,7 @@ def _store(row: asyncpg.Record, metastore_id: str) -> MemoryStoreInfo:
         description=row["description"],
         scope_binding=row["scope_binding"],
         shared_scopes=list(row["shared_scopes"]),
+        legal_hold=row["legal_hold"],
         created_at=row["created_at"],
         created_by=row["created_by"],
         updated_at=row["updated_at"],
@@ -248,6 +249,14 @@ async def set_store_binding(conn: Conn, store_id: str, binding: str | None, shar
         binding,
         shared,
     )
+
+
+async def set_legal_hold(conn: Conn, store_id: str, held: bool) -> None:
+    await conn.execute("UPDATE memory_stores SET legal_hold = $2 WHERE id = $1", store_id, held)
+
+
+async def legal_hold(conn: Conn, store_id: str) -> bool:
+    return bool(await conn.fetchval("SELECT legal_hold FROM memory_stores WHERE id = $1", store_id))
 
 
 async def insert_store(

@@ -74,6 +74,8 @@ class MemoryStoreUpdate(Input, kw_only=True):
     owner: PrincipalName | None = None
     scope_binding: ScopeBinding | None = None
     shared_scopes: SharedScopes | None = None
+    # while true, the store's entries may not be deleted or lose text (409 RESOURCE_CONFLICT)
+    legal_hold: bool | None = None
 
 
 class CatalogInfo(Output, kw_only=True):
@@ -119,6 +121,7 @@ class MemoryStoreInfo(Output, kw_only=True):
     description: str | None = None
     scope_binding: str = "caller"
     shared_scopes: list[str] = []
+    legal_hold: bool = False
     created_at: int
     created_by: str
     updated_at: int

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from catalog.auditlog.writer import audited
+from catalog.auditlog.writer import audited, note_params
 from catalog.auth import Principal
 from catalog.context import Context
-from catalog.errors import InvalidParameter, NotFound
+from catalog.errors import InvalidParameter, NotFound, ResourceConflict
 from catalog.governance import Access, Securable, SecurableType
 from catalog.inputs import MAX_SCOPE, blank, has_control, within
 from catalog.names import split_full_name, validate_name
@@ -326,13 +326,24 @@ async def update_store(
     description = _text(body.description, "description")
     properties, owner = _properties(body.properties), _owner(body.owner)
     shared = _shared_scopes(body.shared_scopes)
+    if body.legal_hold is not None:  # setting or releasing a hold is audited as such, allowed or not
+        note_params({"legal_hold": str(body.legal_hold).lower()})
     securable = await ctx.access.resolve(principal, "memory_store.update", STORE, parts, store_kind=kind)
     if add_properties:
         if properties is None:
             current = await repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id)
             properties = dict(current.properties) if current is not None else {}
         properties = _properties({**properties, **add_properties})
-    await _update(ctx, principal, securable, description, properties, owner, (body.scope_binding, shared))
+    await _update(
+        ctx,
+        principal,
+        securable,
+        description,
+        properties,
+        owner,
+        (body.scope_binding, shared),
+        body.legal_hold,
+    )
     return await _must(
         repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
     )
@@ -341,7 +352,17 @@ async def update_store(
 async def delete_store(ctx: Context, principal: Principal, full_name: str, *, kind: str = "memory") -> None:
     parts = split_full_name(full_name, 3)
     securable = await ctx.access.resolve(principal, "memory_store.delete", STORE, parts, store_kind=kind)
+    await ensure_not_held(ctx, securable, "deleted")
     await _delete(ctx, securable)
+
+
+async def ensure_not_held(ctx: Context, store: Securable, what: str) -> None:
+    """409 RESOURCE_CONFLICT naming the hold when the store is under legal hold."""
+    if await repo.legal_hold(ctx.pool, store.node.id):
+        raise ResourceConflict(
+            f"memory store {store.full_name} is under legal hold: its entries cannot be {what} "
+            "until the hold is released"
+        )
 
 
 # --- shared --------------------------------------------------------------------------------------
@@ -355,6 +376,7 @@ async def _update(
     properties: dict[str, str] | None,
     owner: str | None,
     binding: tuple[str | None, list[str] | None] = (None, None),
+    legal_hold: bool | None = None,
 ) -> None:
     async with audited(ctx.pool) as conn:
         found = await repo.update_object(
@@ -370,6 +392,8 @@ async def _update(
             raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
         if binding != (None, None):
             await repo.set_store_binding(conn, securable.node.id, *binding)
+        if legal_hold is not None:
+            await repo.set_legal_hold(conn, securable.node.id, legal_hold)
 
 
 async def _delete(ctx: Context, securable: Securable) -> None:

@@ -251,9 +251,11 @@ async def list_items(
 
 async def erase_scope(conn: asyncpg.Connection, store_id: str | None, scope: str) -> int:
     """Delete an actor's sessions (with their items) from one store, or from every session store
-    (`store_id` None); how many. An actor id is a scope: this is the sessions' scope eraser."""
+    (`store_id` None) not under legal hold; how many. An actor id is a scope: this is the
+    sessions' scope eraser."""
     status: str = await conn.execute(
-        "DELETE FROM agent_sessions WHERE actor_id = $2 AND ($1::uuid IS NULL OR store_id = $1::uuid)",
+        "DELETE FROM agent_sessions WHERE actor_id = $2 AND ($1::uuid IS NULL OR store_id = $1::uuid) "
+        "AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold)",
         store_id,
         scope,
     )

@@ -1,0 +1,108 @@
+"""A legal hold on a store: while it is set, the store's entries cannot be deleted or lose text
+(409 RESOURCE_CONFLICT naming the hold), erasure leaves them and says so, adding text still
+works; setting and releasing it takes MANAGE and is audited."""
+
+from __future__ import annotations
+
+UC = "/api/2.1/unity-catalog"
+HELD = "main.default.held"
+FREE = "main.default.free"
+
+
+def setup(client, token) -> None:
+    for name in ("held", "free"):
+        r = client.post(
+            f"{UC}/memory-stores",
+            headers=token(),
+            json={"name": name, "catalog_name": "main", "schema_name": "default"},
+        )
+        assert r.status_code == 200, r.text
+        for path in ("/a.md", "/b.md"):
+            r = client.post(
+                f"{UC}/memory-stores/main.default.{name}/entries",
+                headers=token(),
+                params={"scope": "hank"},
+                json={"path": path, "contents": "line one"},
+            )
+            assert r.status_code == 200, r.text
+    r = client.patch(
+        f"{UC}/permissions/memory_store/{HELD}",
+        headers=token(),
+        json={"changes": [{"principal": "writer", "add": ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]}]},
+    )
+    assert r.status_code == 200, r.text
+
+
+def hold(client, headers, on: bool):
+    return client.patch(f"{UC}/memory-stores/{HELD}", headers=headers, json={"legal_hold": on})
+
+
+def test_a_held_store_keeps_its_entries(client, token):
+    setup(client, token)
+    assert hold(client, token("writer"), True).status_code == 403  # MANAGE is needed
+    r = hold(client, token(), True)
+    assert r.status_code == 200 and r.json()["legal_hold"] is True
+    entries = f"{UC}/memory-stores/{HELD}/entries"
+
+    refused = [
+        client.delete(entries, headers=token("writer"), params={"scope": "hank", "path": "/a.md"}),
+        client.delete(entries, headers=token(), params={"scope": "hank", "all": "true"}),
+        client.patch(
+            entries,
+            headers=token("writer"),
+            json={"scope": "hank", "path": "/a.md", "str_replace": {"old_str": "one", "new_str": "1"}},
+        ),
+        client.patch(
+            entries, headers=token("writer"), json={"scope": "hank", "path": "/a.md", "description": "d"}
+        ),
+        client.post(
+            entries,
+            headers=token("writer"),
+            params={"scope": "hank"},
+            json={"path": "/a.md", "contents": "new", "write_mode": "OVERWRITE"},
+        ),
+        client.post(
+            f"{UC}/memory-stores/{HELD}/entries:restore",
+            headers=token(),
+            json={"scope": "hank", "path": "/a.md", "etag": "1"},
+        ),
+        client.delete(f"{UC}/memory-stores/{HELD}", headers=token()),
+    ]
+    for r in refused:
+        assert r.status_code == 409, r.text
+        assert r.json()["error_code"] == "RESOURCE_CONFLICT" and "legal hold" in r.json()["message"]
+
+    # adding text is no loss: new entries, appends and inserted lines are allowed
+    r = client.post(
+        entries, headers=token("writer"), params={"scope": "hank"}, json={"path": "/c.md", "contents": "c"}
+    )
+    assert r.status_code == 200, r.text
+    r = client.patch(
+        entries, headers=token("writer"), json={"scope": "hank", "path": "/a.md", "append": {"text": "two"}}
+    )
+    assert r.status_code == 200 and r.json()["contents"] == "line one\ntwo"
+
+    # erasure leaves the held store's entries and says so; the other store's go
+    r = client.post(f"{UC}/system/erase-scope", headers=token(), json={"scope": "hank"})
+    assert r.status_code == 200, r.text
+    assert r.json()["held"] == [HELD]
+    assert [s["memory_store"] for s in r.json()["stores"]] == [FREE]
+    get = {"scope": "hank", "path": "/a.md"}
+    assert client.get(f"{entries}:get", headers=token(), params=get).status_code == 200
+    assert (
+        client.get(f"{UC}/memory-stores/{FREE}/entries:get", headers=token(), params=get).status_code == 404
+    )
+
+    # released: deletes work again; setting and releasing are in the audit log
+    assert hold(client, token(), False).json().get("legal_hold", False) is False
+    assert (
+        client.delete(entries, headers=token(), params={"scope": "hank", "path": "/a.md"}).status_code == 200
+    )
+    events = client.get(
+        f"{UC}/system/audit",
+        headers=token(),
+        params={"securable_full_name": HELD, "action_name": "memory_store.update", "page_size": 50},
+    ).json()["events"]
+    changes = [(e["principal"], e["decision"], e["request_params"].get("legal_hold")) for e in events]
+    assert ("admin", "allow", "true") in changes and ("admin", "allow", "false") in changes
+    assert ("writer", "deny", "true") in changes

@@ -125,6 +125,14 @@ class Delete(msgspec.Struct, frozen=True, kw_only=True):
     if_match: int | None = None
 
 
+class Batch(msgspec.Struct, frozen=True, kw_only=True):
+    """Writes of several entries of one store and scope, each with a result of its own."""
+
+    store: str
+    scope: str
+    writes: tuple[Write, ...]
+
+
 class History(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     key: ByKey

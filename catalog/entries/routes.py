@@ -15,6 +15,9 @@ from catalog.context import Context
 from catalog.entries import EntryRow, service
 from catalog.entries import operations as ops
 from catalog.entries.schemas import (
+    BatchCreateRequest,
+    BatchCreateResponse,
+    BatchResultItem,
     Entry,
     EntryCreate,
     EntryEdit,
@@ -315,6 +318,49 @@ async def search(
     )
 
 
+@post(
+    "/{full_name:str}/entries:batchCreate",
+    status_code=200,
+    operation_id="batchCreateEntries",
+    responses=errors(404, 413),
+)
+async def batch_create(
+    request: Req,
+    ctx: Ctx,
+    full_name: StoreFullName,
+    data: JSONBody[BatchCreateRequest],
+    entry_scope: RequiredScope,
+) -> BatchCreateResponse:
+    """Up to 100 entries of one scope in one request: one result each, in order (a failed entry
+    does not undo the others)."""
+    writes = tuple(
+        ops.Write(
+            store=full_name,
+            key=ops.ByKey(scope=entry_scope, path=fields.path, session_id=fields.session_id),
+            contents=fields.contents,
+            description=fields.description,
+            source_type=fields.source_type,
+            creation_reason=fields.creation_reason,
+            creation_source=fields.creation_source,
+            mode=fields.write_mode or data.write_mode or "EXCLUSIVE",
+            derived_from=tuple(
+                ops.Source(store=ref.memory_store, key=ops.ByKey(scope=ref.scope, path=ref.path))
+                for ref in fields.derived_from or ()
+            ),
+        )
+        for fields in data.entries
+    )
+    results = await service.batch_write(
+        ctx, request.user, ops.Batch(store=full_name, scope=entry_scope, writes=writes)
+    )
+    return BatchCreateResponse(
+        results=[
+            BatchResultItem(path=r.path, status=r.status, error_code=r.error_code, message=r.message)
+            for r in results
+        ]
+    )
+
+
 @get("/{full_name:str}/entries:history", operation_id="getEntryHistory", responses=errors(404))
 async def entry_history(
     request: Req,
@@ -383,6 +429,7 @@ router = routing.router(
         search,
         entry_history,
         restore_entry,
+        batch_create,
     ],
     tags=["entries"],
     memory_store=True,  # a missing store or entry is NOT_FOUND (catalog.errors.NotFound)

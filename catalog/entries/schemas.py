@@ -139,6 +139,25 @@ class SearchResponse(msgspec.Struct, kw_only=True):
     results: list[SearchResult]
 
 
+MAX_BATCH = 100
+
+
+class BatchCreateRequest(Input, kw_only=True):
+    entries: Annotated[list[EntryFields], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]
+    write_mode: WriteMode | None = None  # for every entry that does not name its own
+
+
+class BatchResultItem(msgspec.Struct, omit_defaults=True, kw_only=True):
+    path: str
+    status: str  # CREATED, UPDATED, UNCHANGED or FAILED
+    error_code: str | None = None
+    message: str | None = None
+
+
+class BatchCreateResponse(msgspec.Struct, kw_only=True):
+    results: list[BatchResultItem]  # one per entry, in order
+
+
 class EntryVersion(msgspec.Struct, omit_defaults=True, kw_only=True):
     etag: str  # the entry's ETag at this version (what `entries:restore` takes)
     contents: str | None = None

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import asyncpg
+
 from catalog.auditlog import audited, note_result
 from catalog.auth import Principal
 from catalog.context import Context
@@ -37,9 +39,13 @@ from catalog.entries.schemas import (
 from catalog.errors import (
     Aborted,
     AlreadyExists,
+    CatalogError,
+    FieldError,
     InvalidParameter,
     NotFound,
     PermissionDenied,
+    ResourceConflict,
+    is_unavailable,
 )
 from catalog.governance import Securable, SecurableType
 from catalog.inputs import within
@@ -54,7 +60,7 @@ from catalog.lineage import EntryRef, TranscriptRef, check_origin
 from catalog.lineage import erase_scope as erase_lineage
 from catalog.lineage import record as record_lineage
 from catalog.names import split_full_name
-from catalog.namespace.service import ensure_not_held, scope_binding
+from catalog.namespace.service import ensure_not_held, is_held, scope_binding
 from catalog.pagination import Pages, page_size
 from catalog.search import Query
 
@@ -385,6 +391,90 @@ async def delete(ctx: Context, principal: Principal, op: ops.Delete) -> None:
                 raise NotFound(f"no entry at {found.path} in scope {found.scope}")
             raise Aborted(f"the entry is at version {version}, not {op.if_match}")
     _written(ctx)
+
+
+MAX_BATCH = 100
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    path: str
+    status: str  # CREATED, UPDATED, UNCHANGED or FAILED
+    error_code: str | None = None
+    message: str | None = None
+
+
+async def batch_write(ctx: Context, principal: Principal, op: ops.Batch) -> list[BatchResult]:
+    """Up to `MAX_BATCH` writes into one scope, authorized once, committed together with the
+    request's audit event; each entry succeeds or fails on its own (a savepoint each), so one
+    conflict does not undo the others. Committed at once, they are indexed and embedded as one
+    unit of background work."""
+    scope = validate_scope(op.scope)
+    if not 1 <= len(op.writes) <= MAX_BATCH:
+        raise InvalidParameter(f"entries must hold 1-{MAX_BATCH} entries", "entries")
+    store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
+    readable = ctx.access.visible(principal, "entries.read", store)
+    held = await is_held(ctx, store)
+    results: list[BatchResult | None] = [None] * len(op.writes)
+    checked: list[tuple[int, Key, Fields, ops.Write]] = []
+    seen: set[Key] = set()
+    for i, write_op in enumerate(op.writes):
+        try:
+            fields = _fields(write_op)
+            if write_op.mode == "APPEND" and not fields.contents:
+                raise InvalidParameter("write_mode APPEND needs contents to append", "contents")
+            key = _key(store, write_op.key)
+            if key in seen:
+                raise InvalidParameter(f"path {key[3]} is given twice in this batch", "path")
+            if write_op.derived_from or write_op.origin is not None:
+                raise InvalidParameter(
+                    "derived_from is not taken in a batch: write the entry alone", "derived_from"
+                )
+            seen.add(key)
+            checked.append((i, key, fields, write_op))
+        except FieldError as exc:
+            field = f"entries[{i}].{exc.field}" if exc.field else f"entries[{i}]"
+            results[i] = BatchResult(write_op.key.path, "FAILED", exc.error_code, f"{field}: {exc.message}")
+    async with audited(ctx.pool) as conn:
+        for i, key, fields, write_op in checked:
+            await conn.execute("SAVEPOINT batch_entry")
+            try:
+                results[i] = await _batch_one(conn, principal, key, fields, write_op, readable, held)
+            except (CatalogError, asyncpg.PostgresError) as exc:
+                if is_unavailable(exc):
+                    raise
+                await conn.execute("ROLLBACK TO SAVEPOINT batch_entry")
+                code = exc.error_code if isinstance(exc, CatalogError) else "INVALID_PARAMETER_VALUE"
+                message = exc.message if isinstance(exc, CatalogError) else "the entry could not be written"
+                results[i] = BatchResult(key[3], "FAILED", code, message)
+            else:
+                await conn.execute("RELEASE SAVEPOINT batch_entry")
+        note_result(sum(1 for r in results if r is not None and r.status != "FAILED"))
+    _written(ctx)
+    return [r for r in results if r is not None]
+
+
+async def _batch_one(
+    conn: asyncpg.Connection,
+    principal: Principal,
+    key: Key,
+    fields: Fields,
+    op: ops.Write,
+    readable: bool,
+    held: bool,
+) -> BatchResult:
+    if op.mode == "EXCLUSIVE":
+        if await repo.insert_exclusive(conn, key, fields, principal.name) is None:
+            raise AlreadyExists(f"an entry already exists at {key[3]} in scope {key[1]}")
+        return BatchResult(key[3], "CREATED")
+    existing = await repo.get(conn, key)
+    if op.mode == "OVERWRITE":
+        if existing is not None and held:
+            raise ResourceConflict("the memory store is under legal hold: an entry cannot be overwritten")
+        await repo.upsert_overwrite(conn, key, fields, principal.name)
+    elif await repo.upsert_append(conn, key, fields, principal.name, dedupe=readable) is None:
+        return BatchResult(key[3], "UNCHANGED")
+    return BatchResult(key[3], "UPDATED" if existing is not None else "CREATED")
 
 
 HISTORY_LIMIT = 1000  # versions one history answer holds at most (newest first)

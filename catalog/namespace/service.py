@@ -356,9 +356,14 @@ async def delete_store(ctx: Context, principal: Principal, full_name: str, *, ki
     await _delete(ctx, securable)
 
 
+async def is_held(ctx: Context, store: Securable) -> bool:
+    """Whether the store is under legal hold."""
+    return await repo.legal_hold(ctx.pool, store.node.id)
+
+
 async def ensure_not_held(ctx: Context, store: Securable, what: str) -> None:
     """409 RESOURCE_CONFLICT naming the hold when the store is under legal hold."""
-    if await repo.legal_hold(ctx.pool, store.node.id):
+    if await is_held(ctx, store):
         raise ResourceConflict(
             f"memory store {store.full_name} is under legal hold: its entries cannot be {what} "
             "until the hold is released"

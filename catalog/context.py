@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import Protocol
 
 import asyncpg
 
@@ -12,7 +13,14 @@ from catalog.llm import ChatModel
 from catalog.search import SearchEngine
 from catalog.settings import Settings
 
-ScopeEraser = Callable[[asyncpg.Connection, str | None, str], Awaitable[int]]
+
+class ScopeEraser(Protocol):
+    """Deletes a scope's rows (with `subject`: also of every scope starting `scope:`) from one
+    store, or every store not under legal hold when given None; how many."""
+
+    def __call__(
+        self, conn: asyncpg.Connection, store_id: str | None, scope: str, *, subject: bool = False
+    ) -> Awaitable[int]: ...
 
 
 @dataclass(frozen=True)

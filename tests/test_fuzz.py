@@ -97,6 +97,7 @@ SEMANTIC: dict[str, list[str]] = {
     "deleteEntry": [r"path is required", r"give path or all=true, not both"],
     "listEntries": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
     "searchEntries": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
+    "eraseSubject": [r"subject is what comes before the first ':'"],
     "searchConversations": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
     "agentsSearchSessionItems": [r"actor_id \(or actor_ids\) is required", r"at most 20 actor_ids per request"],
     "updatePermissions": [

@@ -211,7 +211,7 @@ async def test_each_call_is_one_audit_event_of_its_operation(live, store):
         answer(await client.call_tool("get_memory", {"path": "/memories/audit.md"}))
         missing = await client.call_tool("delete_memory", {"path": "/memories/none.md"})
         assert missing.is_error
-    events = [e for e in audit(live, principal="alice") if e["request_params"].get("scope") == "erin"]
+    events = [e for e in audit(live, principal="alice", scope="erin") if e["request_params"].get("tool")]
     calls = [
         (e["action_name"], e["request_params"].get("tool"), e["status_code"], e["decision"]) for e in events
     ]
@@ -398,7 +398,7 @@ async def test_the_modern_protocol_too(live, store):
         answer(await client.call_tool("save_memory", {"path": "/memories/modern.md", "description": "d"}))
         got = answer(await client.call_tool("get_memory", {"path": "/memories/modern.md"}))
         assert got["memory"]["description"] == "d"
-    events = [e for e in audit(live, principal="alice") if e["request_params"].get("scope") == "hana"]
+    events = [e for e in audit(live, principal="alice", scope="hana") if e["request_params"].get("tool")]
     assert [(e["action_name"], e["request_params"]["tool"]) for e in events] == [
         ("entries.write", "save_memory"),
         ("entries.read", "get_memory"),

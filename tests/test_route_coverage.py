@@ -60,6 +60,7 @@ BODIES = {
     "createConversation": {"memory_store": {"name": "walk.s.m"}, "scope": {"kind": "user", "value": "u"}},
     "updateConversation": {"metadata": {"k": "v"}},
     "createConversationItems": {"items": [{"role": "user", "content": "x"}]},
+    "eraseSubject": {"subject": "nobody-at-all"},
     "batchCreateEntries": {"entries": [{"path": "/b.md", "contents": "x"}]},
     "restoreEntry": {"scope": "u", "path": "/notes.md", "etag": "1"},
     "agentsExtractMemories": {"memory_store": "memory-stores/walk-store"},

@@ -31,7 +31,10 @@ async def list_events(
     after_seq: int | None,
     ascending: bool,
     limit: int,
+    scope_pseudonym: str | None = None,
 ) -> list[asyncpg.Record]:
+    """A page of events; `scope_pseudonym`: only events naming that scope (as a parameter, in a
+    list of scopes, or as the end user)."""
     order, compare = ("ASC", ">") if ascending else ("DESC", "<")
     return await pool.fetch(
         f"SELECT {', '.join(COLUMNS)} FROM audit_events WHERE "
@@ -39,7 +42,11 @@ async def list_events(
         "AND ($3::text IS NULL OR principal = $3) AND ($4::text IS NULL OR action_name = $4) "
         "AND ($5::text IS NULL OR securable_full_name = $5) AND ($6::text IS NULL OR decision = $6) "
         "AND ($7::int IS NULL OR status_code = $7) "
-        f"AND ($8::bigint IS NULL OR seq {compare} $8) ORDER BY seq {order} LIMIT $9",
+        f"AND ($8::bigint IS NULL OR seq {compare} $8) "
+        "AND ($10::text IS NULL OR request_params ->> 'scope' = $10 "
+        "     OR request_params ->> 'actor_id' = $10 OR request_params -> 'scopes' ? $10 "
+        "     OR request_params -> 'actor_ids' ? $10 OR on_behalf_of = $10) "
+        f"ORDER BY seq {order} LIMIT $9",
         start,
         end,
         principal,
@@ -49,4 +56,5 @@ async def list_events(
         status_code,
         after_seq,
         limit,
+        scope_pseudonym,
     )

@@ -6,13 +6,13 @@ from typing import Annotated, Any, Literal
 
 from litestar import Request, get
 from litestar.di import NamedDependency
-from litestar.params import FromQuery, Parameter
+from litestar.params import FromQuery, Parameter, QueryParameter
 
 from catalog import routing
 from catalog.audit import service
 from catalog.context import Context
 from catalog.inputs import NO_NUL, integer
-from catalog.keys import MAX_PATH, PATH_PATTERN, ScopeParam
+from catalog.keys import MAX_PATH, PATH_PATTERN, SCOPE_SCHEMA, ScopeParam
 from catalog.keys import SessionParam as SessionId
 from catalog.keys import StoreFullNameParam as StoreFullName
 from catalog.lineage import service as lineage_service
@@ -49,6 +49,14 @@ async def list_audit(
     ] = None,
     page_size: PageSize = None,
     page_token: PageToken = None,
+    event_scope: Annotated[
+        str | None,
+        QueryParameter(
+            name="scope",
+            description="events naming this scope (held as pseudonyms: found until its subject is erased)",
+            schema_extra=SCOPE_SCHEMA,
+        ),
+    ] = None,
 ) -> service.AuditEvents:
     return await service.list_events(
         ctx,
@@ -63,6 +71,7 @@ async def list_audit(
         order=order,
         size=page_size,
         page_token=page_token,
+        scope=event_scope,
     )
 
 

@@ -9,10 +9,12 @@ import msgspec
 
 from catalog.audit import repo
 from catalog.auditlog.chain import Verification, verify
+from catalog.auditlog.pseudonyms import scope_pseudonym
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter
 from catalog.governance import SecurableType
+from catalog.keys import validate_scope
 from catalog.lineage.service import epoch_ms
 from catalog.pagination import Pages, page_size
 
@@ -82,7 +84,11 @@ async def list_events(
     order: str | None,
     size: int | None,
     page_token: str | None,
+    scope: str | None = None,
 ) -> AuditEvents:
+    """A page of events, newest first unless `order=asc`. Events hold scopes, entry paths and end
+    users as pseudonyms (`catalog.auditlog.pseudonyms`): `scope` finds a scope's events while its
+    subject has not been erased, and none after."""
     if decision is not None and decision not in DECISIONS:
         raise InvalidParameter("decision must be allow, deny, unauthenticated or system", "decision")
     if order not in (None, "asc", "desc"):
@@ -102,9 +108,15 @@ async def list_events(
         decision=decision,
         status_code=status_code,
         order=order or "desc",
+        scope=scope,
     )
     after = await pages.after(page_token, int)
     await _authorize(ctx, principal)
+    hidden = None
+    if scope is not None:
+        hidden = await scope_pseudonym(ctx.pool, validate_scope(scope))
+        if hidden is None:  # never seen, or erased: no event can be found by it
+            return AuditEvents(events=[], next_page_token=None)
     rows = await repo.list_events(
         ctx.pool,
         start=start,
@@ -117,6 +129,7 @@ async def list_events(
         after_seq=after,
         ascending=order == "asc",
         limit=limit + 1,
+        scope_pseudonym=hidden,
     )
     page = rows[:limit]
     token = await pages.token(page[-1]["seq"]) if len(rows) > limit else None

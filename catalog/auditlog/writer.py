@@ -36,6 +36,7 @@ from typing import Any
 import asyncpg
 
 from catalog.auditlog.chain import HASHED_COLUMNS, canonical_parts, plain_body
+from catalog.auditlog.pseudonyms import pseudonymize
 from catalog.errors import is_unavailable
 
 log = logging.getLogger("catalog.audit")
@@ -399,7 +400,9 @@ async def append_on(
     """Append events in the connection's transaction (or as their own when there is none);
     PostgreSQL numbers and hashes them under the chain's lock, held until the transaction ends.
     `commit=True` ends the caller's transaction in the same message, so that no other work of
-    this process runs while the lock is held (only hex digits are spliced into that statement)."""
+    this process runs while the lock is held (only hex digits are spliced into that statement).
+    Scopes, paths and end users are replaced by their pseudonyms first (`pseudonyms`)."""
+    await pseudonymize(conn, events)
     rows, heads, tails = _append_arguments(events)
     if not commit:
         await conn.execute("SELECT audit_append($1, $2, $3)", rows, heads, tails)

@@ -157,13 +157,17 @@ async def delete_item(conn: Conn, conversation_id: str, item_id: str) -> bool:
     return status.endswith(" 1")
 
 
-async def erase_scope(conn: asyncpg.Connection, store_id: str | None, scope: str) -> int:
+async def erase_scope(
+    conn: asyncpg.Connection, store_id: str | None, scope: str, *, subject: bool = False
+) -> int:
     """Delete a scope's conversations (with their items) from one store, or from every store
     (`store_id` None) not under legal hold; how many."""
     status: str = await conn.execute(
-        "DELETE FROM conversations WHERE scope = $2 AND ($1::uuid IS NULL OR store_id = $1::uuid) "
+        "DELETE FROM conversations WHERE (scope = $2 OR ($3 AND starts_with(scope, $2 || ':'))) "
+        "AND ($1::uuid IS NULL OR store_id = $1::uuid) "
         "AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold)",
         store_id,
         scope,
+        subject,
     )
     return int(status.split()[-1])

@@ -133,6 +133,10 @@ class Batch(msgspec.Struct, frozen=True, kw_only=True):
     writes: tuple[Write, ...]
 
 
+class EraseSubject(msgspec.Struct, frozen=True, kw_only=True):
+    subject: str  # the scope `subject` and every scope starting `subject:`
+
+
 class History(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     key: ByKey

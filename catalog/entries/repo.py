@@ -242,31 +242,37 @@ _STORE_NAME = (
 )
 
 
-async def held_stores(conn: Conn, scope: str) -> list[str]:
-    """The stores under legal hold that hold entries of the scope (erasure leaves them alone)."""
+async def held_stores(conn: Conn, scope: str, *, subject: bool = False) -> list[str]:
+    """The stores under legal hold that hold entries of the scope (with `subject`: or of a scope
+    starting `scope:`); erasure leaves them alone."""
     rows = await conn.fetch(
         f"{_STORE_NAME} WHERE m.legal_hold AND EXISTS "
-        "(SELECT 1 FROM entries e WHERE e.store_id = m.id AND e.scope = $1) ORDER BY 1",
+        "(SELECT 1 FROM entries e WHERE e.store_id = m.id "
+        "AND (e.scope = $1 OR ($2 AND starts_with(e.scope, $1 || ':')))) "
+        "ORDER BY 1",
         scope,
+        subject,
     )
     return [row[0] for row in rows]
 
 
-async def erase_scope(conn: Conn, scope: str) -> list[tuple[str, int]]:
-    """Delete a scope's entries, and their history, from every store not under legal hold;
-    (store full name, how many), by name."""
+async def erase_scope(conn: Conn, scope: str, *, subject: bool = False) -> list[tuple[str, int]]:
+    """Delete a scope's entries (with `subject`: also of every scope starting `scope:`), and their
+    history, from every store not under legal hold; (store full name, how many), by name."""
     rows = await conn.fetch(
-        "WITH gone AS (DELETE FROM entries WHERE scope = $1 "
+        "WITH gone AS (DELETE FROM entries WHERE (scope = $1 OR ($2 AND starts_with(scope, $1 || ':'))) "
         "AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold) RETURNING store_id) "
         "SELECT c.name || '.' || s.name || '.' || m.name AS memory_store, count(*) AS deleted "
         "FROM gone g JOIN memory_stores m ON m.id = g.store_id JOIN schemas s ON s.id = m.schema_id "
         "JOIN catalogs c ON c.id = s.catalog_id GROUP BY 1 ORDER BY 1",
         scope,
+        subject,
     )
     await conn.execute(  # their history too
-        "DELETE FROM entry_versions WHERE scope = $1 "
+        "DELETE FROM entry_versions WHERE (scope = $1 OR ($2 AND starts_with(scope, $1 || ':'))) "
         "AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold)",
         scope,
+        subject,
     )
     return [(row["memory_store"], int(row["deleted"])) for row in rows]
 

@@ -27,6 +27,8 @@ from catalog.entries.schemas import (
     ErasedStore,
     EraseRequest,
     EraseResult,
+    EraseSubjectRequest,
+    EraseSubjectResult,
     HistoryResponse,
     ListEntriesResponse,
     RestoreRequest,
@@ -418,6 +420,19 @@ async def erase_scope(request: Req, ctx: Ctx, data: JSONBody[EraseRequest]) -> E
     )
 
 
+@post("/erase-subject", status_code=200, operation_id="eraseSubject", responses=errors(413))
+async def erase_subject(request: Req, ctx: Ctx, data: JSONBody[EraseSubjectRequest]) -> EraseSubjectResult:
+    """Erase a data subject everywhere: the scope `subject` and every scope `subject:...`."""
+    erased = await service.erase_subject(ctx, request.user, ops.EraseSubject(subject=data.subject))
+    return EraseSubjectResult(
+        subject=data.subject,
+        erased=dict(erased.stores),
+        held=erased.held,
+        also_deleted=erased.others,
+        audit_key_destroyed=erased.key_destroyed,
+    )
+
+
 router = routing.router(
     path="/api/2.1/unity-catalog/memory-stores",
     route_handlers=[
@@ -436,6 +451,6 @@ router = routing.router(
 )
 system_router = routing.router(
     path="/api/2.1/unity-catalog/system",
-    route_handlers=[erase_scope],
+    route_handlers=[erase_scope, erase_subject],
     tags=["system"],
 )

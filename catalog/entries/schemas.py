@@ -158,6 +158,18 @@ class BatchCreateResponse(msgspec.Struct, kw_only=True):
     results: list[BatchResultItem]  # one per entry, in order
 
 
+class EraseSubjectRequest(Input, kw_only=True):
+    subject: Scope
+
+
+class EraseSubjectResult(msgspec.Struct, kw_only=True):
+    subject: str
+    erased: dict[str, int]  # entries deleted, by store
+    held: list[str]  # stores under legal hold that keep the subject's entries
+    also_deleted: dict[str, int]  # conversations and sessions
+    audit_key_destroyed: bool  # its audit events can no longer be tied to it
+
+
 class EntryVersion(msgspec.Struct, omit_defaults=True, kw_only=True):
     etag: str  # the entry's ETag at this version (what `entries:restore` takes)
     contents: str | None = None

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from catalog.auditlog import audited, note_result
+from catalog.auditlog.pseudonyms import forget as forget_subject
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import operations as ops
@@ -543,6 +544,34 @@ async def erase(ctx: Context, principal: Principal, op: ops.Erase) -> Erased:
         note_result(sum(count for _, count in erased))
     _written(ctx)
     return Erased(erased, others, held)
+
+
+@dataclass(frozen=True)
+class ErasedSubject(Erased):
+    key_destroyed: bool  # the subject's audit key is gone (nothing of it is held)
+
+
+async def erase_subject(ctx: Context, principal: Principal, op: ops.EraseSubject) -> ErasedSubject:
+    """A data subject from every store not under legal hold (metastore admin): the scope
+    `subject` and every scope starting `subject:` (entries with their history, conversations,
+    sessions, lineage edges), in one transaction; then, unless a held store keeps some of it, the
+    subject's audit key is destroyed, so its events (which hold pseudonyms) can no longer be tied
+    to it."""
+    subject = validate_scope(op.subject, "subject")
+    if ":" in subject:
+        raise InvalidParameter(
+            "subject is what comes before the first ':' of a scope, without ':'", "subject"
+        )
+    await ctx.access.resolve(principal, "system.erase_subject", SecurableType.METASTORE)
+    async with audited(ctx.pool) as conn:
+        held = await repo.held_stores(conn, subject, subject=True)
+        erased = await repo.erase_scope(conn, subject, subject=True)
+        await erase_lineage(conn, None, subject, subject=True)
+        others = {name: await eraser(conn, None, subject, subject=True) for name, eraser in ctx.scope_erasers}
+        destroyed = False if held else await forget_subject(conn, subject)
+        note_result(sum(count for _, count in erased))
+    _written(ctx)
+    return ErasedSubject(erased, others, held, destroyed)
 
 
 async def search(ctx: Context, principal: Principal, op: ops.Search) -> list[tuple[EntryRow, float]]:

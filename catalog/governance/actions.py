@@ -201,6 +201,12 @@ ACTIONS: dict[str, Action] = {
         _a("audit.read", _S.METASTORE, (_P.READ_AUDIT,), "read the audit log"),
         _a("lineage.read", _S.METASTORE, (_P.READ_AUDIT,), "read lineage"),
         _a("system.erase_scope", _S.METASTORE, (METASTORE_ADMIN,), "erase a scope from every memory store"),
+        _a(
+            "system.erase_subject",
+            _S.METASTORE,
+            (METASTORE_ADMIN,),
+            "erase a data subject (its scope and every `subject:...` scope) everywhere, audit key included",
+        ),
         _a("groups.list", _S.METASTORE, (), "list or read groups"),
         _a("system.metrics", _S.METASTORE, (_P.READ_AUDIT,), "read the server's metrics"),
         _a("principals.me", _S.METASTORE, (), "read one's own identity and groups"),

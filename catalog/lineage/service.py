@@ -125,10 +125,13 @@ async def record(
         await repo.add_origin(conn, target, origin, by)
 
 
-async def erase_scope(conn: asyncpg.Connection, store_id: str | None, scope: str) -> int:
-    """Delete the edges (entry to entry, transcript to entry) with the scope at either end, in one
-    store or (None) in every store, within the erasing transaction; how many."""
-    return await repo.erase_scope(conn, store_id, scope)
+async def erase_scope(
+    conn: asyncpg.Connection, store_id: str | None, scope: str, *, subject: bool = False
+) -> int:
+    """Delete the edges (entry to entry, transcript to entry) with the scope (with `subject`: or
+    a scope starting `scope:`) at either end, in one store or (None) in every store, within the
+    erasing transaction; how many."""
+    return await repo.erase_scope(conn, store_id, scope, subject=subject)
 
 
 def _end(row: asyncpg.Record, side: str) -> LineageEnd:

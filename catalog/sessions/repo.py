@@ -249,14 +249,18 @@ async def list_items(
     return [_item(row) for row in rows]
 
 
-async def erase_scope(conn: asyncpg.Connection, store_id: str | None, scope: str) -> int:
+async def erase_scope(
+    conn: asyncpg.Connection, store_id: str | None, scope: str, *, subject: bool = False
+) -> int:
     """Delete an actor's sessions (with their items) from one store, or from every session store
     (`store_id` None) not under legal hold; how many. An actor id is a scope: this is the
     sessions' scope eraser."""
     status: str = await conn.execute(
-        "DELETE FROM agent_sessions WHERE actor_id = $2 AND ($1::uuid IS NULL OR store_id = $1::uuid) "
+        "DELETE FROM agent_sessions WHERE (actor_id = $2 OR ($3 AND starts_with(actor_id, $2 || ':'))) "
+        "AND ($1::uuid IS NULL OR store_id = $1::uuid) "
         "AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold)",
         store_id,
         scope,
+        subject,
     )
     return int(status.split()[-1])

@@ -1,0 +1,178 @@
+"""Erasing a data subject: the scope `subject` and every scope `subject:...`, in every store, with
+history, conversations, sessions and lineage; afterwards no table holds the subject's scopes or
+paths in clear text, the audit chain verifies and auditors' searches by its scopes find nothing.
+A store under legal hold keeps what it holds, and then the subject's audit key is kept too."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+
+UC = "/api/2.1/unity-catalog"
+SUBJECT = "zqsubj"
+SECRET = "zq-path"
+
+
+def make_store(client, token, name: str) -> str:
+    r = client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": name, "catalog_name": "main", "schema_name": "default"},
+    )
+    assert r.status_code == 200, r.text
+    return f"{UC}/memory-stores/main.default.{name}"
+
+
+def write(client, token, store: str, scope: str, path: str, contents: str, **extra) -> None:
+    r = client.post(
+        f"{store}/entries",
+        headers=token(),
+        params={"scope": scope},
+        json={"path": path, "contents": contents, **extra},
+    )
+    assert r.status_code == 200, r.text
+
+
+def audit(client, token, scope: str) -> list[dict]:
+    r = client.get(f"{UC}/system/audit", headers=token(), params={"scope": scope, "page_size": 200})
+    assert r.status_code == 200, r.text
+    return r.json()["events"]
+
+
+async def tables_holding(url: str, needles: list[str]) -> list[str]:
+    """`table.column` of every row of every table whose text holds one of the needles."""
+    conn = await asyncpg.connect(url)
+    try:
+        columns = await conn.fetch(
+            "SELECT c.table_schema, c.table_name, c.column_name FROM information_schema.columns c "
+            "JOIN information_schema.tables t "
+            "ON t.table_schema = c.table_schema AND t.table_name = c.table_name "
+            "WHERE c.table_schema IN ('public', 'system') "
+            "AND c.data_type IN ('text', 'character varying', 'jsonb', 'json', 'ARRAY')"
+        )
+        found = []
+        for row in columns:
+            name = f'"{row["table_schema"]}"."{row["table_name"]}"'
+            condition = " OR ".join(
+                f"\"{row['column_name']}\"::text LIKE '%' || ${i + 1} || '%'" for i in range(len(needles))
+            )
+            if await conn.fetchval(f"SELECT count(*) FROM {name} WHERE {condition}", *needles):
+                found.append(f"{row['table_schema']}.{row['table_name']}.{row['column_name']}")
+        return found
+    finally:
+        await conn.close()
+
+
+def test_erasing_a_subject_leaves_nothing_that_names_it(client, token, settings):
+    a = make_store(client, token, "es-a")
+    b = make_store(client, token, "es-b")
+    write(client, token, a, SUBJECT, f"/{SECRET}-1.md", "first")
+    r = client.patch(
+        f"{a}/entries",
+        headers=token(),
+        json={"scope": SUBJECT, "path": f"/{SECRET}-1.md", "append": {"text": "second"}},
+    )
+    assert r.status_code == 200, r.text  # history: two versions
+    write(client, token, b, f"{SUBJECT}:proj", f"/{SECRET}-2.md", "project notes")
+    # another subject whose name is a prefix of this one stays, with an edge from the erased entry
+    write(
+        client,
+        token,
+        a,
+        "zqsub",
+        "/keep.md",
+        "kept",
+        derived_from=[{"memory_store": "main.default.es-a", "scope": SUBJECT, "path": f"/{SECRET}-1.md"}],
+    )
+    conversation = client.post(
+        "/v1/conversations",
+        headers=token(),
+        json={
+            "memory_store": {"name": "main.default.es-b"},
+            "scope": {"kind": "user", "value": f"{SUBJECT}:proj"},
+            "items": [{"role": "user", "content": f"my {SECRET} is private"}],
+        },
+    )
+    assert conversation.status_code == 200, conversation.text
+    sessions = "/api/2.0/agents/session-stores"
+    assert (
+        client.post(
+            sessions, headers=token(), params={"session_store_name": "es-sessions"}, json={}
+        ).status_code
+        == 200
+    )
+    r = client.post(
+        f"{sessions}/es-sessions/sessions",
+        headers=token(),
+        params={"session_id": "s1"},
+        json={"actor_id": SUBJECT},
+    )
+    assert r.status_code == 200, r.text
+    r = client.post(
+        f"{sessions}/es-sessions/sessions/s1/items:append",
+        headers=token(),
+        json={"items": [{"data": {"role": "user", "content": f"the {SECRET} again"}}]},
+    )
+    assert r.status_code == 200, r.text
+    r = client.get(f"{a}/entries:get", headers=token(), params={"scope": SUBJECT, "path": f"/{SECRET}-1.md"})
+    assert r.status_code == 200
+    client.post(
+        f"{b}/entries:search",
+        headers=token(),
+        json={"scopes": [f"{SUBJECT}:proj", "zqsub"], "query": "notes"},
+    )
+
+    # before: the events are found by scope, and hold pseudonyms, never the scope or path itself
+    events = audit(client, token, SUBJECT)
+    assert events and all(SUBJECT not in str(e) and SECRET not in str(e) for e in events)
+    assert audit(client, token, f"{SUBJECT}:proj")
+
+    before = asyncio.run(tables_holding(settings.database_url, [SUBJECT, SECRET]))
+    assert {"public.entries.scope", "public.entry_versions.path", "public.transcript_items.contents"} <= set(
+        before
+    )
+    assert not any(place.startswith("public.audit_events") for place in before)  # pseudonyms only
+
+    r = client.post(f"{UC}/system/erase-subject", headers=token("someone"), json={"subject": SUBJECT})
+    assert r.status_code == 403
+    r = client.post(f"{UC}/system/erase-subject", headers=token(), json={"subject": f"{SUBJECT}:proj"})
+    assert r.status_code == 400 and "subject" in r.json()["message"]
+    r = client.post(f"{UC}/system/erase-subject", headers=token(), json={"subject": SUBJECT})
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "subject": SUBJECT,
+        "erased": {"main.default.es-a": 1, "main.default.es-b": 1},
+        "held": [],
+        "also_deleted": {"conversations": 1, "sessions": 1},
+        "audit_key_destroyed": True,
+    }
+
+    assert asyncio.run(tables_holding(settings.database_url, [SUBJECT, SECRET])) == []
+    assert client.get(f"{UC}/system/audit:verify", headers=token()).json()["ok"] is True
+    assert audit(client, token, SUBJECT) == [] and audit(client, token, f"{SUBJECT}:proj") == []
+    r = client.get(f"{a}/entries:get", headers=token(), params={"scope": "zqsub", "path": "/keep.md"})
+    assert r.status_code == 200  # the other subject's entry stays
+    assert audit(client, token, "zqsub")  # and its events are still found
+
+
+def test_a_held_store_keeps_the_subject_and_its_audit_key(client, token):
+    held = make_store(client, token, "es-held")
+    free = make_store(client, token, "es-free")
+    for store in (held, free):
+        write(client, token, store, "zqh:case", "/evidence.md", "kept for the court")
+    assert (
+        client.patch(
+            f"{UC}/memory-stores/main.default.es-held", headers=token(), json={"legal_hold": True}
+        ).status_code
+        == 200
+    )
+    r = client.post(f"{UC}/system/erase-subject", headers=token(), json={"subject": "zqh"})
+    assert r.status_code == 200, r.text
+    assert r.json()["held"] == ["main.default.es-held"] and r.json()["erased"] == {"main.default.es-free": 1}
+    assert r.json()["audit_key_destroyed"] is False
+    r = client.get(
+        f"{held}/entries:get", headers=token(), params={"scope": "zqh:case", "path": "/evidence.md"}
+    )
+    assert r.status_code == 200
+    assert audit(client, token, "zqh:case")  # still found by auditors while the hold keeps the data

@@ -139,3 +139,28 @@ def test_the_store_bounds_the_history_and_erasure_removes_it(client, token):
     client.delete(f"{store}/entries", headers=token(), params={"scope": "keep", "all": "true"})
     r = client.get(f"{store}/entries:history", headers=token(), params={"scope": "keep", "path": "/b.md"})
     assert r.status_code == 404
+
+
+def test_deleting_a_store_deletes_its_entries_history(client, token, settings):
+    import asyncio
+
+    import asyncpg
+
+    store = make_store(client, token, "hist-gone")
+    client.post(
+        f"{store}/entries", headers=token(), params={"scope": "z"}, json={"path": "/g.md", "contents": "g"}
+    )
+    assert client.delete(f"{UC}/memory-stores/main.default.hist-gone", headers=token()).status_code == 200
+
+    async def left() -> int:
+        conn = await asyncpg.connect(settings.database_url)
+        try:
+            return int(
+                await conn.fetchval(
+                    "SELECT count(*) FROM entry_versions WHERE path = '/g.md' AND scope = 'z'"
+                )
+            )
+        finally:
+            await conn.close()
+
+    assert asyncio.run(left()) == 0

@@ -71,6 +71,8 @@ def _postmaster_gone(pgdata: Path) -> None:
         pid = int(lines[0])
     except (OSError, ValueError, IndexError):
         return
+    if pid <= 0:  # a standalone backend's (initdb at work): not a postmaster that can be a zombie
+        return
     try:
         zombie = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.Error:

@@ -30,6 +30,10 @@ DECLARE
     who text;
 BEGIN
     IF TG_OP = 'DELETE' THEN
+        -- the store itself is being deleted (a cascade): its history goes with it
+        IF NOT EXISTS (SELECT 1 FROM memory_stores WHERE id = OLD.store_id) THEN
+            RETURN NULL;
+        END IF;
         row_ := OLD;
         op := 'delete';
         who := coalesce(nullif(current_setting('catalog.principal', true), ''), OLD.updated_by);

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +35,7 @@ class Context:
     # composition root.
     scope_erasers: tuple[tuple[str, ScopeEraser], ...] = ()
     llm: ChatModel | None = None  # the upstream model (catalog.llm), None when not configured
+    expiry_wake: Callable[[], None] | None = None  # an entry with an expiry was written
 
     @property
     def authorizer(self) -> Authorizer:

@@ -19,6 +19,7 @@ from catalog.auditlog.writer import AuditWriter, early_unlock_supported, record_
 from catalog.auth import TokenVerifier
 from catalog.context import Context
 from catalog.db import DatabaseMonitor, EmbeddedPostgres, apply_migrations, create_pool
+from catalog.entries.expiry import ExpirySweeper
 from catalog.governance import Access, Authorizer, Node, SecurableType
 from catalog.limits import RateLimiter
 from catalog.namespace import bootstrap, get_metastore
@@ -129,6 +130,7 @@ class Runtime:
     db: DatabaseMonitor
     limiter: RateLimiter | None = None
     principals: SeenPrincipals | None = None  # records token subjects (the auth middleware tells it)
+    expiry: ExpirySweeper | None = None  # deletes expired entries in the background
 
     @classmethod
     async def start(cls, settings: Settings, encoder: Encoder | None = None) -> Runtime:
@@ -179,13 +181,19 @@ class Runtime:
                 ("sessions", sessions.erase_scope),
             ),
             llm=llm.configured(settings),
+            expiry_wake=(expiry := ExpirySweeper(pool)).wake,
         )
         monitor.start()
+        expiry.start()
         limiter = RateLimiter(settings.rate_limit, settings.burst) if settings.rate_limit > 0 else None
         log.info("started", extra={"seconds": round(time.monotonic() - began, 2), **phases})
-        return cls(settings, context, verifier, embedded, audit, monitor, limiter, SeenPrincipals(pool))
+        return cls(
+            settings, context, verifier, embedded, audit, monitor, limiter, SeenPrincipals(pool), expiry
+        )
 
     async def close(self) -> None:
+        if self.expiry is not None:
+            await self.expiry.close()
         await self.db.close()
         await self.audit.close()
         if self.context.search is not None:

@@ -65,6 +65,7 @@ class Write(msgspec.Struct, frozen=True, kw_only=True):
     creation_source: str | None = None
     mode: WriteMode = "EXCLUSIVE"
     derived_from: tuple[Source, ...] = ()
+    ttl_seconds: int | None = None  # the entry expires this long after the write (else the store's default)
     origin: TranscriptSource | None = None
 
 

@@ -32,6 +32,7 @@ class EntryRow(msgspec.Struct, frozen=True, kw_only=True):
     created_by: str
     updated_at: int
     updated_by: str
+    expires_at: int | None = None  # epoch milliseconds; None: never
 
     @property
     def has_contents(self) -> bool:
@@ -59,8 +60,11 @@ COLUMNS = (
     "id, store_id, scope, session_id, path, contents, description, source_type, creation_reason, "
     "creation_source, version, "
     "(extract(epoch FROM created_at) * 1000)::bigint AS created_at, created_by, "
-    "(extract(epoch FROM updated_at) * 1000)::bigint AS updated_at, updated_by"
+    "(extract(epoch FROM updated_at) * 1000)::bigint AS updated_at, updated_by, "
+    "(extract(epoch FROM expires_at) * 1000)::bigint AS expires_at"
 )
+# an entry past its expiry is gone for every read, before the sweep deletes it
+LIVE = "(expires_at IS NULL OR expires_at > clock_timestamp())"
 _KEY = "store_id = $1 AND scope = $2 AND session_id = $3 AND path = $4"
 _INSERT = (
     "INSERT INTO entries (store_id, scope, session_id, path, contents, description, source_type, "
@@ -148,14 +152,16 @@ async def upsert_append(
 
 async def get(conn: Conn, key: Key, *, for_update: bool = False) -> EntryRow | None:
     lock = " FOR UPDATE" if for_update else ""
-    return _row(await conn.fetchrow(f"SELECT {COLUMNS} FROM entries WHERE {_KEY}{lock}", *key))
+    return _row(await conn.fetchrow(f"SELECT {COLUMNS} FROM entries WHERE {_KEY} AND {LIVE}{lock}", *key))
 
 
 async def get_by_id(conn: Conn, store_id: str, entry_id: str, *, for_update: bool = False) -> EntryRow | None:
     lock = " FOR UPDATE" if for_update else ""
     return _row(
         await conn.fetchrow(
-            f"SELECT {COLUMNS} FROM entries WHERE store_id = $1 AND id = $2{lock}", store_id, entry_id
+            f"SELECT {COLUMNS} FROM entries WHERE store_id = $1 AND id = $2 AND {LIVE}{lock}",
+            store_id,
+            entry_id,
         )
     )
 
@@ -213,7 +219,7 @@ async def list_entries(
             "AND ($4::text IS NULL OR starts_with(path, $4)) "
             "AND ($5::text IS NULL OR (path, scope, session_id) > ($5, $6, $7)) "
             "AND ($9::text IS NULL OR path = $9) "
-            "ORDER BY path, scope, session_id LIMIT $8",
+            f"AND {LIVE} ORDER BY path, scope, session_id LIMIT $8",
             store_id,
             list(scopes),
             session_id,
@@ -278,7 +284,9 @@ async def erase_scope(conn: Conn, scope: str, *, subject: bool = False) -> list[
 
 
 async def by_ids(conn: Conn, ids: Sequence[str]) -> dict[str, EntryRow]:
-    rows = _rows(await conn.fetch(f"SELECT {COLUMNS} FROM entries WHERE id = ANY($1::uuid[])", list(ids)))
+    rows = _rows(
+        await conn.fetch(f"SELECT {COLUMNS} FROM entries WHERE id = ANY($1::uuid[]) AND {LIVE}", list(ids))
+    )
     return {row.id: row for row in rows}
 
 
@@ -329,3 +337,57 @@ async def restore(conn: asyncpg.Connection, key: Key, kept: VersionRow, by: str)
     row = await upsert_overwrite(conn, key, fields, by)
     await conn.execute("SELECT set_config('catalog.operation', '', true)")
     return row
+
+
+# --- expiry --------------------------------------------------------------------------------------
+
+
+async def drop_expired(conn: Conn, key: Key) -> None:
+    """Delete the entry at the key if it has expired (a write at its key starts afresh)."""
+    await conn.execute("SELECT set_config('catalog.principal', 'system:expiry', true)")
+    await conn.execute(f"DELETE FROM entries WHERE {_KEY} AND NOT {LIVE}", *key)
+    await conn.execute("SELECT set_config('catalog.principal', '', true)")
+
+
+async def set_expiry(conn: Conn, entry_id: str, ttl_seconds: int) -> EntryRow:
+    row = _row(
+        await conn.fetchrow(
+            "UPDATE entries SET expires_at = clock_timestamp() + make_interval(secs => $2) "
+            f"WHERE id = $1 RETURNING {COLUMNS}",
+            entry_id,
+            ttl_seconds,
+        )
+    )
+    assert row is not None
+    return row
+
+
+async def default_ttl(conn: Conn, store_id: str) -> int | None:
+    value = await conn.fetchval("SELECT default_ttl_seconds FROM memory_stores WHERE id = $1", store_id)
+    return None if value is None else int(value)
+
+
+async def sweep_expired(conn: asyncpg.Connection, limit: int) -> list[tuple[str, int]]:
+    """Delete up to `limit` expired entries of stores not under legal hold (in the caller's
+    transaction); (store full name, how many)."""
+    await conn.execute("SELECT set_config('catalog.principal', 'system:expiry', true)")
+    rows = await conn.fetch(
+        "WITH gone AS (DELETE FROM entries WHERE id IN ("
+        "  SELECT id FROM entries WHERE expires_at <= clock_timestamp() "
+        "  AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold) LIMIT $1"
+        ") RETURNING store_id) "
+        "SELECT c.name || '.' || s.name || '.' || m.name AS memory_store, count(*) AS deleted "
+        "FROM gone g JOIN memory_stores m ON m.id = g.store_id JOIN schemas s ON s.id = m.schema_id "
+        "JOIN catalogs c ON c.id = s.catalog_id GROUP BY 1 ORDER BY 1",
+        limit,
+    )
+    return [(row["memory_store"], int(row["deleted"])) for row in rows]
+
+
+async def next_expiry(conn: Conn) -> float | None:
+    """Seconds until the next expiry of an entry (of a store not under hold), or None."""
+    value = await conn.fetchval(
+        "SELECT extract(epoch FROM min(expires_at) - clock_timestamp()) FROM entries "
+        "WHERE expires_at IS NOT NULL AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold)"
+    )
+    return None if value is None else float(value)

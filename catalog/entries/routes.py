@@ -101,6 +101,7 @@ def to_entry(row: EntryRow, *, readable: bool = True) -> Entry:
         updated_at=row.updated_at,
         updated_by=row.updated_by,
         etag=str(row.version),
+        expires_at=row.expires_at,
     )
 
 
@@ -139,6 +140,7 @@ def _write(full_name: str, scope: str | None, body: EntryCreate) -> ops.Write:
         creation_reason=fields.creation_reason,
         creation_source=fields.creation_source,
         mode=fields.write_mode or "EXCLUSIVE",
+        ttl_seconds=fields.ttl_seconds,
         derived_from=tuple(
             ops.Source(
                 store=ref.memory_store,
@@ -345,6 +347,7 @@ async def batch_create(
             creation_reason=fields.creation_reason,
             creation_source=fields.creation_source,
             mode=fields.write_mode or data.write_mode or "EXCLUSIVE",
+            ttl_seconds=fields.ttl_seconds,
             derived_from=tuple(
                 ops.Source(store=ref.memory_store, key=ops.ByKey(scope=ref.scope, path=ref.path))
                 for ref in fields.derived_from or ()

@@ -19,6 +19,7 @@ MAX_CREATION_FIELD = 64  # creation_reason, creation_source
 MAX_QUERY = 4096
 MAX_TOP_K = 100
 MAX_SOURCES = 100
+MAX_TTL_SECONDS = 10 * 366 * 24 * 3600  # ten years
 
 # Too long is 413 (PAYLOAD_TOO_LARGE), answered by the service: the length is documented here.
 Contents = Annotated[str, msgspec.Meta(pattern=NO_NUL, extra_json_schema={"maxLength": MAX_CONTENTS})]
@@ -48,6 +49,8 @@ class EntryFields(Input, kw_only=True):
     creation_source: CreationField | None = None
     write_mode: WriteMode | None = None
     derived_from: Annotated[list[SourceRef], msgspec.Meta(max_length=MAX_SOURCES)] | None = None
+    # the entry expires this long after the write (else the store's default_ttl_seconds, if any)
+    ttl_seconds: Annotated[int, msgspec.Meta(ge=1, le=MAX_TTL_SECONDS)] | None = None
 
 
 class EntryCreate(EntryFields, kw_only=True):
@@ -114,6 +117,7 @@ class Entry(msgspec.Struct, omit_defaults=True, kw_only=True):
     updated_at: int
     updated_by: str
     etag: str
+    expires_at: int | None = None  # epoch milliseconds; absent: never
 
 
 class EntrySummary(msgspec.Struct, omit_defaults=True, kw_only=True):

@@ -36,6 +36,7 @@ from catalog.entries.schemas import (
     MAX_SOURCE_TYPE,
     MAX_SOURCES,
     MAX_TOP_K,
+    MAX_TTL_SECONDS,
 )
 from catalog.errors import (
     Aborted,
@@ -234,6 +235,7 @@ async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
         await ensure_not_held(ctx, store, "overwritten")
     async with audited(ctx.pool) as conn:
         note_result(1)
+        await repo.drop_expired(conn, key)
         if op.mode == "EXCLUSIVE":
             row = await repo.insert_exclusive(conn, key, fields, principal.name)
             if row is None:
@@ -248,8 +250,26 @@ async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
                     raise Aborted("the entry changed concurrently; retry")
                 return Written(row, readable)
         await record_lineage(conn, principal.name, _ref(row), [_ref(s) for s in sources], origin)
+        row = await _expire(conn, row, op.ttl_seconds)
     _written(ctx)
+    _expiring(ctx, row)
     return Written(row, readable)
+
+
+async def _expire(conn: asyncpg.Connection, row: EntryRow, ttl_seconds: int | None) -> EntryRow:
+    """Set the written entry's expiry: the write's `ttl_seconds`, else the store's default."""
+    ttl = ttl_seconds if ttl_seconds is not None else await repo.default_ttl(conn, row.store_id)
+    if ttl is None:
+        return row
+    if not 1 <= ttl <= MAX_TTL_SECONDS:
+        raise InvalidParameter(f"ttl_seconds must be between 1 and {MAX_TTL_SECONDS}", "ttl_seconds")
+    return await repo.set_expiry(conn, row.id, ttl)
+
+
+def _expiring(ctx: Context, row: EntryRow) -> None:
+    """An entry with an expiry was written: the sweep looks at the next expiry again."""
+    if row.expires_at is not None and ctx.expiry_wake is not None:
+        ctx.expiry_wake()
 
 
 async def get(ctx: Context, principal: Principal, op: ops.Get) -> EntryRow:
@@ -464,17 +484,22 @@ async def _batch_one(
     readable: bool,
     held: bool,
 ) -> BatchResult:
-    if op.mode == "EXCLUSIVE":
-        if await repo.insert_exclusive(conn, key, fields, principal.name) is None:
-            raise AlreadyExists(f"an entry already exists at {key[3]} in scope {key[1]}")
-        return BatchResult(key[3], "CREATED")
+    await repo.drop_expired(conn, key)
     existing = await repo.get(conn, key)
-    if op.mode == "OVERWRITE":
+    row: EntryRow | None
+    if op.mode == "EXCLUSIVE":
+        row = await repo.insert_exclusive(conn, key, fields, principal.name)
+        if row is None:
+            raise AlreadyExists(f"an entry already exists at {key[3]} in scope {key[1]}")
+    elif op.mode == "OVERWRITE":
         if existing is not None and held:
             raise ResourceConflict("the memory store is under legal hold: an entry cannot be overwritten")
-        await repo.upsert_overwrite(conn, key, fields, principal.name)
-    elif await repo.upsert_append(conn, key, fields, principal.name, dedupe=readable) is None:
-        return BatchResult(key[3], "UNCHANGED")
+        row = await repo.upsert_overwrite(conn, key, fields, principal.name)
+    else:
+        row = await repo.upsert_append(conn, key, fields, principal.name, dedupe=readable)
+        if row is None:
+            return BatchResult(key[3], "UNCHANGED")
+    await _expire(conn, row, op.ttl_seconds)
     return BatchResult(key[3], "UPDATED" if existing is not None else "CREATED")
 
 

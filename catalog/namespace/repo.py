@@ -208,7 +208,7 @@ async def count_stores(conn: Conn, schema_id: str) -> int:
 
 _STORE_SELECT = (
     "SELECT m.id, m.name, s.name AS schema_name, c.name AS catalog_name, m.description, "
-    f"m.scope_binding, m.shared_scopes, m.legal_hold, {_audit_columns('m')} "
+    f"m.scope_binding, m.shared_scopes, m.legal_hold, m.default_ttl_seconds, {_audit_columns('m')} "
     "FROM memory_stores m JOIN schemas s ON s.id = m.schema_id JOIN catalogs c ON c.id = s.catalog_id"
 )
 
@@ -227,6 +227,7 @@ def _store(row: asyncpg.Record, metastore_id: str) -> MemoryStoreInfo:
         scope_binding=row["scope_binding"],
         shared_scopes=list(row["shared_scopes"]),
         legal_hold=row["legal_hold"],
+        default_ttl_seconds=row["default_ttl_seconds"],
         created_at=row["created_at"],
         created_by=row["created_by"],
         updated_at=row["updated_at"],
@@ -248,6 +249,13 @@ async def set_store_binding(conn: Conn, store_id: str, binding: str | None, shar
         store_id,
         binding,
         shared,
+    )
+
+
+async def set_default_ttl(conn: Conn, store_id: str, seconds: int) -> None:
+    """0 clears it."""
+    await conn.execute(
+        "UPDATE memory_stores SET default_ttl_seconds = nullif($2, 0) WHERE id = $1", store_id, seconds
     )
 
 

@@ -76,6 +76,8 @@ class MemoryStoreUpdate(Input, kw_only=True):
     shared_scopes: SharedScopes | None = None
     # while true, the store's entries may not be deleted or lose text (409 RESOURCE_CONFLICT)
     legal_hold: bool | None = None
+    # entries written without ttl_seconds expire this long after the write; 0 clears it
+    default_ttl_seconds: Annotated[int, msgspec.Meta(ge=0, le=10 * 366 * 24 * 3600)] | None = None
 
 
 class CatalogInfo(Output, kw_only=True):
@@ -122,6 +124,7 @@ class MemoryStoreInfo(Output, kw_only=True):
     scope_binding: str = "caller"
     shared_scopes: list[str] = []
     legal_hold: bool = False
+    default_ttl_seconds: int | None = None
     created_at: int
     created_by: str
     updated_at: int

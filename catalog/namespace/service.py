@@ -343,6 +343,7 @@ async def update_store(
         owner,
         (body.scope_binding, shared),
         body.legal_hold,
+        body.default_ttl_seconds,
     )
     return await _must(
         repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
@@ -382,6 +383,7 @@ async def _update(
     owner: str | None,
     binding: tuple[str | None, list[str] | None] = (None, None),
     legal_hold: bool | None = None,
+    default_ttl: int | None = None,
 ) -> None:
     async with audited(ctx.pool) as conn:
         found = await repo.update_object(
@@ -399,6 +401,8 @@ async def _update(
             await repo.set_store_binding(conn, securable.node.id, *binding)
         if legal_hold is not None:
             await repo.set_legal_hold(conn, securable.node.id, legal_hold)
+        if default_ttl is not None:
+            await repo.set_default_ttl(conn, securable.node.id, default_ttl)
 
 
 async def _delete(ctx: Context, securable: Securable) -> None:

@@ -1,0 +1,145 @@
+"""Expiry: `ttl_seconds` on a write (or the store's `default_ttl_seconds`) sets `expires_at`; an
+expired entry is gone at once from get, list and every search mode, its path can be written
+afresh, and the background sweep deletes it from storage with a `system.expire` audit event,
+except in a store under legal hold."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import asyncpg
+
+UC = "/api/2.1/unity-catalog"
+
+
+def make_store(client, token, name: str) -> str:
+    r = client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": name, "catalog_name": "main", "schema_name": "default"},
+    )
+    assert r.status_code == 200, r.text
+    return f"{UC}/memory-stores/main.default.{name}"
+
+
+def wait_until(condition, seconds: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come true in time"
+        time.sleep(0.1)
+
+
+def stored(url: str, path: str) -> int:
+    async def count() -> int:
+        conn = await asyncpg.connect(url)
+        try:
+            return int(await conn.fetchval("SELECT count(*) FROM entries WHERE path = $1", path))
+        finally:
+            await conn.close()
+
+    return asyncio.run(count())
+
+
+def test_an_expired_entry_is_gone_at_once_and_swept_after(client, token, settings):
+    store = make_store(client, token, "ttl")
+    r = client.post(
+        f"{store}/entries",
+        headers=token(),
+        params={"scope": "t"},
+        json={"path": "/brief.md", "contents": "the penguin password is fish", "ttl_seconds": 1},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["expires_at"] - r.json()["updated_at"] in range(900, 1600)
+    client.post(
+        f"{store}/entries",
+        headers=token(),
+        params={"scope": "t"},
+        json={"path": "/stays.md", "contents": "penguin"},
+    )
+    get = {"scope": "t", "path": "/brief.md"}
+    assert client.get(f"{store}/entries:get", headers=token(), params=get).status_code == 200
+
+    wait_until(lambda: client.get(f"{store}/entries:get", headers=token(), params=get).status_code == 404)
+    listed = client.get(f"{store}/entries", headers=token(), params={"scope": "t"}).json()["entries"]
+    assert [e["path"] for e in listed] == ["/stays.md"]
+    for mode in ("keyword", "semantic", "hybrid"):
+        hits = client.post(
+            f"{store}/entries:search",
+            headers=token(),
+            json={"scope": "t", "query": "penguin password fish", "mode": mode},
+        ).json()["results"]
+        assert [h["memory_entry"]["path"] for h in hits] == ["/stays.md"], mode
+
+    wait_until(lambda: stored(settings.database_url, "/brief.md") == 0)  # the sweep deleted it
+    events = client.get(
+        f"{UC}/system/audit",
+        headers=token(),
+        params={"action_name": "system.expire", "securable_full_name": "main.default.ttl"},
+    ).json()["events"]
+    assert [(e["decision"], e["result_count"]) for e in events] == [("system", 1)]
+    history = client.get(f"{store}/entries:history", headers=token(), params=get).json()["versions"]
+    assert (history[0]["operation"], history[0]["updated_by"]) == ("delete", "system:expiry")
+    # the path is free again
+    r = client.post(
+        f"{store}/entries",
+        headers=token(),
+        params={"scope": "t"},
+        json={"path": "/brief.md", "contents": "new"},
+    )
+    assert r.status_code == 200 and "expires_at" not in r.json()
+
+
+def test_a_store_default_and_a_held_store(client, token, settings):
+    store = make_store(client, token, "ttl-default")
+    r = client.patch(
+        f"{UC}/memory-stores/main.default.ttl-default", headers=token(), json={"default_ttl_seconds": 3600}
+    )
+    assert r.status_code == 200 and r.json()["default_ttl_seconds"] == 3600
+    r = client.post(
+        f"{store}/entries", headers=token(), params={"scope": "d"}, json={"path": "/d.md", "contents": "d"}
+    )
+    assert r.json()["expires_at"] - r.json()["updated_at"] in range(3_599_000, 3_601_000)
+    r = client.post(
+        f"{store}/entries",
+        headers=token(),
+        params={"scope": "d"},
+        json={"path": "/e.md", "contents": "e", "ttl_seconds": 60},
+    )
+    assert r.json()["expires_at"] - r.json()["updated_at"] in range(59_000, 61_000)  # the write's own wins
+    client.patch(
+        f"{UC}/memory-stores/main.default.ttl-default", headers=token(), json={"default_ttl_seconds": 0}
+    )
+    r = client.post(
+        f"{store}/entries", headers=token(), params={"scope": "d"}, json={"path": "/f.md", "contents": "f"}
+    )
+    assert "expires_at" not in r.json()
+    r = client.post(
+        f"{store}/entries",
+        headers=token(),
+        params={"scope": "d"},
+        json={"path": "/g.md", "contents": "g", "ttl_seconds": 0},
+    )
+    assert r.status_code == 400 and "ttl_seconds" in r.json()["message"]
+
+    held = make_store(client, token, "ttl-held")
+    client.patch(f"{UC}/memory-stores/main.default.ttl-held", headers=token(), json={"legal_hold": True})
+    r = client.post(
+        f"{held}/entries",
+        headers=token(),
+        params={"scope": "h"},
+        json={"path": "/held.md", "contents": "h", "ttl_seconds": 1},
+    )
+    assert r.status_code == 200
+    get = {"scope": "h", "path": "/held.md"}
+    wait_until(lambda: client.get(f"{held}/entries:get", headers=token(), params=get).status_code == 404)
+    # not readable, but kept in storage while the hold lasts
+    other = make_store(client, token, "ttl-free")
+    client.post(
+        f"{other}/entries",
+        headers=token(),
+        params={"scope": "h"},
+        json={"path": "/free.md", "contents": "f", "ttl_seconds": 1},
+    )
+    wait_until(lambda: stored(settings.database_url, "/free.md") == 0)
+    assert stored(settings.database_url, "/held.md") == 1

@@ -22,6 +22,7 @@ from catalog.db import DatabaseMonitor, EmbeddedPostgres, apply_migrations, crea
 from catalog.governance import Access, Authorizer, Node, SecurableType
 from catalog.limits import RateLimiter
 from catalog.namespace import bootstrap, get_metastore
+from catalog.pipelines import PipelineWorker
 from catalog.principals import SeenPrincipals
 from catalog.search import SearchEngine
 from catalog.search.embedder import DIMENSIONS, Embedder, Encoder, ModelError, ModelFiles, OnnxEncoder
@@ -129,6 +130,7 @@ class Runtime:
     db: DatabaseMonitor
     limiter: RateLimiter | None = None
     principals: SeenPrincipals | None = None  # records token subjects (the auth middleware tells it)
+    pipelines: PipelineWorker | None = None  # does memory pipelines' runs (catalog.pipelines.worker)
 
     @classmethod
     async def start(cls, settings: Settings, encoder: Encoder | None = None) -> Runtime:
@@ -182,10 +184,16 @@ class Runtime:
         )
         monitor.start()
         limiter = RateLimiter(settings.rate_limit, settings.burst) if settings.rate_limit > 0 else None
+        worker = PipelineWorker(context, audit, interval=settings.pipeline_interval)
+        worker.start()
         log.info("started", extra={"seconds": round(time.monotonic() - began, 2), **phases})
-        return cls(settings, context, verifier, embedded, audit, monitor, limiter, SeenPrincipals(pool))
+        return cls(
+            settings, context, verifier, embedded, audit, monitor, limiter, SeenPrincipals(pool), worker
+        )
 
     async def close(self) -> None:
+        if self.pipelines is not None:  # first: it lets its runs' leases go, and audits through the writer
+            await self.pipelines.close()
         await self.db.close()
         await self.audit.close()
         if self.context.search is not None:

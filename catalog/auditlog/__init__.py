@@ -1,6 +1,9 @@
-"""The audit log's recorder: one hash-chained event per request (and per system event), appended
-durably before the request is answered. Reading and verifying it is the `audit` slice's."""
+"""The audit log's recorder: one hash-chained event per request (and per system event, and per
+operation of background work: `background`), appended durably before the request is answered.
+Reading and verifying it is the `audit` slice's."""
 
+from catalog.auditlog.background import background
+from catalog.auditlog.background import record as record_background
 from catalog.auditlog.writer import (
     AuditContext,
     AuditWriter,
@@ -18,11 +21,13 @@ __all__ = [
     "AuditContext",
     "AuditWriter",
     "audited",
+    "background",
     "begin_operation",
     "current",
     "note_decision",
     "note_outcome",
     "note_result",
     "operation",
+    "record_background",
     "record_system_events",
 ]

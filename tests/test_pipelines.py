@@ -615,6 +615,8 @@ def test_a_crashed_run_is_resumed_by_another_process_without_redoing_sessions(
         try:
             done = wait_for(second, started["name"])
             assert done["state"] == "SUCCEEDED" and counts(done) == (3, 3, 0, 0, 3), done
+            # the list of sessions served resuming; the ended run keeps its counts only
+            assert sql(fresh_database_url, "SELECT count(*) AS n FROM pipeline_run_sessions")[0]["n"] == 0
             transcripts = [r["messages"][1]["content"] for r in model.requests if len(r["messages"]) == 2]
             assert len(transcripts) == 2 and "kim" not in " ".join(transcripts)  # s1 was not redone
             assert "lou says" in transcripts[0] and "max says" in transcripts[1]
@@ -664,17 +666,17 @@ def test_a_server_shutting_down_lets_its_run_go_at_once(fresh_database_url, tmp_
             second.stop()
 
 
-def test_without_an_upstream_model_a_run_is_501(client, token):
-    """The in-process app has no CATALOG_LLM_BASE_URL: pipelines can be kept, not run."""
-    assert (
-        client.post(
-            "/api/2.0/agents/session-stores",
-            headers=token(),
-            params={"session_store_name": "nollm-sessions"},
-            json={},
-        ).status_code
-        == 200
+def test_without_an_upstream_model_a_run_is_501(own_client, own_token):
+    """An app without CATALOG_LLM_BASE_URL (on a database of its own: its worker must not take the
+    live server's runs): pipelines can be kept, not run."""
+    client, token = own_client, own_token
+    r = client.post(
+        "/api/2.0/agents/session-stores",
+        headers=token(),
+        params={"session_store_name": "nollm-sessions"},
+        json={},
     )
+    assert r.status_code == 200, r.text
     r = client.post(
         "/api/2.0/agents/memory-stores",
         headers=token(),

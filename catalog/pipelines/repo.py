@@ -429,10 +429,14 @@ async def record_outcome(
 
 
 async def finish(conn: Conn, run_id: str, worker: str, state: str, error: str | None) -> RunRow | None:
-    """End the run (SUCCEEDED or FAILED) and let go of its lease; None when the lease is lost."""
+    """End the run (SUCCEEDED or FAILED) and let go of its lease; None when the lease is lost. Its
+    list of sessions goes (it only served resuming): an ended run keeps its counts, and no session
+    id outlives its session in a run's history."""
     row = await conn.fetchrow(
-        "UPDATE pipeline_runs SET state = $3, error = $4, ended_at = clock_timestamp(), "
-        f"leased_by = NULL, lease_until = NULL WHERE {_HELD} RETURNING {_RUN_COLUMNS}",
+        "WITH ended AS (UPDATE pipeline_runs SET state = $3, error = $4, ended_at = clock_timestamp(), "
+        f"leased_by = NULL, lease_until = NULL WHERE {_HELD} RETURNING {_RUN_COLUMNS}), "
+        "listed AS (DELETE FROM pipeline_run_sessions WHERE run = $1 AND EXISTS (SELECT 1 FROM ended)) "
+        "SELECT * FROM ended",
         run_id,
         worker,
         state,

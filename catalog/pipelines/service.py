@@ -6,11 +6,12 @@ Rules:
   `creator` owns it, and its runs act as the creator: every session read, every entry written is
   authorized and audited as that principal (see `catalog.pipelines.worker`);
 - a pipeline belongs to its memory store: reading it (and its runs) needs READ_MEMORY_STORE there
-  (`pipelines.read`; a list shows only those); creating, changing or running it needs what
-  extracting by hand needs: WRITE_MEMORY_STORE on the memory store (`pipelines.create`,
-  `pipelines.manage`, `pipelines.run`) and READ_MEMORY_STORE on the session store
-  (`sessions.read`), so nobody makes a pipeline do, with its creator's privileges, what they could
-  not do themselves; deleting needs `pipelines.manage` only;
+  (`pipelines.read`; a list shows only those); an id that names no pipeline is 404 whoever asks
+  (ids are random UUIDs: a 404 tells nothing about anybody's pipelines); creating, changing or
+  running it needs what extracting by hand needs: WRITE_MEMORY_STORE on the memory store
+  (`pipelines.create`, `pipelines.manage`, `pipelines.run`) and READ_MEMORY_STORE on the session
+  store (`sessions.read`), so nobody makes a pipeline do, with its creator's privileges, what they
+  could not do themselves; deleting needs `pipelines.manage` only;
 - `dreamer_policy.trigger` is MANUAL_ONLY (runs only when asked for; TRIGGER_UNSPECIFIED means
   it) or SCHEDULED (also a run about every `CATALOG_PIPELINE_INTERVAL` seconds); `enabled` says
   whether scheduled runs are on (the trigger is SCHEDULED). `model` names the model asked for

@@ -34,6 +34,7 @@ from catalog.metrics.routes import router as metrics_router
 from catalog.openapi import finish
 from catalog.ops import databricks_config, healthz
 from catalog.permissions.routes import router as permissions_router
+from catalog.pipelines.routes import router as pipelines_router
 from catalog.principals.routes import router as principals_router
 from catalog.responses.routes import routers as responses_routers
 from catalog.runtime import Runtime
@@ -81,6 +82,7 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             *transcripts_routers,
             *responses_routers,
             extraction_router,
+            pipelines_router,
             system_router,
             audit_router,
             metrics_router,

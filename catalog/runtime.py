@@ -23,6 +23,7 @@ from catalog.entries.expiry import ExpirySweeper
 from catalog.governance import Access, Authorizer, Node, SecurableType
 from catalog.limits import RateLimiter
 from catalog.namespace import bootstrap, get_metastore
+from catalog.pipelines import PipelineWorker
 from catalog.principals import SeenPrincipals
 from catalog.search import SearchEngine
 from catalog.search.embedder import DIMENSIONS, Embedder, Encoder, ModelError, ModelFiles, OnnxEncoder
@@ -130,6 +131,7 @@ class Runtime:
     db: DatabaseMonitor
     limiter: RateLimiter | None = None
     principals: SeenPrincipals | None = None  # records token subjects (the auth middleware tells it)
+    pipelines: PipelineWorker | None = None  # does memory pipelines' runs (catalog.pipelines.worker)
     expiry: ExpirySweeper | None = None  # deletes expired entries in the background
 
     @classmethod
@@ -186,12 +188,25 @@ class Runtime:
         monitor.start()
         expiry.start()
         limiter = RateLimiter(settings.rate_limit, settings.burst) if settings.rate_limit > 0 else None
+        worker = PipelineWorker(context, audit, interval=settings.pipeline_interval)
+        worker.start()
         log.info("started", extra={"seconds": round(time.monotonic() - began, 2), **phases})
         return cls(
-            settings, context, verifier, embedded, audit, monitor, limiter, SeenPrincipals(pool), expiry
+            settings,
+            context,
+            verifier,
+            embedded,
+            audit,
+            monitor,
+            limiter,
+            SeenPrincipals(pool),
+            worker,
+            expiry,
         )
 
     async def close(self) -> None:
+        if self.pipelines is not None:  # first: it lets its runs' leases go, and audits through the writer
+            await self.pipelines.close()
         if self.expiry is not None:
             await self.expiry.close()
         await self.db.close()

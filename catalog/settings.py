@@ -62,6 +62,8 @@ class Settings:
     # a route that waits for the model (responses, extraction) may take this long instead of
     # `request_timeout`
     llm_request_timeout: float = 600.0
+    # a SCHEDULED memory pipeline runs when this many seconds passed since its last run was created
+    pipeline_interval: float = 86400.0
 
     def __post_init__(self) -> None:
         if self.jwks_url and self.jwt_public_key:
@@ -82,6 +84,8 @@ class Settings:
             raise SettingsError("CATALOG_LLM_BASE_URL must be an http(s) URL, e.g. http://127.0.0.1:11434/v1")
         if not 1 <= self.llm_max_steps <= 64:
             raise SettingsError("CATALOG_LLM_MAX_STEPS must be between 1 and 64")
+        if not self.pipeline_interval > 0:
+            raise SettingsError("CATALOG_PIPELINE_INTERVAL must be a positive number of seconds")
         for name, value in (
             ("CATALOG_RATE_LIMIT", self.rate_limit),
             ("CATALOG_RATE_BURST", self.rate_burst),
@@ -136,6 +140,7 @@ class Settings:
             llm_max_retries=number("CATALOG_LLM_MAX_RETRIES", 2, int),
             llm_max_steps=number("CATALOG_LLM_MAX_STEPS", 8, int),
             llm_request_timeout=number("CATALOG_LLM_REQUEST_TIMEOUT", 600.0),
+            pipeline_interval=number("CATALOG_PIPELINE_INTERVAL", 86400.0),
             data_dir=Path(get("CATALOG_DATA_DIR") or ".data"),
             database_url=get("CATALOG_DATABASE_URL"),
             admin=get("CATALOG_ADMIN") or "admin",

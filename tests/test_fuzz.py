@@ -99,7 +99,10 @@ SEMANTIC: dict[str, list[str]] = {
     "searchEntries": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
     "eraseSubject": [r"subject is what comes before the first ':'"],
     "searchConversations": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
-    "agentsSearchSessionItems": [r"actor_id \(or actor_ids\) is required", r"at most 20 actor_ids per request"],
+    "agentsSearchSessionItems": [
+        r"actor_id \(or actor_ids\) is required",
+        r"at most 20 actor_ids per request",
+    ],
     "updatePermissions": [
         r"cannot be granted on a",  # which privileges fit which securable type
         r"is both added and removed",

@@ -22,6 +22,7 @@ OPEN_TO_EVERYONE = {
     "agentsListMemoryStores",
     "agentsListSessionStores",
     "getCurrentUser",
+    "agentsListMemoryPipelines",
 }
 
 BODIES = {
@@ -66,6 +67,12 @@ BODIES = {
     "agentsExtractMemories": {"memory_store": "memory-stores/walk-store"},
     "createResponse": {"model": "m", "input": "x", "conversation": "{conversation_id}"},
     "patchGroup": {"Operations": [{"op": "add", "path": "members", "value": [{"value": "nobody"}]}]},
+    "agentsCreateMemoryPipeline": {
+        "session_store": "session-stores/walk-sessions",
+        "memory_store": "walk-store",
+    },
+    "agentsUpdateMemoryPipeline": {"display_name": "x"},
+    "agentsRunMemoryPipeline": {},
 }
 QUERIES = {
     "listSchemas": {"catalog_name": "walk"},
@@ -139,7 +146,14 @@ def walk(client, token):
         json={"actor_id": "u"},
     )
     assert r.status_code == 200, r.text
-    return {"group_id": group["id"], "conversation_id": conversation_id}
+    r = client.post(
+        "/api/2.0/agents/memory-pipelines",
+        headers=token(),
+        json={"session_store": "session-stores/walk-sessions", "memory_store": "memory-stores/walk-store"},
+    )
+    assert r.status_code == 200, r.text
+    pipeline_id = r.json()["name"].split("/")[1]
+    return {"group_id": group["id"], "conversation_id": conversation_id, "pipeline_id": pipeline_id}
 
 
 def _body(operation_id: str, walk: dict[str, str]) -> object:
@@ -169,6 +183,8 @@ def _fill(path: str, walk: dict[str, str]) -> str:
         "item_id": "walk-item",
         "store_name": "walk-sessions",
         "session_id": "walk-session",
+        "pipeline_id": walk["pipeline_id"],
+        "run_id": "1",
     }
     if "/schemas/" in path:
         values["full_name"] = "walk.s"

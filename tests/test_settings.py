@@ -25,6 +25,8 @@ def test_settings_from_env_reads_the_contract_variables():
     defaults = Settings.from_env({})
     assert defaults.dev_mode and defaults.database_url is None and defaults.admin == "admin"
     assert defaults.postgres_dir == Path(".data").resolve() / "postgres"
+    assert defaults.pipeline_interval == 86400
+    assert Settings.from_env({"CATALOG_PIPELINE_INTERVAL": "3600"}).pipeline_interval == 3600
 
 
 @pytest.mark.parametrize(
@@ -33,6 +35,8 @@ def test_settings_from_env_reads_the_contract_variables():
         {"CATALOG_JWKS_URL": "https://x", "CATALOG_JWT_PUBLIC_KEY": "/k.pem"},
         {"CATALOG_AGENTS_SCHEMA": "justone"},
         {"CATALOG_ADMIN": "  "},
+        {"CATALOG_PIPELINE_INTERVAL": "0"},
+        {"CATALOG_PIPELINE_INTERVAL": "daily"},
     ],
 )
 def test_bad_settings_name_the_variable(env):

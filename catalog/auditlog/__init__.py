@@ -1,6 +1,9 @@
-"""The audit log's recorder: one hash-chained event per request (and per system event), appended
-durably before the request is answered. Reading and verifying it is the `audit` slice's."""
+"""The audit log's recorder: one hash-chained event per request (and per system event, and per
+operation of background work: `background`), appended durably before the request is answered.
+Reading and verifying it is the `audit` slice's."""
 
+from catalog.auditlog.background import background
+from catalog.auditlog.background import record as record_background
 from catalog.auditlog.writer import (
     AuditContext,
     AuditWriter,
@@ -19,6 +22,7 @@ __all__ = [
     "AuditContext",
     "AuditWriter",
     "audited",
+    "background",
     "begin_operation",
     "current",
     "note_decision",
@@ -26,5 +30,6 @@ __all__ = [
     "note_params",
     "note_result",
     "operation",
+    "record_background",
     "record_system_events",
 ]

@@ -140,7 +140,8 @@ async def operation(params: dict[str, Any]) -> AsyncIterator[AuditContext]:
     makes while the server answers a response. Inside the block, the authorizer's decision, the
     counts and `note_outcome` go to the operation's context, not the request's; a change made
     inside commits the operation's event with itself (`audited`), else the event is appended when
-    the block ends (with status 500 if it raised). Events share the request's id."""
+    the block ends (with status 500 if it raised). Events share the request's id. Operations nest
+    (each tool call of one session's extraction in a pipeline run): an inner one is its own event."""
     parent = current.get()
     child = AuditContext(params=params, enabled=False)
     event_for, record = (parent.event_for, parent.record) if parent is not None else (None, None)
@@ -148,6 +149,7 @@ async def operation(params: dict[str, Any]) -> AsyncIterator[AuditContext]:
         child.enabled = True
         child.early_unlock = parent.early_unlock
         child.describe = lambda status: event_for(child, status)
+        child.event_for, child.record = event_for, record
     token = current.set(child)
     failed = False
     try:

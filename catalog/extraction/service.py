@@ -121,15 +121,17 @@ async def run(
     dry_run: bool,
     *,
     session_store: Securable | None = None,
+    model: str | None = None,
 ) -> Extraction:
     """Extract one session (already authorized for reading) into one memory store (already
     authorized for `memories.extract`); the entries written carry `origin` the session's items
-    when its store is given."""
+    when its store is given. `model` is the model asked for (a pipeline's; CATALOG_LLM_MODEL,
+    when set, takes precedence)."""
     actor = session_row.actor_id
     full_name = target.full_name
     await check_binding(ctx, principal, target, [actor])
-    model = require(ctx.llm)
-    model.model_for(None)  # 501 when no model is configured (extraction names none itself)
+    chat = require(ctx.llm)
+    chat.model_for(model)  # 501 when no model is configured (nor named by the caller)
     items = await sessions.transcript(ctx, session_row, TRANSCRIPT_ITEMS)
     items_digest = digest(items)
     outcome = Extraction()
@@ -156,7 +158,9 @@ async def run(
             source_type=SOURCE_TYPE,
             origin=origin,
         )
-        await _converse(ctx, bound, memory_sid, session_row.session_id, transcript, instructions, outcome)
+        await _converse(
+            ctx, bound, memory_sid, session_row.session_id, transcript, instructions, outcome, requested=model
+        )
     if not dry_run:
         await repo.set_mark(ctx.pool, session_row.id, target.node.id, items_digest, principal.name)
         await _current(ctx, principal, full_name, memory_sid, actor, outcome)
@@ -171,6 +175,8 @@ async def _converse(
     transcript: str,
     instructions: str | None,
     outcome: Extraction,
+    *,
+    requested: str | None = None,
 ) -> None:
     model = require(ctx.llm)
     system = EXTRACTION_INSTRUCTIONS + (f"\n\n{instructions}" if instructions else "")
@@ -182,7 +188,7 @@ async def _converse(
     steps = ctx.settings.llm_max_steps
     for step in range(steps):
         offered = tools if step < steps - 1 else []
-        turn = await model.complete(messages, offered)
+        turn = await model.complete(messages, offered, model=requested)
         outcome.steps += 1
         calls = list(turn.tool_calls) if offered else []
         if not calls:

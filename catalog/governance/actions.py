@@ -185,6 +185,33 @@ ACTIONS: dict[str, Action] = {
             "extract a session's transcript into the store's memories (a dry run too: it checks "
             "what it would write); each tool call is then authorized as its entry operation",
         ),
+        # a memory pipeline belongs to its memory store; changing or running one also needs
+        # `sessions.read` on its session store (what extracting by hand needs)
+        _a(
+            "pipelines.create",
+            _S.MEMORY_STORE,
+            (_P.WRITE_MEMORY_STORE,),
+            "create a memory pipeline into the store (its runs act as the creator)",
+        ),
+        _a("pipelines.list", _S.METASTORE, (), "list the memory pipelines the caller may read"),
+        _a(
+            "pipelines.read",
+            _S.MEMORY_STORE,
+            (_P.READ_MEMORY_STORE,),
+            "read the store's memory pipelines and their runs",
+        ),
+        _a(
+            "pipelines.manage",
+            _S.MEMORY_STORE,
+            (_P.WRITE_MEMORY_STORE,),
+            "update or delete a memory pipeline into the store",
+        ),
+        _a(
+            "pipelines.run",
+            _S.MEMORY_STORE,
+            (_P.WRITE_MEMORY_STORE,),
+            "start a run of a memory pipeline into the store",
+        ),
         _a(
             "transcripts.search",
             _S.MEMORY_STORE,

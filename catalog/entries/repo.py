@@ -235,6 +235,7 @@ async def list_entries(
 
 async def delete_scope(conn: Conn, store_id: str, scope: str) -> int:
     """Delete a scope's entries from one store, with their history; how many entries."""
+    await conn.execute("SELECT set_config('catalog.erasing', 'on', true)")  # no deletion is recorded
     status: str = await conn.execute(
         "DELETE FROM entries WHERE store_id = $1 AND scope = $2", store_id, scope
     )
@@ -265,6 +266,7 @@ async def held_stores(conn: Conn, scope: str, *, subject: bool = False) -> list[
 async def erase_scope(conn: Conn, scope: str, *, subject: bool = False) -> list[tuple[str, int]]:
     """Delete a scope's entries (with `subject`: also of every scope starting `scope:`), and their
     history, from every store not under legal hold; (store full name, how many), by name."""
+    await conn.execute("SELECT set_config('catalog.erasing', 'on', true)")  # no deletion is recorded
     rows = await conn.fetch(
         "WITH gone AS (DELETE FROM entries WHERE (scope = $1 OR ($2 AND starts_with(scope, $1 || ':'))) "
         "AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold) RETURNING store_id) "

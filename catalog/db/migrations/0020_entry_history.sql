@@ -30,8 +30,10 @@ DECLARE
     who text;
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        -- the store itself is being deleted (a cascade): its history goes with it
-        IF NOT EXISTS (SELECT 1 FROM memory_stores WHERE id = OLD.store_id) THEN
+        -- the store itself is being deleted (a cascade), or the entry's scope is being erased: its
+        -- history goes with it, so no deletion is recorded
+        IF current_setting('catalog.erasing', true) = 'on'
+            OR NOT EXISTS (SELECT 1 FROM memory_stores WHERE id = OLD.store_id) THEN
             RETURN NULL;
         END IF;
         row_ := OLD;

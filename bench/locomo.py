@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -25,6 +27,15 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.live import REPO, BenchServer
+from catalog.search.context import neighbour_paths
+from catalog.search.fusion import (
+    DEFAULT_WEIGHTS,
+    RECOMMENDED_FLOOR,
+    FusionWeights,
+    hybrid_score,
+    ranked,
+    with_context,
+)
 
 STORE = "main.default.locomo"
 UC = "/api/2.1/unity-catalog"
@@ -76,18 +87,25 @@ async def ingest(client: httpx.AsyncClient, scope: str, entries: list[dict], con
 
 
 async def search(
-    client: httpx.AsyncClient, scope: str, query: str, mode: str, top_k: int
+    client: httpx.AsyncClient, scope: str, query: str, mode: str, top_k: int, min_score: float | None = None
 ) -> list[tuple[str, float]]:
-    r = await client.post(
-        f"{UC}/memory-stores/{STORE}/entries:search",
-        json={"scope": scope, "query": query, "mode": mode, "top_k": top_k},
-    )
+    body: dict = {"scope": scope, "query": query, "mode": mode, "top_k": top_k}
+    if min_score is not None:
+        body["min_score"] = min_score
+    r = await client.post(f"{UC}/memory-stores/{STORE}/entries:search", json=body)
     r.raise_for_status()
     return [(x["memory_entry"]["path"], x["score"]) for x in r.json()["results"]]
 
 
 def recall(ranked: list[str], evidence: set[str]) -> dict[int, float]:
     return {k: len(evidence & set(ranked[:k])) / len(evidence) for k in KS}
+
+
+def mean_recall(rows: list[dict[int, float]]) -> list[float]:
+    return [statistics.mean(r[k] for r in rows) for k in KS] if rows else [0.0] * len(KS)
+
+
+MODES = ("keyword", "semantic", "hybrid")
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -97,6 +115,7 @@ async def run(args: argparse.Namespace) -> None:
             "LoCoMo: no files given and ../shared/bench/locomo/ is not here; pass LoCoMo JSON paths to run it"
         )
         return
+    floor = args.floor
     server = None
     if args.url:
         url, token = args.url, args.token
@@ -114,28 +133,50 @@ async def run(args: argparse.Namespace) -> None:
             if r.status_code not in (200, 409):
                 r.raise_for_status()
             datasets = [load(f) for f in files]
+            scopes = [scope for scope, _, _ in datasets]
             n_entries = sum(len(e) for _, e, _ in datasets)
             started = time.perf_counter()
             for scope, entries, _ in datasets:
                 await ingest(client, scope, entries, args.concurrency)
             ingest_s = time.perf_counter() - started
             questions = [(scope, q) for scope, _, qs in datasets for q in qs]
-            modes = ("keyword", "semantic", "hybrid")
-            results: dict[str, list[dict[int, float]]] = {m: [] for m in modes}
-            raw: dict[str, list[list[tuple[str, float]]]] = {"keyword": [], "semantic": []}
+            # every question is also asked in each other conversation's scope, where nothing answers it
+            foreign = [(other, q) for scope, q in questions for other in scopes if other != scope]
             gate = asyncio.Semaphore(args.concurrency)
 
-            async def ask(scope: str, q: dict, mode: str, top_k: int) -> list[tuple[str, float]]:
+            async def ask(
+                scope: str, q: dict, mode: str, top_k: int, min_score: float | None = None
+            ) -> list[tuple[str, float]]:
                 async with gate:
-                    return await search(client, scope, q["query"], mode, top_k)
+                    return await search(client, scope, q["query"], mode, top_k, min_score)
 
-            for mode in modes:
-                top_k = 50 if (args.tune and mode != "hybrid") else 10
-                answers = await asyncio.gather(*(ask(s, q, mode, top_k) for s, q in questions))
-                for (_, q), ranked in zip(questions, answers, strict=True):
-                    results[mode].append(recall([p for p, _ in ranked], q["evidence"]))
-                    if mode in raw:
-                        raw[mode].append(ranked)
+            async def ask_all(pairs: list, mode: str, top_k: int, min_score: float | None = None) -> list:
+                return await asyncio.gather(*(ask(s, q, mode, top_k, min_score) for s, q in pairs))
+
+            results: dict[str, list[dict[int, float]]] = {}
+            floored: dict[str, list[dict[int, float]]] = {}
+            empty: dict[str, float] = {}
+            for mode in MODES:
+                answers = await ask_all(questions, mode, 10)
+                results[mode] = [
+                    recall([p for p, _ in a], q["evidence"])
+                    for (_, q), a in zip(questions, answers, strict=True)
+                ]
+                answers = await ask_all(questions, mode, 10, floor)
+                floored[mode] = [
+                    recall([p for p, _ in a], q["evidence"])
+                    for (_, q), a in zip(questions, answers, strict=True)
+                ]
+                if foreign:
+                    answers = await ask_all(foreign, mode, 10, floor)
+                    empty[mode] = sum(1 for a in answers if not a) / len(answers)
+            raw: dict[str, dict[str, list]] = {}
+            if args.tune:
+                for mode in ("keyword", "semantic"):
+                    raw[mode] = {
+                        "true": await ask_all(questions, mode, 100),
+                        "foreign": await ask_all(foreign, mode, 100) if foreign else [],
+                    }
     finally:
         if server is not None:
             server.stop()
@@ -146,25 +187,126 @@ async def run(args: argparse.Namespace) -> None:
     )
     print("| mode | R@1 | R@5 | R@10 |")
     print("|---|---|---|---|")
-    for mode in modes:
-        row = [statistics.mean(r[k] for r in results[mode]) for k in KS]
-        print(f"| {mode} | " + " | ".join(f"{v:.3f}" for v in row) + " |")
-    if args.tune:
-        tune(questions, raw)
-
-
-def tune(questions: list, raw: dict) -> None:
-    from catalog.search.fusion import FusionWeights, fuse
-
-    print("\nfusion grid (offline, from the top 50 of each mode):")
-    print("| keyword weight | R@1 | R@5 | R@10 |")
+    for mode in MODES:
+        print(f"| {mode} | " + " | ".join(f"{v:.3f}" for v in mean_recall(results[mode])) + " |")
+    print(
+        f"\nmin_score {floor}: questions asked in another conversation's scope ({len(foreign)} searches) "
+        "that come back empty (goal for hybrid: >= 80%), and the true-scope R@5 lost to the floor "
+        "(goal: <= 0.03)\n"
+    )
+    print("| mode | foreign scope: empty | true scope: R@5 at the floor | R@5 drop |")
     print("|---|---|---|---|")
-    for w in [i / 20 for i in range(21)]:
-        rows = []
-        for (_, q), kw, sem in zip(questions, raw["keyword"], raw["semantic"], strict=True):
-            ranked = [doc for doc, _ in fuse(kw, sem, FusionWeights(keyword_weight=w))]
-            rows.append(recall(ranked, q["evidence"]))
-        print(f"| {w:.2f} | " + " | ".join(f"{statistics.mean(r[k] for r in rows):.3f}" for k in KS) + " |")
+    for mode in MODES:
+        r5, f5 = mean_recall(results[mode])[1], mean_recall(floored[mode])[1]
+        share = f"{empty[mode]:.0%}" if mode in empty else "n/a (one conversation)"
+        print(f"| {mode} | {share} | {f5:.3f} | {r5 - f5:.3f} |")
+    if args.tune:
+        tune(questions, foreign, scopes, raw, floor)
+
+
+# --- offline tuning: the hybrid recomputed from each mode's top 100 ------------------------------
+
+Features = tuple[dict[str, float], dict[str, float]]  # (coverage, cosine) of each candidate
+
+
+def features(keyword: list[tuple[str, float]], semantic: list[tuple[str, float]]) -> Features:
+    """Each candidate's coverage and cosine, recovered from the modes' scores (computed with the
+    server's weights); a candidate missing from the semantic list takes its lowest cosine, one
+    missing from the keyword list coverage 0."""
+    w = DEFAULT_WEIGHTS
+    coverage = {p: s ** (1 / w.coverage_power) for p, s in keyword}
+    cosine = {}
+    for p, s in semantic:
+        s = min(max(s, 1e-9), 1 - 1e-9)
+        cosine[p] = w.cosine_centre + w.cosine_width * math.log(s / (1 - s))
+    low = min(cosine.values(), default=0.0)
+    for p in coverage:
+        cosine.setdefault(p, low)
+    for p in cosine:
+        coverage.setdefault(p, 0.0)
+    return coverage, cosine
+
+
+def hybrid_offline(f: Features, w: FusionWeights) -> list[tuple[str, float]]:
+    coverage, cosine = f
+    own = {p: hybrid_score(cosine[p], coverage[p], w) for p in coverage}
+    return ranked(with_context(own, {p: neighbour_paths(p) for p in own}, w), cosine)
+
+
+def evaluate(
+    true: list[tuple[dict, Features]], foreign: list[Features], w: FusionWeights, floor: float
+) -> tuple[list[float], float, float]:
+    """(R@1/5/10, share of foreign searches empty at the floor, R@5 drop at the floor)."""
+    rows, kept = [], []
+    for q, f in true:
+        hits = hybrid_offline(f, w)
+        rows.append(recall([p for p, _ in hits], q["evidence"]))
+        kept.append(recall([p for p, s in hits if s >= floor], q["evidence"]))
+    empty = [not hits or hits[0][1] < floor for hits in (hybrid_offline(f, w) for f in foreign)]
+    r = mean_recall(rows)
+    return r, (sum(empty) / len(empty) if empty else 0.0), r[1] - mean_recall(kept)[1]
+
+
+GRID = [
+    FusionWeights(semantic_weight=s, cosine_centre=c, cosine_width=cw, coverage_power=p, context=x)
+    for s in (0.3, 0.4, 0.5)
+    for c in (0.3, 0.35)
+    for cw in (0.1, 0.15)
+    for p in (0.7, 1.0)
+    for x in (0.7, 0.8)
+]
+
+
+def tune(questions: list, foreign: list, scopes: list[str], raw: dict, floor: float) -> None:
+    true = [
+        (scope, q, features(kw, sem))
+        for (scope, q), kw, sem in zip(
+            questions, raw["keyword"]["true"], raw["semantic"]["true"], strict=True
+        )
+    ]
+    # a foreign search belongs to the conversation the question came from
+    origin = [scope for scope, q in questions for other in scopes if other != scope]
+    away = [
+        (src, features(kw, sem))
+        for src, kw, sem in zip(origin, raw["keyword"]["foreign"], raw["semantic"]["foreign"], strict=True)
+    ]
+
+    def part(keep: Callable[[str], bool]) -> tuple[list, list]:
+        return [(q, f) for s, q, f in true if keep(s)], [f for s, f in away if keep(s)]
+
+    def row(label: str, w: FusionWeights, t: list, a: list) -> str:
+        r, e, d = evaluate(t, a, w, floor)
+        return f"| {label} | " + " | ".join(f"{v:.3f}" for v in r) + f" | {e:.0%} | {d:.3f} |"
+
+    def name(w: FusionWeights) -> str:
+        return (
+            f"semantic {w.semantic_weight}, centre {w.cosine_centre}, width {w.cosine_width}, "
+            f"power {w.coverage_power}, context {w.context}"
+        )
+
+    print(f"\nhybrid recomputed offline from the top 100 of each mode; min_score {floor}:")
+    print("| weights | R@1 | R@5 | R@10 | foreign: empty | R@5 drop |")
+    print("|---|---|---|---|---|---|")
+    print(row(f"shipped ({name(DEFAULT_WEIGHTS)})", DEFAULT_WEIGHTS, *part(lambda s: True)))
+    if len(scopes) < 2:
+        return
+    print("\nsplit: chosen on the other conversations (the best mean R@1/5/10 among weights meeting both")
+    print(f"floor goals there), checked on the one held out ({len(GRID)} weight sets):")
+    print("| held out | chosen weights | set | R@1 | R@5 | R@10 | foreign: empty | R@5 drop |")
+    print("|---|---|---|---|---|---|---|---|")
+    for held in scopes:
+        train = part(lambda s, held=held: s != held)
+        best: tuple | None = None
+        for w in GRID:
+            r, e, d = evaluate(*train, w, floor)
+            key = (e >= 0.8 and d <= 0.03, sum(r) / len(r))
+            if best is None or key > best[0]:
+                best = (key, w)
+        assert best is not None
+        w = best[1]
+        for label, t in (("tuned on", train), ("held out", part(lambda s, held=held: s == held))):
+            print(row(f"{held} | {name(w)} | {label}", w, *t))
+        print(row(f"{held} | shipped | held out", DEFAULT_WEIGHTS, *part(lambda s, held=held: s == held)))
 
 
 def main() -> None:
@@ -173,7 +315,12 @@ def main() -> None:
     parser.add_argument("--url", help="a running server (default: start one on a fresh data dir)")
     parser.add_argument("--token", help="a token for --url (admin, or WRITE and READ on main.default)")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--tune", action="store_true", help="also grid-search the fusion weight offline")
+    parser.add_argument("--floor", type=float, default=RECOMMENDED_FLOOR, help="the min_score to check")
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="also grid-search the hybrid's weights offline, with each conversation held out in turn",
+    )
     asyncio.run(run(parser.parse_args()))
 
 

@@ -25,11 +25,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
+import numpy as np
 
-from catalog.search import repo
+from catalog.search import context, repo
 from catalog.search.corpus import ENTRIES, TRANSCRIPTS, Corpus
 from catalog.search.embedder import Embedder
-from catalog.search.fusion import FusionWeights, fuse
+from catalog.search.fulltext import FullTextIndex
+from catalog.search.fusion import (
+    FusionWeights,
+    hybrid_score,
+    keyword_score,
+    ranked,
+    semantic_score,
+    with_context,
+)
 from catalog.search.health import Health, WorkerStatus
 from catalog.search.indexer import Indexer
 from catalog.search.passes import Passes
@@ -232,24 +241,36 @@ class SearchEngine:
     # --- ranking ------------------------------------------------------------------------------------
 
     async def rank(self, query: Query) -> list[tuple[str, float]]:
-        """(entry id, score), best first, from the query's store and scopes only; each mode waits
-        for its derived state to hold every write committed before the call (read-your-writes).
-        The caller re-reads the hits from PostgreSQL (a hit may have changed since)."""
-        if query.mode == "keyword":
-            return await self._keyword(query)
+        """(entry id, score in [0, 1]), best first, from the query's store and scopes only; each
+        mode waits for its derived state to hold every write committed before the call
+        (read-your-writes). Scores mean the same for every query (see `fusion`): keyword ranks
+        BM25's candidates by their share of the query's term weight, semantic by cosine, hybrid
+        by both and by context. The caller re-reads the hits from PostgreSQL (a hit may have
+        changed since)."""
+        w = self.weights
         if query.mode == "semantic":
-            return await self._semantic(query)
-        keyword, semantic = await asyncio.gather(self._keyword(query), self._semantic(query))
-        return fuse(keyword, semantic, self.weights)
+            _, hits = await self._semantic(query)
+            return [(doc, semantic_score(cos, w)) for doc, cos in hits]
+        if query.mode == "keyword":
+            keyword = await self._keyword(query)
+            covered = await self._coverage(query, [doc for doc, _ in keyword])
+            bm25 = dict(keyword)
+            return ranked({doc: keyword_score(covered[doc], w) for doc in bm25}, bm25)
+        keyword, (vector, semantic) = await asyncio.gather(self._keyword(query), self._semantic(query))
+        cosine = dict(semantic)
+        candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
+        unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
+        covered, more_cosine, near = await asyncio.gather(
+            self._coverage(query, candidates),
+            context.similarities(self.pool, unscored, vector, query.corpus),
+            context.neighbours(self.pool, candidates, query.path_prefix, query.corpus),
+        )
+        cosine.update(more_cosine)
+        own = {doc: hybrid_score(cosine.get(doc), covered[doc], w) for doc in candidates}
+        return ranked(with_context(own, near, w), cosine)
 
     async def _keyword(self, query: Query) -> list[tuple[str, float]]:
-        indexer = self.part(query.corpus).indexer
-        try:
-            await indexer.wait_fresh()
-        except TimeoutError:
-            log.warning("full-text index of %s is behind; searching what it holds", query.corpus.name)
-        index = indexer.index
-        assert index is not None
+        index = await self._index(query)
         return await asyncio.to_thread(
             index.search,
             query.store_id,
@@ -260,12 +281,39 @@ class SearchEngine:
             path_prefix=query.path_prefix,
         )
 
-    async def _semantic(self, query: Query) -> list[tuple[str, float]]:
+    async def _index(self, query: Query) -> FullTextIndex:
+        indexer = self.part(query.corpus).indexer
+        try:
+            await indexer.wait_fresh()
+        except TimeoutError:
+            log.warning("full-text index of %s is behind; searching what it holds", query.corpus.name)
+        index = indexer.index
+        assert index is not None
+        return index
+
+    async def _coverage(self, query: Query, ids: list[str]) -> dict[str, float]:
+        """Each candidate's share of the query's term weight (the index is already fresh: the
+        candidates came from a search that waited for it)."""
+        index = self.part(query.corpus).indexer.index
+        if index is None or not ids:
+            return dict.fromkeys(ids, 0.0)
+        return await asyncio.to_thread(
+            index.coverage,
+            query.store_id,
+            list(query.scopes),
+            query.text,
+            ids,
+            session_id=query.session_id,
+            path_prefix=query.path_prefix,
+        )
+
+    async def _semantic(self, query: Query) -> tuple[np.ndarray, list[tuple[str, float]]]:
+        """The query's vector and (id, cosine similarity), best first."""
         (vector,), _ = await asyncio.gather(
             self.embedder.embed([query.text]),
             self.vectors_fresh(query.store_id, query.scopes, query.corpus),
         )
-        return await self.part(query.corpus).vectors.search(
+        hits = await self.part(query.corpus).vectors.search(
             query.store_id,
             list(query.scopes),
             vector,
@@ -273,6 +321,7 @@ class SearchEngine:
             session_id=query.session_id,
             path_prefix=query.path_prefix,
         )
+        return vector, hits
 
     async def vectors_fresh(self, store_id: str, scopes: Sequence[str], corpus: Corpus = ENTRIES) -> None:
         """Return once no row of these scopes committed before the call lacks its vector."""

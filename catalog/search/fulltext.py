@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import tantivy
+
+from catalog.search.fusion import term_weight
 
 log = logging.getLogger("catalog.search")
 
@@ -39,6 +44,9 @@ _STOPWORD_SET = frozenset(STOPWORDS)
 _TOKENS = re.compile(r"[^\W_]+", re.UNICODE)  # what the simple tokenizer keeps (letters and digits)
 _QUERY_SYNTAX = re.compile(r"[^\w\s]", re.UNICODE)
 _PATH_WORDS = re.compile(r"[/_.\-]+")
+TEXT_FIELDS = ("contents", "description", "path_words")
+MAX_COVERAGE_TERMS = 24  # a long query's first distinct terms weigh its coverage (see coverage())
+COUNT_TTL = 30.0  # seconds a count of entries in a search's filter is reused
 
 
 def _has_terms(words: str) -> bool:
@@ -68,6 +76,27 @@ def _schema() -> Any:
     return builder.build()
 
 
+class TtlCache:
+    """Counts of entries in a filter (and holding a term), reused for a while: they weigh a
+    query's terms, where a count some seconds old does as well. Bounded: emptied when full."""
+
+    def __init__(self, ttl: float, size: int = 100_000) -> None:
+        self.ttl = ttl
+        self.size = size
+        self._values: dict[tuple[Any, ...], tuple[float, int]] = {}
+
+    def get(self, key: tuple[Any, ...], compute: Callable[[], int]) -> int:
+        now = time.monotonic()
+        cached = self._values.get(key)
+        if cached is not None and now - cached[0] < self.ttl:
+            return cached[1]
+        value = compute()
+        if len(self._values) >= self.size:
+            self._values.clear()
+        self._values[key] = (now, value)
+        return value
+
+
 class IndexDiverged(RuntimeError):
     """A commit reported success but the index does not hold what it was given."""
 
@@ -95,6 +124,8 @@ class FullTextIndex:
         self.heap_bytes = heap_bytes
         self.writer = self.index.writer(heap_size=heap_bytes, num_threads=1)
         self.boosts = {"contents": 1.0, "description": 0.5, "path_words": 0.5}
+        self.analyzer = _analyzer()  # the indexed fields' analyzer, for query terms
+        self._counts = TtlCache(COUNT_TTL)
 
     def close(self) -> None:
         try:
@@ -191,16 +222,92 @@ class FullTextIndex:
         parsed, _errors = self.index.parse_query_lenient(
             words, ["contents", "description", "path_words"], field_boosts=self.boosts
         )
+        clauses = [*self._filter(store_id, scopes, session_id, path_prefix), (tantivy.Occur.Must, parsed)]
+        searcher = self.index.searcher()
+        hits = searcher.search(tantivy.Query.boolean_query(clauses), limit).hits
+        return [(searcher.doc(address)["entry_id"][0], float(score)) for score, address in hits]
+
+    def _filter(
+        self, store_id: str, scopes: list[str], session_id: str | None, path_prefix: str | None
+    ) -> list[tuple[Any, Any]]:
+        """The clauses that restrict a search to what it may return."""
+        # one scope (the common case) as a term query: a term-set query builds a bitset of the
+        # whole index per search, 5-10x slower when the clause is counted once per query term
+        scope = (
+            tantivy.Query.term_query(self.schema, "scope", scopes[0])
+            if len(scopes) == 1
+            else tantivy.Query.term_set_query(self.schema, "scope", scopes)
+        )
         clauses = [
             (tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "store_id", store_id)),
-            (tantivy.Occur.Must, tantivy.Query.term_set_query(self.schema, "scope", scopes)),
-            (tantivy.Occur.Must, parsed),
+            (tantivy.Occur.Must, scope),
         ]
         if session_id is not None:
             clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "session", session_id)))
         if path_prefix:
             pattern = re.escape(path_prefix) + ".*"
             clauses.append((tantivy.Occur.Must, tantivy.Query.regex_query(self.schema, "path", pattern)))
+        return clauses
+
+    def query_terms(self, text: str) -> list[str]:
+        """The distinct terms the analyzer makes of a query, in order (at most MAX_COVERAGE_TERMS)."""
+        words = _QUERY_SYNTAX.sub(" ", text)
+        return list(dict.fromkeys(self.analyzer.analyze(words)))[:MAX_COVERAGE_TERMS]
+
+    def coverage(
+        self,
+        store_id: str,
+        scopes: list[str],
+        text: str,
+        entry_ids: Sequence[str],
+        *,
+        session_id: str | None = None,
+        path_prefix: str | None = None,
+    ) -> dict[str, float]:
+        """For each given entry, the share of the query's term weight it holds in any text field
+        (0 to 1): each distinct term weighs its idf among the entries the same filter admits, so
+        the weights are those of the searched scopes, not of the whole index (see fusion.py)."""
+        terms = self.query_terms(text)
+        ids = list(dict.fromkeys(entry_ids))
+        if not terms or not ids:
+            return dict.fromkeys(ids, 0.0)
         searcher = self.index.searcher()
-        hits = searcher.search(tantivy.Query.boolean_query(clauses), limit).hits
-        return [(searcher.doc(address)["entry_id"][0], float(score)) for score, address in hits]
+        scoped = self._filter(store_id, scopes, session_id, path_prefix)
+        key = (store_id, tuple(sorted(scopes)), session_id, path_prefix)
+        anywhere = [self._anywhere(term) for term in terms]
+        admitted = self._counts.get(key, lambda: self._count(searcher, scoped))
+        weights = []
+        for term, clause in zip(terms, anywhere, strict=True):
+            held_by = self._counts.get((*key, term), partial(self._count, searcher, [*scoped, clause]))
+            weights.append(term_weight(admitted, held_by))
+        total = sum(weights)
+        if total <= 0:
+            return dict.fromkeys(ids, 0.0)
+        # Which terms each given entry holds, in one search: term i scores a constant 2**i, so an
+        # entry's score is the bit set of its terms (exact in float32 for up to 24 terms).
+        # the given entries as one term query each: a term-set query costs a bitset of the index
+        ids_held = [tantivy.Query.term_query(self.schema, "entry_id", i) for i in ids]
+        given = tantivy.Query.const_score_query(
+            tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in ids_held]), 0.0
+        )
+        bits = [
+            (tantivy.Occur.Should, tantivy.Query.const_score_query(q[1], float(1 << i)))
+            for i, q in enumerate(anywhere)
+        ]
+        query = tantivy.Query.boolean_query([(tantivy.Occur.Must, given), *bits])
+        held = dict.fromkeys(ids, 0.0)
+        for score, address in searcher.search(query, len(ids)).hits:
+            mask = round(score)
+            share = sum(w for i, w in enumerate(weights) if mask >> i & 1) / total
+            held[searcher.doc(address)["entry_id"][0]] = min(share, 1.0)
+        return held
+
+    def _anywhere(self, term: str) -> tuple[Any, Any]:
+        """A clause matching the entries that hold `term` in any text field."""
+        fields = [tantivy.Query.term_query(self.schema, f, term, index_option="basic") for f in TEXT_FIELDS]
+        return (tantivy.Occur.Must, tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in fields]))
+
+    @staticmethod
+    def _count(searcher: Any, clauses: list[tuple[Any, Any]]) -> int:
+        query = tantivy.Query.const_score_query(tantivy.Query.boolean_query(clauses), 1.0)
+        return int(searcher.search(query, 1, count=True).count)

@@ -1,0 +1,252 @@
+"""Search scores are relevances in [0, 1] that mean the same for every query (catalog/search/
+fusion.py): `min_score` at the recommended floor keeps what matches and drops what does not, in
+every mode; hybrid search lifts the numbered neighbours of a hit (a dialogue's next turn)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from catalog.search.context import neighbour_paths
+from catalog.search.fulltext import FullTextIndex, IndexedEntry
+from catalog.search.fusion import (
+    DEFAULT_WEIGHTS,
+    RECOMMENDED_FLOOR,
+    FusionWeights,
+    hybrid_score,
+    keyword_score,
+    semantic_score,
+    term_weight,
+    with_context,
+)
+
+UC = "/api/2.1/unity-catalog"
+STORE = f"{UC}/memory-stores/main.default.scores"
+MODES = ("hybrid", "keyword", "semantic")
+
+NOTES = {
+    "/food/diet.md": "Vegetarian since 2019 and allergic to peanuts and cashews.",
+    "/food/coffee.md": "Drinks two espressos every morning, never after lunch.",
+    "/travel/trip.md": "Planning a hiking trip to the Dolomites next September.",
+    "/home/bike.md": "Commutes by bicycle along the river to the harbour office.",
+}
+
+
+# --- the scoring functions ----------------------------------------------------------------------
+
+
+def test_semantic_score_is_a_rising_curve_in_zero_one():
+    cosines = [-1.0, -0.2, 0.0, 0.15, 0.3, 0.45, 0.6, 0.9, 1.0]
+    scores = [semantic_score(c) for c in cosines]
+    assert all(0.0 < s < 1.0 for s in scores)
+    assert scores == sorted(scores) and len(set(scores)) == len(scores)
+    assert semantic_score(DEFAULT_WEIGHTS.cosine_centre) == pytest.approx(0.5)
+
+
+def test_keyword_score_is_coverage_through_a_concave_power():
+    assert keyword_score(0.0) == 0.0 and keyword_score(1.0) == 1.0
+    assert keyword_score(0.5) == pytest.approx(0.5**DEFAULT_WEIGHTS.coverage_power)
+    assert keyword_score(0.5) > 0.5  # concave: holding half of the weight is more than half a match
+    assert keyword_score(-0.1) == 0.0 and keyword_score(1.3) == 1.0
+
+
+def test_term_weight_falls_as_more_of_the_scope_holds_the_term():
+    weights = [term_weight(100, df) for df in (0, 1, 10, 50, 100)]
+    assert weights == sorted(weights, reverse=True) and weights[-1] > 0
+    assert weights[0] == pytest.approx(math.log(1 + 100.5 / 0.5))
+
+
+def test_hybrid_score_is_a_weighted_mean_in_zero_one():
+    w = DEFAULT_WEIGHTS
+    assert hybrid_score(1.0, 1.0) == pytest.approx(
+        w.semantic_weight * semantic_score(1.0) + 1 - w.semantic_weight
+    )
+    assert 0.0 <= hybrid_score(-1.0, 0.0) < 0.05
+    assert hybrid_score(None, 1.0) == pytest.approx(1 - w.semantic_weight)  # no vector yet: semantic 0
+    for cos in (-1.0, 0.0, 0.5, 1.0):
+        for cov in (0.0, 0.3, 1.0):
+            assert 0.0 <= hybrid_score(cos, cov) <= 1.0
+
+
+def test_context_lifts_neighbours_towards_a_hit_but_never_past_it():
+    own = {"hit": 0.9, "near": 0.2, "far": 0.3}
+    scores = with_context(own, {"hit": ["near", "new"], "near": ["hit"]})
+    assert scores["hit"] == 0.9 and scores["far"] == 0.3  # the hit keeps its score; no neighbour, no change
+    assert scores["near"] == pytest.approx(0.2 + 0.8 * (0.9 - 0.2))
+    assert scores["new"] == pytest.approx(0.8 * 0.9)  # a neighbour that was no candidate starts from 0
+    assert max(scores.values()) == 0.9
+    # a better neighbour is not pulled down by a weaker hit, and context 0 changes nothing
+    assert with_context({"a": 0.9, "b": 0.1}, {"b": ["a"]})["a"] == 0.9
+    assert with_context(own, {"hit": ["near"]}, FusionWeights(context=0.0)) == own
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/dialog/D1:3", ["/dialog/D1:2", "/dialog/D1:4"]),
+        ("/dialog/D1:0", ["/dialog/D1:1"]),
+        ("/log/0010", ["/log/9", "/log/0009", "/log/11", "/log/0011"]),
+        ("/x/9", ["/x/8", "/x/10"]),
+        ("/notes/7.md", []),  # the number is not at the end
+        ("/prefs/food", []),
+    ],
+)
+def test_numbered_neighbour_paths(path, expected):
+    assert neighbour_paths(path) == expected
+
+
+# --- coverage in the full-text index ------------------------------------------------------------
+
+
+def test_coverage_weighs_terms_by_their_rarity_in_the_searched_scopes(tmp_path):
+    index = FullTextIndex(tmp_path / "index")
+    entries = [
+        IndexedEntry("a", "s", "u1", "", "/a", "Caroline: I researched adoption agencies", ""),
+        IndexedEntry("b", "s", "u1", "", "/b", "Caroline: the weather was nice", ""),
+        IndexedEntry("c", "s", "u1", "", "/c", "Caroline: pottery class today", ""),
+        IndexedEntry("d", "s", "u1", "", "/d", "Melanie: adoption is a big step", "session 2, adoption talk"),
+        # another scope full of "adoption": it must not change the weights in u1
+        *[IndexedEntry(f"x{i}", "s", "u2", "", f"/x{i}", "adoption adoption", "") for i in range(20)],
+    ]
+    index.apply([], entries)
+    cov = index.coverage("s", ["u1"], "What did Caroline research about adoption?", ["a", "b", "c", "d"])
+    assert cov["a"] == pytest.approx(1.0)  # every term (stemmed: researched ~ research)
+    assert cov["b"] == pytest.approx(cov["c"])
+    assert 0 < cov["b"] < cov["d"] < cov["a"]  # the name is in most of u1: it weighs little there
+    # a term the scopes never hold keeps its full weight: nothing covers much of the query
+    cov = index.coverage("s", ["u1"], "Caroline adoption zeppelin", ["a"])
+    assert cov["a"] < 0.6
+    assert index.coverage("s", ["u1"], "the of and", ["a"]) == {"a": 0.0}  # only stopwords: no terms
+    index.close()
+
+
+# --- scores through the API ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def notes(client, token):
+    r = client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": "scores", "catalog_name": "main", "schema_name": "default"},
+    )
+    assert r.status_code == 200, r.text
+    for path, text in NOTES.items():
+        r = client.post(
+            f"{STORE}/entries",
+            headers=token(),
+            params={"scope": "alice"},
+            json={"path": path, "contents": text},
+        )
+        assert r.status_code == 200, r.text
+
+
+def search(client, token, body):
+    r = client.post(f"{STORE}/entries:search", headers=token(), json=body)
+    assert r.status_code == 200, r.text
+    return [(x["memory_entry"]["path"], x["score"]) for x in r.json()["results"]]
+
+
+def search_keys(client, token, body):
+    """[((path, session id or ""), score)], best first."""
+    r = client.post(f"{STORE}/entries:search", headers=token(), json=body)
+    assert r.status_code == 200, r.text
+    return [
+        ((x["memory_entry"]["path"], x["memory_entry"].get("session_id") or ""), x["score"])
+        for x in r.json()["results"]
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_exact_match_scores_above_the_floor(client, token, notes, mode):
+    hits = search(client, token, {"scope": "alice", "query": NOTES["/travel/trip.md"], "mode": mode})
+    assert hits[0][0] == "/travel/trip.md" and hits[0][1] > 0.9
+    assert all(0.0 <= score <= 1.0 for _, score in hits)
+    assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_query_nothing_answers_scores_below_the_floor(client, token, notes, mode):
+    query = "quantum chromodynamics lecture notes"
+    hits = search(client, token, {"scope": "alice", "query": query, "mode": mode})
+    assert all(0.0 <= score < RECOMMENDED_FLOOR for _, score in hits), hits
+    body = {"scope": "alice", "query": query, "mode": mode, "min_score": RECOMMENDED_FLOOR}
+    assert search(client, token, body) == []
+
+
+def test_the_floor_keeps_a_partial_match_and_drops_the_rest(client, token, notes):
+    body = {"scope": "alice", "query": "peanut allergy and espressos", "min_score": RECOMMENDED_FLOOR}
+    paths = [p for p, _ in search(client, token, {**body, "mode": "keyword"})]
+    assert paths == []  # each note holds only part of the query
+    body = {"scope": "alice", "query": "allergic to peanuts", "min_score": RECOMMENDED_FLOOR}
+    for mode in ("hybrid", "keyword"):
+        assert [p for p, _ in search(client, token, {**body, "mode": mode})] == ["/food/diet.md"], mode
+    # the same text in another user's scope: nothing there answers it
+    assert search(client, token, {**body, "scope": "bob"}) == []
+
+
+def test_hybrid_search_lifts_the_numbered_neighbours_of_a_hit(client, token, notes):
+    turns = {
+        "/dialog/D1:8": "Melanie: How was the weekend?",
+        "/dialog/D1:9": "Caroline: I finally went to the pottery workshop downtown.",
+        "/dialog/D1:10": "Melanie: That sounds lovely, what did you make?",
+        "/dialog/D1:11": "Caroline: Just a small bowl, nothing fancy.",
+        "/dialog/D2:1": "Melanie: Good morning!",
+        "/other": "Melanie: The garden needs watering.",
+    }
+    for path, text in turns.items():
+        r = client.post(
+            f"{STORE}/entries",
+            headers=token(),
+            params={"scope": "dlg"},
+            json={"path": path, "contents": text},
+        )
+        assert r.status_code == 200, r.text
+    # the same numbered path in another session is no neighbour
+    r = client.post(
+        f"{STORE}/entries",
+        headers=token(),
+        params={"scope": "dlg"},
+        json={"path": "/dialog/D1:10", "session_id": "other", "contents": "Gina: Another chat entirely."},
+    )
+    assert r.status_code == 200, r.text
+    body = {"scope": "dlg", "query": "pottery workshop downtown", "top_k": 20}
+    hybrid = search_keys(client, token, {**body, "mode": "hybrid"})
+    scores = dict(hybrid)
+    assert hybrid[0][0] == ("/dialog/D1:9", "")
+    hit = scores[("/dialog/D1:9", "")]
+    lifted = {("/dialog/D1:8", ""), ("/dialog/D1:10", "")}
+    for key in lifted:
+        assert hit > scores[key] >= 0.8 * hit - 1e-6, (key, hybrid)
+    others = [s for k, s in hybrid if k not in lifted | {("/dialog/D1:9", "")}]
+    assert ("/dialog/D1:10", "other") in scores and max(others) < 0.5 * hit, hybrid
+    # the single modes rank by their one signal: no context
+    keyword = search(client, token, {**body, "mode": "keyword"})
+    assert [p for p, _ in keyword] == ["/dialog/D1:9"]
+
+
+def test_numbered_neighbours_plain_or_padded(client, token, notes):
+    lines = {
+        "/log/0099": "Descaled the kettle with citric acid.",
+        "/log/0098": "Bought milk.",
+        "/log/0100": "Watered the plants.",
+        "/log/100": "Called the plumber.",
+        "/log/0101": "Paid the rent.",
+    }
+    for path, text in lines.items():
+        r = client.post(
+            f"{STORE}/entries",
+            headers=token(),
+            params={"scope": "logs"},
+            json={"path": path, "contents": text},
+        )
+        assert r.status_code == 200, r.text
+    hits = search(client, token, {"scope": "logs", "query": "descaled kettle citric acid", "top_k": 10})
+    scores = dict(hits)
+    assert hits[0][0] == "/log/0099"
+    lifted = {p for p, s in hits if p != "/log/0099" and s >= 0.8 * scores["/log/0099"] - 1e-6}
+    assert lifted == {"/log/0098", "/log/0100", "/log/100"}, hits
+    # a path prefix bounds the neighbours too
+    hits = search(client, token, {"scope": "logs", "query": "descaled kettle", "path_prefix": "/log/00"})
+    assert "/log/100" not in dict(hits)

@@ -18,7 +18,11 @@ question with evidence a search in that scope, as `bench/locomo.py`):
   only mode);
 - R@1/R@5/R@10 of those searches.
 
-Run: .venv/bin/python bench/peer.py [FILE.json ...] [--concurrency 8]
+With --model, it prints instead what the model costs on these turns: texts per second of wall
+time and of CPU time, for each text alone, batches of 16 padded to their longest text (as the
+model was run before), and batches of 16 run as length-sorted runs (as now).
+
+Run: .venv/bin/python bench/peer.py [FILE.json ...] [--concurrency 8] [--model]
 (default files: ../shared/bench/locomo/{26,30,41}.json when present; the peer's packages are the
 `bench` extra: pip install -e '.[bench]')
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import sys
 import time
@@ -188,6 +193,41 @@ async def fresh_database(server_url: str, name: str) -> str:
     return url
 
 
+def model_costs(datasets: list, encoder: Encoder) -> None:
+    import numpy as np
+
+    from catalog.search.embedder import OnnxEncoder
+
+    assert isinstance(encoder, OnnxEncoder)
+    texts = [text_of(e) for _, entries, _ in datasets for e in entries]
+    random.Random(7).shuffle(texts)
+
+    def padded(batch: list[str]) -> np.ndarray:  # the batch padded to its longest text, one run
+        encodings = encoder.tokenizer.encode_batch(batch)
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(batch), width), dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
+        for row, e in enumerate(encodings):
+            ids[row, : len(e.ids)] = e.ids
+            mask[row, : len(e.ids)] = 1
+        return encoder._run(ids, mask)
+
+    ways = {
+        "each text alone": (encoder.encode, 1),
+        "batches of 16, padded to the longest (before)": (padded, 16),
+        "batches of 16, length-sorted runs (now)": (encoder.encode, 16),
+    }
+    print(f"the model on {len(texts)} LoCoMo turns (description, contents); load average {load_average()}\n")
+    print("| how | texts/s (wall) | texts per CPU-second |")
+    print("|---|---|---|")
+    for label, (run_batch, size) in ways.items():
+        wall, cpu = time.perf_counter(), time.process_time()
+        for i in range(0, len(texts), size):
+            run_batch(texts[i : i + size])
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        print(f"| {label} | {len(texts) / wall:.0f} | {len(texts) / cpu:.0f} |")
+
+
 def load_average() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -201,6 +241,9 @@ async def run(args: argparse.Namespace) -> None:
     turns = sum(len(e) for _, e, _ in datasets)
     questions = sum(len(q) for _, _, q in datasets)
     encoder = await asyncio.to_thread(load_encoder, Settings())
+    if args.model:
+        model_costs(datasets, encoder)
+        return
     server = BenchServer()
     loads = [f"start {load_average()}"]
     try:
@@ -255,6 +298,7 @@ def main() -> None:
     parser.add_argument("files", nargs="*", help="LoCoMo JSON files")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--order", default="peer,ours", choices=["peer,ours", "ours,peer"])
+    parser.add_argument("--model", action="store_true", help="only what the model costs, three ways")
     asyncio.run(run(parser.parse_args()))
 
 

@@ -15,7 +15,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@ $(VENV)/.installed-run
 
 .PHONY: help install dev run test bench soak lint fmt typecheck clean
@@ -25,7 +25,7 @@ help: ## list the targets
 
 install: $(VENV)/.installed-run ## create .venv and install the server
 
-dev: $(VENV)/.installed-dev ## create .venv and install with the dev extras
+dev: $(VENV)/.installed-dev ## create .venv and install with the dev and bench extras
 
 run: $(VENV)/.installed-run ## start the server on http://127.0.0.1:8080 (embedded PostgreSQL in ./.data)
 	@echo "mint an admin token in another terminal:  TOKEN=\$$($(BIN)/catalog token --sub admin)"
@@ -35,7 +35,7 @@ test: $(VENV)/.installed-dev ## the import layers, then the whole test suite aga
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-BENCHES := authz locomo search audit embedder_memory conversations sessions responses
+BENCHES := authz locomo peer search audit embedder_memory conversations sessions responses
 
 # inside `make bench` the soak runs 30 s after a 10 s warm-up (a smoke check); `make soak` runs it in full
 SOAK_SHORT := --duration 30 --warmup 10

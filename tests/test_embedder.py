@@ -11,12 +11,15 @@ import pytest
 from catalog.runtime import load_encoder
 from catalog.search.embedder import (
     DIMENSIONS,
+    RUN_PADDING,
+    RUN_TEXTS,
     TOKENIZER_FILE,
     Embedder,
     HashEncoder,
     ModelError,
     ModelFiles,
     OnnxEncoder,
+    length_runs,
 )
 from catalog.settings import Settings
 
@@ -101,3 +104,60 @@ def test_queries_go_before_background_work():
 
     asyncio.run(scenario())
     assert order.index("query") <= 4  # at most one background batch ran before it
+
+
+def test_a_batch_of_mixed_lengths_gives_each_text_its_own_vector_in_order(model):
+    """The model runs a batch as runs of texts of about one length: each vector must still be
+    its own text's, at its place in the batch."""
+    texts = [
+        "a much longer text about hiking in the mountains with friends " * 6,
+        "short",
+        "the user prefers email",
+        "",
+        "a medium length note about the garden and its tomatoes",
+        "short",
+        "quantum chromodynamics " * 30,
+    ]
+    batched = model.encode(texts)
+    assert batched.shape == (len(texts), DIMENSIONS)
+    for i, text in enumerate(texts):
+        assert np.allclose(batched[i], model.encode([text])[0], atol=1e-4), i
+    assert np.allclose(batched[1], batched[5], atol=1e-4)
+
+
+def test_length_runs_cover_every_text_once_shortest_first_with_little_padding():
+    lengths = [40, 3, 41, 12, 3, 200, 13, 39, 12] * 9
+    runs = length_runs(lengths)
+    flat = [i for run in runs for i in run]
+    assert sorted(flat) == list(range(len(lengths)))  # every text once
+    assert [lengths[i] for i in flat] == sorted(lengths)  # shortest first
+    for run in runs:
+        assert len(run) <= RUN_TEXTS
+        width, tokens = max(lengths[i] for i in run), sum(lengths[i] for i in run)
+        assert width * len(run) - tokens <= RUN_PADDING * tokens + len(run)
+    assert len(runs) < len(lengths) / 4  # texts of one length share a model call
+
+
+def test_background_texts_are_run_shortest_first_and_answered_in_order():
+    seen: list[list[str]] = []
+
+    class Recording(HashEncoder):
+        def encode(self, texts):  # type: ignore[no-untyped-def]
+            seen.append(list(texts))
+            return super().encode(texts)
+
+    embedder = Embedder(Recording(), background_batch=4)
+    texts = [("word " * n).strip() for n in (9, 1, 7, 3, 8, 2, 6, 4, 5)]
+
+    async def scenario() -> np.ndarray:
+        embedder.start()
+        try:
+            return await embedder.embed(texts, background=True)
+        finally:
+            await embedder.close()
+
+    vectors = asyncio.run(scenario())
+    assert np.array_equal(vectors, HashEncoder().encode(texts))  # each text's own vector, in order
+    ran = [t for batch in seen for t in batch]
+    assert ran == sorted(texts, key=len)
+    assert all(len(batch) <= 4 for batch in seen)

@@ -41,7 +41,7 @@ from catalog.search.fusion import (
 )
 from catalog.search.health import Health, WorkerStatus
 from catalog.search.indexer import Indexer
-from catalog.search.passes import Passes
+from catalog.search.passes import ChangeFeed, Passes
 from catalog.search.repo import VectorSearch
 
 log = logging.getLogger("catalog.search")
@@ -54,6 +54,9 @@ FRESH_TIMEOUT = 10.0
 # how long a stopping server lets an embedding pass finish before abandoning it (a pass of 256
 # long entries can take many seconds on a small machine; an abandoned one is redone later)
 EMBED_STOP_GRACE = 2.0
+# how often the embedding worker looks for work while the change feed is not listening (while it
+# listens, the worker sleeps until a change commits, a local write or a search wakes it)
+EMBED_POLL = 1.0
 
 
 def embedding_text(contents: str | None, description: str | None) -> str:
@@ -109,6 +112,7 @@ class SearchEngine:
     passes: Passes = field(default_factory=Passes)
     embedding_health: Health = field(default_factory=lambda: Health("embeddings", log))
     embedded_total: int = 0  # vectors this process has written
+    feed: ChangeFeed | None = None  # wakes the workers on any process's commit (see start())
     _worker: asyncio.Task[None] | None = None
     _stopping: bool = False
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -141,6 +145,11 @@ class SearchEngine:
 
     async def start(self) -> None:
         self.embedder.start()
+        self.feed = ChangeFeed(self.pool)
+        for part in self.corpora.values():
+            part.indexer.listen(self.feed)
+        self.feed.subscribe(self.passes.wake.set, *(corpus.changes for corpus in self.corpora))
+        self.feed.start()
         for part in self.corpora.values():
             await part.indexer.start()
         self._worker = asyncio.create_task(self._embed_loop(), name="embedding-worker")
@@ -152,6 +161,8 @@ class SearchEngine:
         self.passes.wake.set()
         for part in self.corpora.values():  # every worker winds down at once
             part.indexer.request_stop()
+        if self.feed is not None:
+            await self.feed.close()
         if self._worker is not None:
             try:
                 await asyncio.wait_for(self._worker, EMBED_STOP_GRACE)
@@ -207,8 +218,9 @@ class SearchEngine:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
             else:
+                idle = None if self.feed is not None and self.feed.listening else EMBED_POLL
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.passes.wake.wait(), 1.0)
+                    await asyncio.wait_for(self.passes.wake.wait(), idle)
             self.passes.wake.clear()
             if self._stopping:
                 return

@@ -23,6 +23,20 @@ Rules:
   searches use what the index holds instead of waiting for passes that cannot succeed.
 - The watermark file may lag the in-memory watermark (it could not be written): harmless, the
   rows past it are replayed at the next start; it is written again at every pass until it is.
+- A pass commits the index (a Tantivy commit and reload, and the watermark file), so the writes
+  and notifications that wake the loop are gathered for `coalesce` seconds into one pass; a
+  search waiting for read-your-writes wakes it at once.
+- No polling while idle: with the change feed listening (`catalog.search.passes.ChangeFeed`),
+  the loop sleeps until a commit anywhere, a local write or a search wakes it, or until the
+  oldest young gap expires; without the feed (not yet connected, or lost) it polls every
+  `poll_interval`.
+- The change log is pruned: after its passes, at most every `prune_interval`, a process deletes
+  the rows older than `retention` (far older than any gap) and records in `change_log_pruned`
+  the highest seq it deleted. Every process may have its own index and watermark, and one may be
+  down while another prunes; so an index whose watermark is below that mark (it may have missed
+  pruned rows: an index stopped for longer than the retention) is rebuilt from the tables,
+  checked at start and at every pass. A rebuild rewinds its watermark no lower than the mark
+  (those rows are older than the retention, so in the rebuild's snapshot).
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import json
 import logging
 import os
@@ -42,7 +57,7 @@ import asyncpg
 from catalog.search.corpus import ENTRIES, Corpus
 from catalog.search.fulltext import FullTextIndex, IndexedEntry
 from catalog.search.health import Health, WorkerStatus, describe
-from catalog.search.passes import Passes
+from catalog.search.passes import ChangeFeed, Passes
 
 log = logging.getLogger("catalog.search")
 
@@ -50,6 +65,10 @@ WATERMARK_FILE = "catalog-watermark.json"
 MAX_SLOTS = 16
 BATCH = 2000
 REBUILD_REWIND = 10_000  # after a rebuild, replay this many change rows (in-flight writers)
+RETENTION = datetime.timedelta(hours=24)  # change rows older than this are pruned
+PRUNE_INTERVAL = 600.0  # seconds between a process's prunings of a change log
+PRUNE_BATCH = 10_000  # rows deleted in one transaction
+COALESCE = 0.05  # seconds during which writes are gathered into one pass (a search does not wait)
 
 
 def open_slot(root: Path) -> FullTextIndex:
@@ -85,12 +104,23 @@ class Indexer:
         gap_timeout: float = 30.0,
         retry_delay: float = 0.5,
         max_retry_delay: float = 10.0,
+        feed: ChangeFeed | None = None,
+        retention: datetime.timedelta = RETENTION,
+        prune_interval: float = PRUNE_INTERVAL,
+        coalesce: float = COALESCE,
     ) -> None:
         self.pool = pool
         self.corpus = corpus
         self.index_root = index_root / corpus.directory if corpus.directory else index_root
         self.poll_interval = poll_interval
         self.gap_timeout = gap_timeout
+        self.retention = retention
+        self.prune_interval = prune_interval
+        self.coalesce = coalesce
+        self._soon: asyncio.TimerHandle | None = None
+        self._pruned_at = float("-inf")
+        self.pruned_total = 0  # change rows this process has deleted
+        self.feed: ChangeFeed | None = None
         self.index: FullTextIndex | None = None
         self.watermark = 0  # every change row up to here is committed in the index
         self._saved: int | None = None  # the watermark the file holds
@@ -104,6 +134,13 @@ class Indexer:
         self._lock = asyncio.Lock()
         self._stopping = False
         self._stop = asyncio.Event()
+        if feed is not None:
+            self.listen(feed)
+
+    def listen(self, feed: ChangeFeed) -> None:
+        """Sleep while idle, woken by the feed's notifications of this corpus's change log."""
+        self.feed = feed
+        feed.subscribe(self.notify, self.corpus.changes)
 
     @property
     def directory(self) -> Path:
@@ -135,6 +172,8 @@ class Indexer:
         self._stopping = True
         self._stop.set()
         self.passes.wake.set()
+        if self._soon is not None:
+            self._soon.cancel()
 
     async def close(self) -> None:
         """Stop after the pass in progress (a pass's thread cannot be interrupted), then let the
@@ -205,51 +244,61 @@ class Indexer:
     async def rebuild(self) -> int:
         """Index every entry afresh from PostgreSQL in one commit; returns how many. On failure
         the index keeps its last commit and a rebuild is still owed."""
-        assert self.index is not None
-        index = self.index
         async with self._lock:
-            self._needs_rebuild = True
-            head = int(await self.pool.fetchval(f"SELECT coalesce(max(seq), 0) FROM {self.corpus.changes}"))
-            count = 0
-            try:
-                await asyncio.to_thread(index.clear)
-                async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
-                    cursor = conn.cursor(
-                        "SELECT id::text, store_id::text, scope, session_id, path, "
-                        "coalesce(contents, '') AS contents, coalesce(description, '') AS description "
-                        f"FROM {self.corpus.table}",
-                        prefetch=BATCH,
-                    )
-                    batch: list[IndexedEntry] = []
-                    async for row in cursor:
-                        batch.append(IndexedEntry(*row))
-                        if len(batch) >= BATCH:
-                            await asyncio.to_thread(index.upsert, batch)
-                            count += len(batch)
-                            batch = []
-                    if batch:
-                        await asyncio.to_thread(index.upsert, batch)
-                        count += len(batch)
-                await asyncio.to_thread(index.commit)
-                await asyncio.to_thread(index.verify_count, count)
-            except BaseException:
-                await asyncio.to_thread(index.rollback)
-                raise
-            self.watermark = max(0, head - REBUILD_REWIND)
-            self._needs_rebuild = False
-            self._done_above.clear()
-            self._gaps.clear()
-            await self._save_watermark()
+            count = await self._rebuild()
+        assert self.index is not None
         log.info(
             "full-text index rebuilt",
-            extra={"corpus": self.corpus.name, "documents": count, "index": str(index.directory)},
+            extra={"corpus": self.corpus.name, "documents": count, "index": str(self.index.directory)},
         )
+        return count
+
+    async def _rebuild(self) -> int:
+        """`rebuild()` with the lock held."""
+        assert self.index is not None
+        index = self.index
+        self._needs_rebuild = True
+        head = int(await self.pool.fetchval(f"SELECT coalesce(max(seq), 0) FROM {self.corpus.changes}"))
+        pruned = await self._pruned_up_to()  # the log may hold no row at or above it
+        count = 0
+        try:
+            await asyncio.to_thread(index.clear)
+            async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+                cursor = conn.cursor(
+                    "SELECT id::text, store_id::text, scope, session_id, path, "
+                    "coalesce(contents, '') AS contents, coalesce(description, '') AS description "
+                    f"FROM {self.corpus.table}",
+                    prefetch=BATCH,
+                )
+                batch: list[IndexedEntry] = []
+                async for row in cursor:
+                    batch.append(IndexedEntry(*row))
+                    if len(batch) >= BATCH:
+                        await asyncio.to_thread(index.upsert, batch)
+                        count += len(batch)
+                        batch = []
+                if batch:
+                    await asyncio.to_thread(index.upsert, batch)
+                    count += len(batch)
+            await asyncio.to_thread(index.commit)
+            await asyncio.to_thread(index.verify_count, count)
+        except BaseException:
+            await asyncio.to_thread(index.rollback)
+            raise
+        # the rows up to the prune mark are gone, and older than the retention: in the snapshot
+        self.watermark = max(0, head - REBUILD_REWIND, pruned)
+        self._needs_rebuild = False
+        self._done_above.clear()
+        self._gaps.clear()
+        await self._save_watermark()
         return count
 
     async def catch_up(self) -> int:
         """Run passes until nothing is left; returns how many change rows were applied."""
         total = 0
         while True:
+            if self._needs_rebuild:
+                await self.rebuild()
             applied, more = await self._pass()
             total += applied
             if not more:
@@ -265,7 +314,13 @@ class Indexer:
         return True
 
     def notify(self) -> None:
-        """A local write committed: index it soon."""
+        """A write committed (here, or in another process: the feed): index it soon, in one pass
+        with the writes of the next `coalesce` seconds."""
+        if self._soon is None:
+            self._soon = asyncio.get_running_loop().call_later(self.coalesce, self._wake_soon)
+
+    def _wake_soon(self) -> None:
+        self._soon = None
         self.passes.wake.set()
 
     async def _sync(self) -> bool:
@@ -276,6 +331,16 @@ class Indexer:
         _, more = await self._pass()
         return more
 
+    def _idle_timeout(self) -> float | None:
+        """How long the loop may sleep unless woken: until the oldest young gap expires while
+        the feed listens (None: no gap, sleep until woken), else the poll interval."""
+        if self.feed is None or not self.feed.listening:
+            return self.poll_interval
+        if not self._gaps:
+            return None
+        expires = min(self._gaps.values()) + self.gap_timeout
+        return max(0.01, expires - time.monotonic() + 0.01)
+
     async def _loop(self, delay: float = 0.0) -> None:
         while not self._stopping:
             if delay:
@@ -284,7 +349,7 @@ class Indexer:
                     await asyncio.wait_for(self._stop.wait(), delay)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.passes.wake.wait(), self.poll_interval)
+                    await asyncio.wait_for(self.passes.wake.wait(), self._idle_timeout())
             self.passes.wake.clear()
             if self._stopping:
                 return
@@ -299,6 +364,51 @@ class Indexer:
             self.health.succeeded()
             if more:
                 self.passes.wake.set()
+            elif time.monotonic() - self._pruned_at >= self.prune_interval:
+                self._pruned_at = time.monotonic()
+                try:
+                    self.pruned_total += await self.prune()
+                except Exception as exc:  # the log only grows meanwhile: not the index's failure
+                    log.warning("pruning %s failed: %s", self.corpus.changes, exc)
+
+    # --- pruning the change log ---------------------------------------------------------------------
+
+    async def _pruned_up_to(self) -> int:
+        value = await self.pool.fetchval(
+            "SELECT up_to FROM change_log_pruned WHERE changes = $1", self.corpus.changes
+        )
+        return int(value or 0)
+
+    async def prune(self) -> int:
+        """Delete the change rows older than the retention (oldest first, in batches), raising the
+        prune mark in the same transaction; returns how many were deleted."""
+        changes = self.corpus.changes
+        total = 0
+        while True:
+            async with self.pool.acquire() as conn, conn.transaction():
+                # the oldest rows by seq, up to (not including) the first one young enough to keep
+                top = await conn.fetchval(
+                    "SELECT coalesce(min(seq) FILTER (WHERE at >= clock_timestamp() - $2::interval) - 1, "
+                    f"max(seq)) FROM (SELECT seq, at FROM {changes} ORDER BY seq LIMIT $1) oldest",
+                    PRUNE_BATCH,
+                    self.retention,
+                )
+                if top is None:
+                    return total
+                status = await conn.execute(f"DELETE FROM {changes} WHERE seq <= $1", top)
+                deleted = int(status.split()[-1])
+                if deleted:
+                    await conn.execute(
+                        "INSERT INTO change_log_pruned AS p (changes, up_to) VALUES ($1, $2) "
+                        "ON CONFLICT (changes) DO UPDATE SET up_to = greatest(p.up_to, excluded.up_to)",
+                        changes,
+                        top,
+                    )
+            total += deleted
+            if deleted < PRUNE_BATCH:
+                if total:
+                    log.info("change log pruned", extra={"changes": changes, "rows": total, "up_to": top})
+                return total
 
     async def _pass(self) -> tuple[int, bool]:
         assert self.index is not None
@@ -306,12 +416,27 @@ class Indexer:
         async with self._lock:
             started = self.passes.begin()
             try:
-                rows = await self.pool.fetch(
+                # the prune mark comes with the rows (one row of NULLs when there are none)
+                found = await self.pool.fetch(
+                    "SELECT mark.up_to, c.seq, c.entry_id, c.op FROM (SELECT coalesce((SELECT up_to "
+                    "FROM change_log_pruned WHERE changes = $3), 0) AS up_to) mark LEFT JOIN LATERAL ("
                     f"SELECT seq, {self.corpus.key}::text AS entry_id, op FROM {self.corpus.changes} "
-                    "WHERE seq > $1 ORDER BY seq LIMIT $2",
+                    "WHERE seq > $1 ORDER BY seq LIMIT $2) c ON true",
                     self.watermark,
                     BATCH,
+                    self.corpus.changes,
                 )
+                if found[0]["up_to"] > self.watermark:
+                    # rows past the watermark may have been pruned: only a rebuild is complete.
+                    # It reads a snapshot taken within this pass, so the pass still holds
+                    # everything committed before it began (read-your-writes).
+                    log.warning(
+                        "the change log was pruned past this index's watermark; rebuilding it",
+                        extra={"corpus": self.corpus.name, "watermark": self.watermark},
+                    )
+                    await self._rebuild()
+                    return 0, True
+                rows = [row for row in found if row["seq"] is not None]
                 fresh = [row for row in rows if row["seq"] not in self._done_above]
                 if fresh:
                     ids = list({row["entry_id"] for row in fresh})

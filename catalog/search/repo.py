@@ -147,8 +147,13 @@ async def count_unembedded(conn: Conn, corpus: Corpus = ENTRIES) -> int:
 
 
 async def forget_embeddings(conn: Conn, corpus: Corpus = ENTRIES) -> None:
-    """Mark every vector stale (they are recomputed by the backfill or `catalog reindex`)."""
-    await conn.execute(f"UPDATE {corpus.table} SET embedded_version = NULL")
+    """Mark every vector stale (they are recomputed by the backfill or `catalog reindex`), and
+    wake the running servers' embedding workers as a change does (catalog.search.passes)."""
+    await conn.execute(
+        f"WITH stale AS (UPDATE {corpus.table} SET embedded_version = NULL) "
+        "SELECT pg_notify('catalog_changes', $1)",
+        corpus.changes,
+    )
 
 
 async def rebuild_vector_index(conn: Conn, corpus: Corpus = ENTRIES) -> None:

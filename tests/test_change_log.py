@@ -1,0 +1,219 @@
+"""The change logs are pruned without losing what an index still needs, and the background
+workers sleep while idle and wake on a commit made by another process (LISTEN/NOTIFY)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+import catalog.search
+from catalog.db import create_pool
+from catalog.search import SearchEngine
+from catalog.search.embedder import Embedder, HashEncoder
+from catalog.search.indexer import Indexer
+from catalog.search.passes import ChangeFeed, Passes
+
+SCOPE = "u"
+
+
+@pytest.fixture
+async def pool(fresh_database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await create_pool(fresh_database_url, min_size=1, max_size=4)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+@pytest.fixture
+async def store(pool: asyncpg.Pool) -> str:
+    return str(
+        await pool.fetchval(
+            "INSERT INTO memory_stores (schema_id, name, owner, created_by, updated_by) "
+            "SELECT id, 'changes', 'admin', 'admin', 'admin' FROM schemas LIMIT 1 RETURNING id"
+        )
+    )
+
+
+async def write(conn: asyncpg.Connection | asyncpg.Pool, store: str, texts: dict[str, str]) -> None:
+    """Create or change entries as any writer does (the triggers write the change log)."""
+    await conn.executemany(
+        "INSERT INTO entries (store_id, scope, path, contents, created_by, updated_by) "
+        "VALUES ($1, $2, $3, $4, 'admin', 'admin') ON CONFLICT (store_id, scope, session_id, path) "
+        "DO UPDATE SET contents = excluded.contents, version = entries.version + 1",
+        [(store, SCOPE, path, text) for path, text in texts.items()],
+    )
+
+
+async def found(pool: asyncpg.Pool, ix: Indexer, store: str, word: str) -> list[str]:
+    """The paths the index finds for `word` (reading the index only: this wakes no pass)."""
+    assert ix.index is not None
+    ids = [doc for doc, _ in await asyncio.to_thread(ix.index.search, store, [SCOPE], word, 100)]
+    rows = await pool.fetch("SELECT path FROM entries WHERE id = ANY($1::uuid[])", ids)
+    return sorted(r["path"] for r in rows)
+
+
+async def eventually(predicate, what: str, within: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def holds(value: bool) -> bool:
+    return value
+
+
+def idle(passes: Passes) -> bool:
+    """No pass running, and none asked for (the feed wakes every worker once it listens)."""
+    return passes.done == passes.started and not passes.wake.is_set()
+
+
+async def age(pool: asyncpg.Pool, up_to: int | None = None) -> None:
+    """Make change rows (all, or those up to `up_to`) two days old."""
+    await pool.execute(
+        "UPDATE entry_changes SET at = at - interval '2 days' WHERE $1::bigint IS NULL OR seq <= $1", up_to
+    )
+
+
+async def head(pool: asyncpg.Pool) -> int:
+    return int(await pool.fetchval("SELECT coalesce(max(seq), 0) FROM entry_changes"))
+
+
+# --- pruning --------------------------------------------------------------------------------------
+
+
+async def test_pruning_deletes_only_rows_older_than_the_retention_and_marks_how_far(pool, store, tmp_path):
+    await write(pool, store, {"/a.md": "one", "/b.md": "two"})
+    old = await head(pool)
+    await age(pool)
+    await write(pool, store, {"/c.md": "three"})
+    ix = Indexer(pool, tmp_path / "index", retention=datetime.timedelta(hours=1))
+    assert await ix.prune() == 2
+    assert [r["seq"] for r in await pool.fetch("SELECT seq FROM entry_changes")] == [old + 1]
+    assert await pool.fetchval("SELECT up_to FROM change_log_pruned WHERE changes = 'entry_changes'") == old
+    assert await ix.prune() == 0  # nothing older left: the young row stays
+    assert await pool.fetchval("SELECT count(*) FROM entry_changes") == 1
+
+
+async def test_an_index_stopped_past_the_pruned_rows_is_rebuilt_and_misses_nothing(pool, store, tmp_path):
+    """A process whose index stopped before rows it never applied were pruned (by another
+    process) must not catch up from the log, which no longer holds them."""
+    await write(pool, store, {"/keep.md": "wombat kept", "/gone.md": "wombat doomed", "/edit.md": "before"})
+    ix = Indexer(pool, tmp_path / "index")
+    await ix.start(run=False)
+    await ix.close()  # stopped here, its watermark saved
+    stopped_at = await head(pool)
+
+    # meanwhile, in other processes: a new entry, a deletion, an edit; then the log is pruned
+    await write(pool, store, {"/new.md": "wombat arrived", "/edit.md": "wombat after"})
+    await pool.execute("DELETE FROM entries WHERE path = '/gone.md'")
+    await age(pool)
+    other = Indexer(pool, tmp_path / "other-index", retention=datetime.timedelta(hours=1))
+    assert await other.prune() > 0
+    assert await pool.fetchval("SELECT count(*) FROM entry_changes") == 0
+
+    ix = Indexer(pool, tmp_path / "index")
+    await ix.start(run=False)  # the watermark it saved is below the prune mark: rebuilt
+    try:
+        assert ix.watermark >= stopped_at
+        assert await found(pool, ix, store, "wombat") == ["/edit.md", "/keep.md", "/new.md"]
+        # and it is not rebuilt again at every pass: it catches up from the log as usual
+        await write(pool, store, {"/later.md": "wombat later"})
+        assert await ix.catch_up() == 1
+        assert not ix._needs_rebuild
+        assert await found(pool, ix, store, "wombat") == ["/edit.md", "/keep.md", "/later.md", "/new.md"]
+    finally:
+        await ix.close()
+
+
+async def test_rows_an_index_has_not_passed_are_kept_when_young(pool, store, tmp_path):
+    ix = Indexer(pool, tmp_path / "index", retention=datetime.timedelta(hours=1))
+    await ix.start(run=False)
+    try:
+        await write(pool, store, {"/x.md": "numbat"})
+        assert await ix.prune() == 0  # young: kept, though this index has not applied it
+        assert await ix.catch_up() == 1
+        assert await found(pool, ix, store, "numbat") == ["/x.md"]
+    finally:
+        await ix.close()
+
+
+# --- idle workers and the change feed ----------------------------------------------------------
+
+
+async def test_an_idle_indexer_does_not_poll_and_wakes_on_another_process_commit(
+    pool, store, tmp_path, fresh_database_url
+):
+    feed = ChangeFeed(pool)
+    # a poll interval of an hour: only a notification can bring the write in
+    ix = Indexer(pool, tmp_path / "index", poll_interval=3600.0, feed=feed)
+    feed.start()
+    await ix.start()
+    try:
+        await eventually(lambda: holds(feed.listening), "the feed to listen")
+        await eventually(lambda: holds(idle(ix.passes) and ix._soon is None), "an idle indexer")
+        idle_since = ix.passes.started
+        await asyncio.sleep(1.0)
+        assert ix.passes.started == idle_since  # no pass while nothing changes
+
+        other = await asyncpg.connect(fresh_database_url)  # another process's connection
+        try:
+            await write(other, store, {"/n.md": "bilby"})
+        finally:
+            await other.close()
+        await eventually(lambda: found(pool, ix, store, "bilby"), "the other process's write to be indexed")
+    finally:
+        await ix.close()
+        await feed.close()
+
+
+async def test_the_idle_embedding_worker_wakes_on_another_process_commit(
+    pool, store, tmp_path, fresh_database_url, monkeypatch
+):
+    monkeypatch.setattr(catalog.search, "EMBED_POLL", 3600.0)  # only a notification can wake it
+    engine = SearchEngine.create(pool, Embedder(HashEncoder()), tmp_path / "index")
+    await engine.start()
+    try:
+        assert engine.feed is not None
+        await eventually(lambda: holds(engine.feed.listening), "the feed to listen")
+        await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
+        idle_since = engine.passes.started
+        await asyncio.sleep(1.0)
+        assert engine.passes.started == idle_since  # no pass while nothing changes
+
+        other = await asyncpg.connect(fresh_database_url)
+        try:
+            await write(other, store, {"/e.md": "echidna"})
+        finally:
+            await other.close()
+
+        async def embedded() -> bool:
+            return bool(
+                await pool.fetchval(
+                    "SELECT embedded_version = version FROM entries WHERE path = '/e.md' AND store_id = $1",
+                    store,
+                )
+            )
+
+        await eventually(embedded, "the other process's write to be embedded")
+    finally:
+        await engine.close()
+
+
+async def test_workers_poll_while_the_feed_is_not_listening(pool, store, tmp_path):
+    """Without the feed (lost, or not yet connected) changes are still found, by polling."""
+    feed = ChangeFeed(pool)  # never started: not listening
+    ix = Indexer(pool, tmp_path / "index", poll_interval=0.05, feed=feed)
+    await ix.start()
+    try:
+        await write(pool, store, {"/p.md": "quoll"})
+        await eventually(lambda: found(pool, ix, store, "quoll"), "the write to be indexed by polling")
+    finally:
+        await ix.close()

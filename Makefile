@@ -15,8 +15,13 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.installed-run
+
+# the peer that bench/peer.py compares with: benchmarks only, not needed by the tests
+$(VENV)/.installed-bench: $(VENV)/.installed-dev
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@
 
 .PHONY: help install dev run test bench soak lint fmt typecheck clean
 
@@ -25,7 +30,7 @@ help: ## list the targets
 
 install: $(VENV)/.installed-run ## create .venv and install the server
 
-dev: $(VENV)/.installed-dev ## create .venv and install with the dev and bench extras
+dev: $(VENV)/.installed-dev ## create .venv and install with the dev extras
 
 run: $(VENV)/.installed-run ## start the server on http://127.0.0.1:8080 (embedded PostgreSQL in ./.data)
 	@echo "mint an admin token in another terminal:  TOKEN=\$$($(BIN)/catalog token --sub admin)"
@@ -40,7 +45,7 @@ BENCHES := authz locomo peer search audit embedder_memory conversations sessions
 # inside `make bench` the soak runs 30 s after a 10 s warm-up (a smoke check); `make soak` runs it in full
 SOAK_SHORT := --duration 30 --warmup 10
 
-bench: $(VENV)/.installed-dev ## run the benchmarks in bench/ and print their tables (a few minutes)
+bench: $(VENV)/.installed-bench ## run the benchmarks in bench/ and print their tables (a few minutes)
 	@set -e; for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py; echo; done
 	@echo "== bench/soak.py $(SOAK_SHORT)"; $(BIN)/python bench/soak.py $(SOAK_SHORT)
 

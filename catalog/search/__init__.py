@@ -148,7 +148,7 @@ class SearchEngine:
         self.feed = ChangeFeed(self.pool)
         for part in self.corpora.values():
             part.indexer.listen(self.feed)
-        self.feed.subscribe(self.passes.wake.set, *(corpus.changes for corpus in self.corpora))
+        self.feed.subscribe(self.passes.wake, *(corpus.changes for corpus in self.corpora))
         self.feed.start()
         for part in self.corpora.values():
             await part.indexer.start()

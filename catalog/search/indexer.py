@@ -23,9 +23,6 @@ Rules:
   searches use what the index holds instead of waiting for passes that cannot succeed.
 - The watermark file may lag the in-memory watermark (it could not be written): harmless, the
   rows past it are replayed at the next start; it is written again at every pass until it is.
-- A pass commits the index (a Tantivy commit and reload, and the watermark file), so the writes
-  and notifications that wake the loop are gathered for `coalesce` seconds into one pass; a
-  search waiting for read-your-writes wakes it at once.
 - No polling while idle: with the change feed listening (`catalog.search.passes.ChangeFeed`),
   the loop sleeps until a commit anywhere, a local write or a search wakes it, or until the
   oldest young gap expires; without the feed (not yet connected, or lost) it polls every
@@ -68,7 +65,6 @@ REBUILD_REWIND = 10_000  # after a rebuild, replay this many change rows (in-fli
 RETENTION = datetime.timedelta(hours=24)  # change rows older than this are pruned
 PRUNE_INTERVAL = 600.0  # seconds between a process's prunings of a change log
 PRUNE_BATCH = 10_000  # rows deleted in one transaction
-COALESCE = 0.05  # seconds during which writes are gathered into one pass (a search does not wait)
 
 
 def open_slot(root: Path) -> FullTextIndex:
@@ -107,7 +103,6 @@ class Indexer:
         feed: ChangeFeed | None = None,
         retention: datetime.timedelta = RETENTION,
         prune_interval: float = PRUNE_INTERVAL,
-        coalesce: float = COALESCE,
     ) -> None:
         self.pool = pool
         self.corpus = corpus
@@ -116,8 +111,6 @@ class Indexer:
         self.gap_timeout = gap_timeout
         self.retention = retention
         self.prune_interval = prune_interval
-        self.coalesce = coalesce
-        self._soon: asyncio.TimerHandle | None = None
         self._pruned_at = float("-inf")
         self.pruned_total = 0  # change rows this process has deleted
         self.feed: ChangeFeed | None = None
@@ -140,7 +133,7 @@ class Indexer:
     def listen(self, feed: ChangeFeed) -> None:
         """Sleep while idle, woken by the feed's notifications of this corpus's change log."""
         self.feed = feed
-        feed.subscribe(self.notify, self.corpus.changes)
+        feed.subscribe(self.passes.wake, self.corpus.changes)
 
     @property
     def directory(self) -> Path:
@@ -172,8 +165,6 @@ class Indexer:
         self._stopping = True
         self._stop.set()
         self.passes.wake.set()
-        if self._soon is not None:
-            self._soon.cancel()
 
     async def close(self) -> None:
         """Stop after the pass in progress (a pass's thread cannot be interrupted), then let the
@@ -314,13 +305,7 @@ class Indexer:
         return True
 
     def notify(self) -> None:
-        """A write committed (here, or in another process: the feed): index it soon, in one pass
-        with the writes of the next `coalesce` seconds."""
-        if self._soon is None:
-            self._soon = asyncio.get_running_loop().call_later(self.coalesce, self._wake_soon)
-
-    def _wake_soon(self) -> None:
-        self._soon = None
+        """A local write committed: index it soon."""
         self.passes.wake.set()
 
     async def _sync(self) -> bool:

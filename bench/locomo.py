@@ -1,11 +1,20 @@
-"""LoCoMo retrieval through the public API: Recall@1/5/10 for keyword, semantic and hybrid search.
+"""LoCoMo retrieval through the public API: Recall@1/5/10 for keyword, semantic and hybrid search,
+and what `min_score` at the recommended floor does.
 
 Every dialogue turn becomes one entry in a scope of its own conversation (scope `conv-<file
 number>`, path `/dialog/<dia_id>`, contents `"<speaker>: <text>"`, description `"session <N>,
 <session date>"`); every question with evidence is a search in that scope. Recall@k is the share
 of a question's evidence turns found in the top k, averaged over questions.
 
-Run: .venv/bin/python bench/locomo.py [FILE.json ...] [--url URL --token T] [--tune]
+The floor check: every question is searched with `min_score` (default: the recommended floor) in
+each other conversation's scope, where nothing answers it (the share that comes back empty), and
+in its own scope (the R@5 the floor costs there).
+
+--tune recomputes the hybrid offline from each mode's top 100 (coverage and cosine recovered
+from the modes' calibrated scores, neighbours from the paths) over a grid of weights, for all
+conversations and with each one held out in turn (chosen on the others, checked on it).
+
+Run: .venv/bin/python bench/locomo.py [FILE.json ...] [--url URL --token T] [--floor F] [--tune]
 (default files: ../shared/bench/locomo/{26,30,41}.json when present)
 """
 
@@ -13,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import re
@@ -287,7 +297,14 @@ def tune(questions: list, foreign: list, scopes: list[str], raw: dict, floor: fl
     print(f"\nhybrid recomputed offline from the top 100 of each mode; min_score {floor}:")
     print("| weights | R@1 | R@5 | R@10 | foreign: empty | R@5 drop |")
     print("|---|---|---|---|---|---|")
-    print(row(f"shipped ({name(DEFAULT_WEIGHTS)})", DEFAULT_WEIGHTS, *part(lambda s: True)))
+    everything = part(lambda s: True)
+    print(row(f"shipped ({name(DEFAULT_WEIGHTS)})", DEFAULT_WEIGHTS, *everything))
+    for label, change in (
+        ("without neighbours (context 0)", {"context": 0.0}),
+        ("without cosine (semantic weight 0)", {"semantic_weight": 0.0}),
+        ("neither (the keyword mode's order)", {"context": 0.0, "semantic_weight": 0.0}),
+    ):
+        print(row(label, dataclasses.replace(DEFAULT_WEIGHTS, **change), *everything))
     if len(scopes) < 2:
         return
     print("\nsplit: chosen on the other conversations (the best mean R@1/5/10 among weights meeting both")

@@ -380,7 +380,7 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
 
         def log_message(self, format: str, *args: Any) -> None:
-            pass  # the tests' output stays clean; `llm.requests` is the record
+            return None  # no access log: the tests' output stays clean, `llm.requests` is the record
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0].rstrip("/")
@@ -436,7 +436,7 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
                 else:
                     self._json(200, completion_body(completion_id, model, request, answer))
             except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (a timeout under test); the turn stays consumed
+                return  # the client gave up (a timeout under test): the turn stays consumed
 
         def _authorized(self) -> bool:
             return llm.api_key is None or self.headers.get("Authorization") == f"Bearer {llm.api_key}"

@@ -3,17 +3,9 @@ failing entry (a conflict, a bad field) does not undo the others; the batch is s
 
 from __future__ import annotations
 
+from stores import make_store
+
 UC = "/api/2.1/unity-catalog"
-
-
-def make_store(client, token, name: str) -> str:
-    r = client.post(
-        f"{UC}/memory-stores",
-        headers=token(),
-        json={"name": name, "catalog_name": "main", "schema_name": "default"},
-    )
-    assert r.status_code == 200, r.text
-    return f"{UC}/memory-stores/main.default.{name}"
 
 
 def test_a_batch_writes_each_entry_on_its_own(client, token):

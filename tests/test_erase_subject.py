@@ -8,20 +8,11 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
+from stores import make_store
 
 UC = "/api/2.1/unity-catalog"
 SUBJECT = "zqsubj"
 SECRET = "zq-path"
-
-
-def make_store(client, token, name: str) -> str:
-    r = client.post(
-        f"{UC}/memory-stores",
-        headers=token(),
-        json={"name": name, "catalog_name": "main", "schema_name": "default"},
-    )
-    assert r.status_code == 200, r.text
-    return f"{UC}/memory-stores/main.default.{name}"
 
 
 def write(client, token, store: str, scope: str, path: str, contents: str, **extra) -> None:

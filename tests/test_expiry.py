@@ -9,18 +9,9 @@ import asyncio
 import time
 
 import asyncpg
+from stores import make_store
 
 UC = "/api/2.1/unity-catalog"
-
-
-def make_store(client, token, name: str) -> str:
-    r = client.post(
-        f"{UC}/memory-stores",
-        headers=token(),
-        json={"name": name, "catalog_name": "main", "schema_name": "default"},
-    )
-    assert r.status_code == 200, r.text
-    return f"{UC}/memory-stores/main.default.{name}"
 
 
 def wait_until(condition, seconds: float = 30.0) -> None:  # type: ignore[no-untyped-def]

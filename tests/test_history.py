@@ -4,14 +4,9 @@ store's properties, and erased with its scope."""
 
 from __future__ import annotations
 
+from stores import make_store
+
 UC = "/api/2.1/unity-catalog"
-
-
-def make_store(client, token, name: str, **properties: str) -> str:
-    body = {"name": name, "catalog_name": "main", "schema_name": "default", "properties": properties}
-    r = client.post(f"{UC}/memory-stores", headers=token(), json=body)
-    assert r.status_code == 200, r.text
-    return f"{UC}/memory-stores/main.default.{name}"
 
 
 def history(client, headers, store: str, scope: str, path: str) -> list[dict]:

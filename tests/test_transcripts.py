@@ -337,7 +337,10 @@ def test_items_appended_before_the_migration_are_backfilled(client, token, setti
             await conn.execute("DELETE FROM transcript_items WHERE contents LIKE '%otter%'")
             from catalog.db.migrate import load_migrations
 
-            backfill = next(m for m in load_migrations() if m.name == "transcripts").sql
+            sql = next(m for m in load_migrations() if m.name == "transcripts").sql
+            # only the backfill: re-creating the triggers would take locks that deadlock with the
+            # app's background workers on this database
+            backfill = sql[sql.index("-- what was appended before this migration") :]
             await conn.execute(backfill)
             await conn.execute(backfill)  # idempotent
             return before, await conn.fetchval(count)

@@ -599,16 +599,23 @@ async def erase_subject(ctx: Context, principal: Principal, op: ops.EraseSubject
     return ErasedSubject(erased, others, held, destroyed)
 
 
-async def search(ctx: Context, principal: Principal, op: ops.Search) -> list[tuple[EntryRow, float]]:
-    """The hits, best first: the current rows from PostgreSQL with their scores."""
-    scopes = validate_scopes(None, op.scopes)
-    query = op.query.strip()
+def search_input(text: str, top_k: int) -> str:
+    """A search's query (stripped) and `top_k`, checked: 400 naming the field. Every search of
+    the catalog (entries, transcripts) takes them alike."""
+    query = text.strip()
     if not query:
         raise InvalidParameter("query must not be empty", "query")
     if len(query) > MAX_QUERY:
         raise InvalidParameter(f"query must be at most {MAX_QUERY} characters", "query")
-    if not 1 <= op.top_k <= MAX_TOP_K:
+    if not 1 <= top_k <= MAX_TOP_K:
         raise InvalidParameter(f"top_k must be between 1 and {MAX_TOP_K}", "top_k")
+    return query
+
+
+async def search(ctx: Context, principal: Principal, op: ops.Search) -> list[tuple[EntryRow, float]]:
+    """The hits, best first: the current rows from PostgreSQL with their scores."""
+    scopes = validate_scopes(None, op.scopes)
+    query = search_input(op.query, op.top_k)
     prefix = validate_path_prefix(op.path_prefix)
     session = validate_session(op.session_id) if op.session_id is not None else None
     store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)

@@ -8,12 +8,11 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from catalog.entries.schemas import MAX_QUERY, MAX_TOP_K  # the same limits as searching entries
 from catalog.inputs import NOT_BLANK, Scope
 from catalog.keys import MAX_SCOPES
 from catalog.wire import Input, Output
 
-MAX_QUERY = 4096
-MAX_TOP_K = 100
 MAX_THREAD_ID = 256
 
 Query = Annotated[str, msgspec.Meta(max_length=MAX_QUERY, pattern=NOT_BLANK, description="what to look for")]

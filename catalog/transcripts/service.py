@@ -18,8 +18,7 @@ from __future__ import annotations
 from catalog.auditlog import note_result
 from catalog.auth import Principal
 from catalog.context import Context
-from catalog.entries.service import check_binding, resolve_store
-from catalog.errors import InvalidParameter
+from catalog.entries.service import check_binding, resolve_store, search_input
 from catalog.governance import Securable, SecurableType
 from catalog.keys import validate_scopes
 from catalog.search import Query
@@ -27,7 +26,7 @@ from catalog.search.corpus import TRANSCRIPTS
 from catalog.sessions.service import store_full_name
 from catalog.transcripts import repo
 from catalog.transcripts.repo import TranscriptRow
-from catalog.transcripts.schemas import MAX_QUERY, MAX_TOP_K, ConversationSearch, SessionItemSearch
+from catalog.transcripts.schemas import ConversationSearch, SessionItemSearch
 
 ACTION = "transcripts.search"
 MIN_CANDIDATES = 30  # taken from each mode before fusion, as for entries
@@ -72,13 +71,7 @@ async def _search(
     role: str | None,
     min_score: float | None,
 ) -> Hits:
-    query = text.strip()
-    if not query:
-        raise InvalidParameter("query must not be empty", "query")
-    if len(query) > MAX_QUERY:
-        raise InvalidParameter(f"query must be at most {MAX_QUERY} characters", "query")
-    if not 1 <= top_k <= MAX_TOP_K:
-        raise InvalidParameter(f"top_k must be between 1 and {MAX_TOP_K}", "top_k")
+    query = search_input(text, top_k)
     assert ctx.search is not None
     store_id = store.node.id
     candidates = max(MIN_CANDIDATES, top_k * 3)

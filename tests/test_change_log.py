@@ -217,3 +217,30 @@ async def test_workers_poll_while_the_feed_is_not_listening(pool, store, tmp_pat
         await eventually(lambda: found(pool, ix, store, "quoll"), "the write to be indexed by polling")
     finally:
         await ix.close()
+
+
+async def test_a_write_made_while_the_feed_was_lost_is_indexed_once_it_listens_again(
+    pool, store, tmp_path, fresh_database_url
+):
+    feed = ChangeFeed(pool, retry_delay=0.2)
+    ix = Indexer(pool, tmp_path / "index", poll_interval=3600.0, feed=feed)
+    feed.start()
+    await ix.start()
+    try:
+        await eventually(lambda: holds(feed.listening), "the feed to listen")
+        other = await asyncpg.connect(fresh_database_url)
+        try:
+            # the listening connection is cut (a restart of PostgreSQL, a network failure)
+            await other.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+            )
+            await eventually(lambda: holds(not feed.listening), "the feed to notice")
+            await write(other, store, {"/lost.md": "dunnart"})  # no one listens for its notification
+        finally:
+            await other.close()
+        await eventually(lambda: found(pool, ix, store, "dunnart"), "the write to be indexed")
+        await eventually(lambda: holds(feed.listening), "the feed to listen again")
+    finally:
+        await ix.close()
+        await feed.close()

@@ -83,6 +83,9 @@ class ChangeFeed:
             if payload in changes:
                 wake.set()
 
+    def _terminated(self, _conn: object) -> None:
+        self._lost.set()
+
     def _wake_all(self) -> None:
         for wake, _ in self._subscribers:
             wake.set()
@@ -92,7 +95,7 @@ class ChangeFeed:
             try:
                 async with self.pool.acquire() as conn:
                     self._lost.clear()
-                    conn.add_termination_listener(lambda _conn: self._lost.set())
+                    conn.add_termination_listener(self._terminated)
                     await conn.add_listener(CHANNEL, self._notified)
                     self.listening = True
                     self._wake_all()  # what committed before LISTEN took effect
@@ -101,6 +104,7 @@ class ChangeFeed:
                     finally:
                         self.listening = False
                         self._wake_all()  # back to polling: start now
+                        conn.remove_termination_listener(self._terminated)  # the pool reuses it
                         if not conn.is_closed():
                             with contextlib.suppress(Exception):
                                 await conn.remove_listener(CHANNEL, self._notified)

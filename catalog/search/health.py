@@ -76,8 +76,10 @@ class Health:
         max_delay: float = 10.0,
         trace_every: float = 60.0,
         outage_delay: float = 1.0,
+        where: str | None = None,
     ) -> None:
         self.name = name
+        self.where = where  # e.g. the index directory: logged with each line (`extra["where"]`)
         self.log = log
         self.first_delay = first_delay
         self.max_delay = max_delay
@@ -119,13 +121,18 @@ class Health:
             self.failing_since = time.time()
             self.log.error(
                 f"{self.name}: failing ({self.reason}); retrying until it succeeds",
-                extra={"worker": self.name, "reason": self.reason},
+                extra={"worker": self.name, "where": self.where, "reason": self.reason},
                 exc_info=exc if trace else None,
             )
         elif trace:
             self.log.error(
                 f"{self.name}: still failing ({self.reason})",
-                extra={"worker": self.name, "reason": self.reason, "failures": self._consecutive},
+                extra={
+                    "worker": self.name,
+                    "where": self.where,
+                    "reason": self.reason,
+                    "failures": self._consecutive,
+                },
                 exc_info=exc,
             )
         return float(min(self.max_delay, self.first_delay * 2 ** min(self._consecutive - 1, 30)))
@@ -135,7 +142,7 @@ class Health:
             self.log.info(
                 f"{self.name}: recovered after {self._consecutive} failed attempt(s) "
                 f"in {time.time() - self.failing_since:.0f} s",
-                extra={"worker": self.name, "failures": self._consecutive},
+                extra={"worker": self.name, "where": self.where, "failures": self._consecutive},
             )
         self.reason = None
         self.failing_since = None

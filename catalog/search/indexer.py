@@ -122,7 +122,9 @@ class Indexer:
         self._gaps: dict[int, float] = {}
         self.passes = Passes()
         name = "full-text index" if corpus is ENTRIES else f"full-text index of {corpus.name}"
-        self.health = Health(name, log, first_delay=retry_delay, max_delay=max_retry_delay)
+        self.health = Health(
+            name, log, first_delay=retry_delay, max_delay=max_retry_delay, where=str(self.index_root)
+        )
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._stopping = False

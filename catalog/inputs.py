@@ -183,7 +183,8 @@ def _normalized(value: Any, path: str = "") -> tuple[Any, str | None]:
     return value, None
 
 
-_AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+# (a key of an object that is wrong is reported "at `key` in `$.path`": the object is named)
+_AT = re.compile(r"^(?P<message>.*?)(?: - at (?:`key` in )?`\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _NAMED = re.compile(r"(?:missing required|contains unknown) field `(?P<name>[^`]+)`")
 
 

@@ -95,7 +95,14 @@ SEMANTIC: dict[str, list[str]] = {
         r"insert.insert_line must be between",  # the stored contents' line count
     ],
     "deleteEntry": [r"path is required", r"give path or all=true, not both"],
-    "listEntries": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
+    "listEntries": [
+        r"scope \(or scopes\) is required",
+        r"at most 20 scopes per request",
+        # `filter` is JSON text in the query: its schema can state only a string
+        r"filter must be a JSON object",
+        r"filter (keys must be|holds at most)",
+        r"filter\.\S+ must be",
+    ],
     "searchEntries": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
     "eraseSubject": [r"subject is what comes before the first ':'"],
     "searchConversations": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import asyncpg
 import pytest
+import tantivy
 from litestar.testing import TestClient
 
 from catalog.app import create_app
@@ -189,3 +191,45 @@ def test_two_processes_keep_their_own_index(own):
         assert r.status_code == 200
         assert keyword(second, settings, "narwhal") == ["/shared.md"]
     assert (settings.index_dir / "slot-1").is_dir()
+
+
+def test_an_index_with_an_older_versions_fields_is_rebuilt_at_start(own):
+    """An index written before entries had metadata lacks the field filters use: the server
+    rebuilds it from PostgreSQL at start (it is not reported corrupt), and filters work."""
+    settings = own
+    with app_client(settings) as c:
+        create_store(c, settings)
+        for i in range(4):
+            r = c.post(
+                f"{STORE}/entries",
+                headers=headers(settings),
+                params={"scope": "u"},
+                json={"path": f"/{i}.md", "contents": f"walrus {i}", "metadata": {"odd": i % 2 == 1}},
+            )
+            assert r.status_code == 200, r.text
+    index_dir = settings.index_dir / "slot-0"
+    watermark = (index_dir / "catalog-watermark.json").read_text()
+    shutil.rmtree(index_dir)
+    # the fields of the index before metadata, holding nothing, with a watermark that says it
+    # is up to date: only a rebuild can make the filtered search below right
+    builder = tantivy.SchemaBuilder()
+    for name in ("entry_id", "store_id", "scope", "session", "path"):
+        builder.add_text_field(name, stored=name == "entry_id", tokenizer_name="raw", index_option="basic")
+    for name in ("contents", "description", "path_words"):
+        builder.add_text_field(name, stored=False, index_option="position")
+    index_dir.mkdir()
+    old = tantivy.Index(builder.build(), path=str(index_dir), reuse=True)
+    writer = old.writer()
+    writer.commit()
+    writer.wait_merging_threads()
+    del writer, old
+    (index_dir / "catalog-watermark.json").write_text(watermark)
+    with app_client(settings) as c:
+        r = c.post(
+            f"{STORE}/entries:search",
+            headers=headers(settings),
+            json={"scope": "u", "query": "walrus", "mode": "keyword", "filter": {"odd": True}},
+        )
+        assert r.status_code == 200, r.text
+        assert sorted(x["memory_entry"]["path"] for x in r.json()["results"]) == ["/1.md", "/3.md"]
+    assert not list(settings.index_dir.glob("slot-0.corrupt-*"))

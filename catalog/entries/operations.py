@@ -8,7 +8,8 @@ agent-memory dialect, by its id (`ById`).
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import msgspec
 
@@ -67,6 +68,8 @@ class Write(msgspec.Struct, frozen=True, kw_only=True):
     derived_from: tuple[Source, ...] = ()
     ttl_seconds: int | None = None  # the entry expires this long after the write (else the store's default)
     origin: TranscriptSource | None = None
+    # None: none given (an overwrite or append keeps the entry's metadata; `{}` clears it)
+    metadata: Mapping[str, Any] | None = None
 
 
 class Get(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,6 +87,7 @@ class List(msgspec.Struct, frozen=True, kw_only=True):
     page_token: str | None = None
     max_page: int | None = None  # a dialect's own cap on page_size (else the server's)
     listing: str = "uc"  # which dialect's listing: its page tokens are good only there
+    where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (`filter`)
 
 
 # --- edits: one change to the contents, or none (description only) ---------------------------------
@@ -118,6 +122,7 @@ class Edit(msgspec.Struct, frozen=True, kw_only=True):
     set_description: bool = False  # set it even to None (the agent dialect's update mask)
     if_match: int | None = None
     origin: TranscriptSource | None = None
+    metadata: Mapping[str, Any] | None = None  # replaces the entry's (`{}` clears it); None keeps it
 
 
 class Delete(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,3 +176,4 @@ class Search(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None = None
     min_score: float | None = None
     mode: SearchMode = "hybrid"
+    where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (`filter`)

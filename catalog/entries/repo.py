@@ -5,7 +5,7 @@ log (`entry_changes`) is written by triggers. Rows come back as `EntryRow`s."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import asyncpg
 import msgspec
@@ -33,6 +33,7 @@ class EntryRow(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: int
     updated_by: str
     expires_at: int | None = None  # epoch milliseconds; None: never
+    metadata: dict[str, Any] | None = None
 
     @property
     def has_contents(self) -> bool:
@@ -49,11 +50,19 @@ class Fields(msgspec.Struct, frozen=True, kw_only=True):
     source_type: str | None
     creation_reason: str | None = None
     creation_source: str | None = None
+    metadata: dict[str, Any] | None = None  # None: none given (an overwrite or append keeps the entry's)
 
     @property
-    def values(self) -> tuple[str | None, ...]:
+    def values(self) -> tuple[Any, ...]:
         """In the order of `_INSERT`'s $5.. parameters."""
-        return (self.contents, self.description, self.source_type, self.creation_reason, self.creation_source)
+        return (
+            self.contents,
+            self.description,
+            self.source_type,
+            self.creation_reason,
+            self.creation_source,
+            self.metadata,
+        )
 
 
 COLUMNS = (
@@ -61,15 +70,15 @@ COLUMNS = (
     "creation_source, version, "
     "(extract(epoch FROM created_at) * 1000)::bigint AS created_at, created_by, "
     "(extract(epoch FROM updated_at) * 1000)::bigint AS updated_at, updated_by, "
-    "(extract(epoch FROM expires_at) * 1000)::bigint AS expires_at"
+    "(extract(epoch FROM expires_at) * 1000)::bigint AS expires_at, metadata"
 )
 # an entry past its expiry is gone for every read, before the sweep deletes it
 LIVE = "(expires_at IS NULL OR expires_at > clock_timestamp())"
 _KEY = "store_id = $1 AND scope = $2 AND session_id = $3 AND path = $4"
 _INSERT = (
     "INSERT INTO entries (store_id, scope, session_id, path, contents, description, source_type, "
-    "creation_reason, creation_source, created_by, updated_by) "
-    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)"
+    "creation_reason, creation_source, metadata, created_by, updated_by) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $11)"
 )
 # An overwrite or append that does not say where the entry came from keeps what it said before:
 # the provenance fields describe the entry's origin, and a client that does not know them (the
@@ -78,6 +87,8 @@ _KEEP_PROVENANCE = (
     "source_type = coalesce(EXCLUDED.source_type, entries.source_type), "
     "creation_reason = coalesce(EXCLUDED.creation_reason, entries.creation_reason), "
     "creation_source = coalesce(EXCLUDED.creation_source, entries.creation_source), "
+    # metadata too: a writer that does not send it keeps it (`{}` clears it)
+    "metadata = coalesce(EXCLUDED.metadata, entries.metadata), "
 )
 
 
@@ -138,9 +149,10 @@ async def upsert_append(
             + _KEEP_PROVENANCE
             + "version = entries.version + 1, updated_at = clock_timestamp(), "
             "updated_by = EXCLUDED.updated_by "
-            "WHERE NOT $11 OR strpos(chr(10) || coalesce(entries.contents, '') || chr(10), "
+            "WHERE NOT $12 OR strpos(chr(10) || coalesce(entries.contents, '') || chr(10), "
             "             chr(10) || rtrim(EXCLUDED.contents, chr(10)) || chr(10)) = 0 "
             "   OR coalesce(EXCLUDED.description, entries.description) IS DISTINCT FROM entries.description "
+            "   OR coalesce(EXCLUDED.metadata, entries.metadata) IS DISTINCT FROM entries.metadata "
             "RETURNING " + COLUMNS,
             *key,
             *fields.values,
@@ -167,12 +179,19 @@ async def get_by_id(conn: Conn, store_id: str, entry_id: str, *, for_update: boo
 
 
 async def update_contents(
-    conn: Conn, entry_id: str, version: int, contents: str | None, description: str | None, by: str
+    conn: Conn,
+    entry_id: str,
+    version: int,
+    contents: str | None,
+    description: str | None,
+    by: str,
+    metadata: dict[str, Any] | None = None,
 ) -> EntryRow | None:
-    """None when the entry is no longer at `version`."""
+    """None when the entry is no longer at `version`. `metadata` None keeps the entry's."""
     return _row(
         await conn.fetchrow(
             "UPDATE entries SET contents = $3, description = $4, version = version + 1, "
+            "metadata = coalesce($6::jsonb, metadata), "
             "updated_at = clock_timestamp(), updated_by = $5 WHERE id = $1 AND version = $2 "
             "RETURNING " + COLUMNS,
             entry_id,
@@ -180,6 +199,7 @@ async def update_contents(
             contents,
             description,
             by,
+            metadata,
         )
     )
 
@@ -209,8 +229,10 @@ async def list_entries(
     after: tuple[str, str, str] | None,
     limit: int,
     exact_path: str | None = None,
+    where: dict[str, Any] | None = None,
 ) -> list[EntryRow]:
-    """Ordered by (path, scope, session_id); `after` is the last key of the previous page."""
+    """Ordered by (path, scope, session_id); `after` is the last key of the previous page; with
+    `where`, only entries whose metadata holds each of its pairs."""
     after_path, after_scope, after_session = after or (None, None, None)
     return _rows(
         await conn.fetch(
@@ -218,7 +240,7 @@ async def list_entries(
             "WHERE store_id = $1 AND scope = ANY($2::text[]) AND ($3::text IS NULL OR session_id = $3) "
             "AND ($4::text IS NULL OR starts_with(path, $4)) "
             "AND ($5::text IS NULL OR (path, scope, session_id) > ($5, $6, $7)) "
-            "AND ($9::text IS NULL OR path = $9) "
+            "AND ($9::text IS NULL OR path = $9) AND ($10::jsonb IS NULL OR metadata @> $10) "
             f"AND {LIVE} ORDER BY path, scope, session_id LIMIT $8",
             store_id,
             list(scopes),
@@ -229,6 +251,7 @@ async def list_entries(
             after_session,
             limit,
             exact_path,
+            where,
         )
     )
 
@@ -301,6 +324,7 @@ class VersionRow(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     contents: str | None
     description: str | None
+    metadata: dict[str, Any] | None
     operation: str  # create | update | restore | delete
     changed_at: int  # epoch milliseconds
     changed_by: str
@@ -309,7 +333,7 @@ class VersionRow(msgspec.Struct, frozen=True, kw_only=True):
 async def history(conn: Conn, key: Key, limit: int) -> list[VersionRow]:
     """The key's versions, newest first."""
     rows = await conn.fetch(
-        "SELECT version, contents, description, operation, "
+        "SELECT version, contents, description, metadata, operation, "
         "(extract(epoch FROM changed_at) * 1000)::bigint AS changed_at, changed_by "
         f"FROM entry_versions WHERE {_KEY} ORDER BY seq DESC LIMIT $5",
         *key,
@@ -321,7 +345,7 @@ async def history(conn: Conn, key: Key, limit: int) -> list[VersionRow]:
 async def version(conn: Conn, key: Key, number: int) -> VersionRow | None:
     """The newest kept version `number` of the key that holds contents (not a deletion)."""
     row = await conn.fetchrow(
-        "SELECT version, contents, description, operation, "
+        "SELECT version, contents, description, metadata, operation, "
         "(extract(epoch FROM changed_at) * 1000)::bigint AS changed_at, changed_by "
         f"FROM entry_versions WHERE {_KEY} AND version = $5 AND operation <> 'delete' "
         "ORDER BY seq DESC LIMIT 1",
@@ -335,7 +359,10 @@ async def restore(conn: asyncpg.Connection, key: Key, kept: VersionRow, by: str)
     """Write a kept version as the newest (an update, or a new entry when the key has none);
     its history row says `restore`."""
     await conn.execute("SELECT set_config('catalog.operation', 'restore', true)")
-    fields = Fields(contents=kept.contents, description=kept.description, source_type=None)
+    # the version's metadata as it was (`{}` where it had none: None would keep the current)
+    fields = Fields(
+        contents=kept.contents, description=kept.description, source_type=None, metadata=kept.metadata or {}
+    )
     row = await upsert_overwrite(conn, key, fields, by)
     await conn.execute("SELECT set_config('catalog.operation', '', true)")
     return row

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any
 
 from litestar import Request, Response, delete, get, patch, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import NamedDependency
-from litestar.params import HeaderParameter, JSONBody, Parameter
+from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 
 from catalog import routing
 from catalog.context import Context
 from catalog.entries import EntryRow, service
 from catalog.entries import operations as ops
+from catalog.entries.operations import WriteMode
 from catalog.entries.schemas import (
     BatchCreateRequest,
     BatchCreateResponse,
@@ -50,6 +52,7 @@ from catalog.keys import (
     StoreFullNameParam,
     validate_scopes,
 )
+from catalog.metadata import validate as validate_metadata
 from catalog.openapi import Empty, errors
 from catalog.pagination import PageSize, PageToken
 
@@ -84,6 +87,22 @@ def parse_if_match(value: str | None) -> int | None:
 # --- replies ---------------------------------------------------------------------------------------
 
 
+MAX_FILTER_TEXT = 4096  # characters of the `filter` query parameter (JSON; a URL must stay short)
+
+
+def parse_filter(text: str | None) -> dict[str, Any] | None:
+    """The `filter` query parameter: a JSON object of metadata pairs (400 naming `filter`)."""
+    if text is None or not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise InvalidParameter('filter must be a JSON object, e.g. {"topic": "food"}', "filter") from None
+    if not isinstance(value, dict):
+        raise InvalidParameter('filter must be a JSON object, e.g. {"topic": "food"}', "filter")
+    return validate_metadata(value, "filter")
+
+
 def to_entry(row: EntryRow, *, readable: bool = True) -> Entry:
     """The entry as answered; `readable=False` (a caller who may write but not read) leaves out
     everything it holds: only its key, times, authors and etag are acknowledged."""
@@ -102,6 +121,7 @@ def to_entry(row: EntryRow, *, readable: bool = True) -> Entry:
         updated_by=row.updated_by,
         etag=str(row.version),
         expires_at=row.expires_at,
+        metadata=(row.metadata or None) if readable else None,
     )
 
 
@@ -113,6 +133,7 @@ def _summary(row: EntryRow, many: bool) -> EntrySummary:
         session_id=row.session_id or None,
         updated_at=row.updated_at,
         scope=row.scope if many else None,
+        metadata=row.metadata or None,
     )
 
 
@@ -127,20 +148,22 @@ def _write(full_name: str, scope: str | None, body: EntryCreate) -> ops.Write:
         fields = body.memory_entry
     if body.scope is not None and scope is not None and body.scope != scope:
         raise InvalidParameter("scope in the query and in the body differ", "scope")
+    return _write_op(full_name, scope if scope is not None else body.scope or "", fields, None)
+
+
+def _write_op(full_name: str, scope: str, fields: EntryFields, default_mode: WriteMode | None) -> ops.Write:
+    """One entry's write as given (alone, or in a batch whose `write_mode` is `default_mode`)."""
     return ops.Write(
         store=full_name,
-        key=ops.ByKey(
-            scope=scope if scope is not None else body.scope or "",
-            path=fields.path or "",
-            session_id=fields.session_id,
-        ),
+        key=ops.ByKey(scope=scope, path=fields.path or "", session_id=fields.session_id),
         contents=fields.contents,
         description=fields.description,
         source_type=fields.source_type,
         creation_reason=fields.creation_reason,
         creation_source=fields.creation_source,
-        mode=fields.write_mode or "EXCLUSIVE",
+        mode=fields.write_mode or default_mode or "EXCLUSIVE",
         ttl_seconds=fields.ttl_seconds,
+        metadata=fields.metadata,
         derived_from=tuple(
             ops.Source(
                 store=ref.memory_store,
@@ -232,6 +255,14 @@ async def list_entries(
     session_id: SessionId = None,
     page_size: PageSize = None,
     page_token: PageToken = None,
+    metadata_filter: Annotated[
+        str | None,
+        QueryParameter(
+            name="filter",
+            max_length=MAX_FILTER_TEXT,
+            description='only entries whose metadata holds every pair of this JSON object: {"topic": "food"}',
+        ),
+    ] = None,
 ) -> ListEntriesResponse:
     listing = ops.List(
         store=full_name,
@@ -240,6 +271,7 @@ async def list_entries(
         session_id=session_id,
         page_size=page_size,
         page_token=page_token,
+        where=parse_filter(metadata_filter),
     )
     page = await service.list_entries(ctx, request.user, listing)
     many = len(listing.scopes) > 1
@@ -262,6 +294,7 @@ async def update_entry(
         target=ops.ByKey(scope=data.scope, path=data.path, session_id=data.session_id),
         change=_change(data),
         description=data.description,
+        metadata=data.metadata,
         if_match=parse_if_match(if_match),
     )
     written = await service.edit(ctx, request.user, edit)
@@ -315,6 +348,7 @@ async def search(
         session_id=data.session_id,
         min_score=data.min_score,
         mode=data.mode,
+        where=data.filter,
     )
     hits = await service.search(ctx, request.user, query)
     return SearchResponse(
@@ -337,24 +371,7 @@ async def batch_create(
 ) -> BatchCreateResponse:
     """Up to 100 entries of one scope in one request: one result each, in order (a failed entry
     does not undo the others)."""
-    writes = tuple(
-        ops.Write(
-            store=full_name,
-            key=ops.ByKey(scope=entry_scope, path=fields.path, session_id=fields.session_id),
-            contents=fields.contents,
-            description=fields.description,
-            source_type=fields.source_type,
-            creation_reason=fields.creation_reason,
-            creation_source=fields.creation_source,
-            mode=fields.write_mode or data.write_mode or "EXCLUSIVE",
-            ttl_seconds=fields.ttl_seconds,
-            derived_from=tuple(
-                ops.Source(store=ref.memory_store, key=ops.ByKey(scope=ref.scope, path=ref.path))
-                for ref in fields.derived_from or ()
-            ),
-        )
-        for fields in data.entries
-    )
+    writes = tuple(_write_op(full_name, entry_scope, fields, data.write_mode) for fields in data.entries)
     results = await service.batch_write(
         ctx, request.user, ops.Batch(store=full_name, scope=entry_scope, writes=writes)
     )
@@ -384,6 +401,7 @@ async def entry_history(
                 etag=str(v.version),
                 contents=v.contents,
                 description=v.description,
+                metadata=v.metadata or None,
                 operation=v.operation,
                 updated_at=v.changed_at,
                 updated_by=v.changed_by,

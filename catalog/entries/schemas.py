@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
 from catalog.entries.operations import SearchMode, WriteMode
 from catalog.inputs import NO_NUL, NOT_BLANK, Scope
 from catalog.keys import MAX_SCOPES, EntryPath, PathPrefix, SessionId
+from catalog.metadata import Metadata
 from catalog.names import StoreFullName
 from catalog.wire import Input
 
@@ -51,6 +52,9 @@ class EntryFields(Input, kw_only=True):
     derived_from: Annotated[list[SourceRef], msgspec.Meta(max_length=MAX_SOURCES)] | None = None
     # the entry expires this long after the write (else the store's default_ttl_seconds, if any)
     ttl_seconds: Annotated[int, msgspec.Meta(ge=1, le=MAX_TTL_SECONDS)] | None = None
+    # at most 32 keys with string, number or boolean values; an overwrite or append without it
+    # keeps the entry's, `{}` clears it
+    metadata: Metadata | None = None
 
 
 class EntryCreate(EntryFields, kw_only=True):
@@ -90,6 +94,7 @@ class EntryEdit(Input, kw_only=True):
     insert: Insert | None = None
     replace_all: ReplaceAll | None = None
     append: Append | None = None
+    metadata: Metadata | None = None  # replaces the entry's metadata (`{}` clears it)
 
 
 class SearchRequest(Input, kw_only=True):
@@ -101,6 +106,8 @@ class SearchRequest(Input, kw_only=True):
     session_id: SessionId | None = None
     min_score: float | None = None
     mode: SearchMode = "hybrid"
+    # only entries whose metadata equals every pair given (inside the keyword and vector searches)
+    filter: Metadata | None = None
 
 
 class Entry(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -118,6 +125,7 @@ class Entry(msgspec.Struct, omit_defaults=True, kw_only=True):
     updated_by: str
     etag: str
     expires_at: int | None = None  # epoch milliseconds; absent: never
+    metadata: dict[str, Any] | None = None
 
 
 class EntrySummary(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -127,6 +135,7 @@ class EntrySummary(msgspec.Struct, omit_defaults=True, kw_only=True):
     session_id: str | None = None
     updated_at: int
     scope: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class ListEntriesResponse(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -178,6 +187,7 @@ class EntryVersion(msgspec.Struct, omit_defaults=True, kw_only=True):
     etag: str  # the entry's ETag at this version (what `entries:restore` takes)
     contents: str | None = None
     description: str | None = None
+    metadata: dict[str, Any] | None = None
     operation: str  # create | update | restore | delete
     updated_at: int
     updated_by: str

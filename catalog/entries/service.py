@@ -61,6 +61,7 @@ from catalog.keys import (
 from catalog.lineage import EntryRef, TranscriptRef, check_origin
 from catalog.lineage import erase_scope as erase_lineage
 from catalog.lineage import record as record_lineage
+from catalog.metadata import validate as validate_metadata
 from catalog.names import split_full_name
 from catalog.namespace.service import ensure_not_held, is_held, scope_binding
 from catalog.pagination import Pages, page_size
@@ -99,6 +100,7 @@ def _fields(op: ops.Write) -> Fields:
         source_type=_label(op.source_type, "source_type", MAX_SOURCE_TYPE),
         creation_reason=_label(op.creation_reason, "creation_reason", MAX_CREATION_FIELD),
         creation_source=_label(op.creation_source, "creation_source", MAX_CREATION_FIELD),
+        metadata=validate_metadata(op.metadata),
     )
 
 
@@ -292,6 +294,7 @@ async def list_entries(ctx: Context, principal: Principal, op: ops.List) -> Page
     cap = op.max_page or ctx.settings.page_cap
     default = min(ctx.settings.page_default, cap)
     limit = page_size(op.page_size, default=default, cap=cap, field="page_size")
+    where = validate_metadata(op.where, "filter") or None
     store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
     pages = Pages(
         ctx.pool,
@@ -301,9 +304,12 @@ async def list_entries(ctx: Context, principal: Principal, op: ops.List) -> Page
         session=session,
         prefix=prefix,
         path=exact,
+        **({"filter": where} if where else {}),  # (a token issued before filters stays good)
     )
     after = await pages.after(op.page_token, Cursor)
-    rows = await repo.list_entries(ctx.pool, store.node.id, scopes, session, prefix, after, limit + 1, exact)
+    rows = await repo.list_entries(
+        ctx.pool, store.node.id, scopes, session, prefix, after, limit + 1, exact, where
+    )
     page = rows[:limit]
     note_result(len(page))
     if len(rows) <= limit:
@@ -365,14 +371,18 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
     description = within(op.description, "description", MAX_DESCRIPTION)
     if isinstance(op.change, ops.ReplaceAll):
         within(op.change.contents, "replace_all.contents", MAX_CONTENTS)
-    if op.change is None and description is None and not op.set_description:
-        raise InvalidParameter("nothing to change: give description or one edit operation", "description")
+    metadata = validate_metadata(op.metadata)
+    if op.change is None and description is None and not op.set_description and metadata is None:
+        raise InvalidParameter(
+            "nothing to change: give description, metadata or one edit operation", "description"
+        )
     scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
     store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
     readable = ctx.access.visible(principal, "entries.read", store)
     if (reads := _reads_text(op.change)) is not None:
         await _ensure_may_read(ctx, principal, store, reads)
-    if not isinstance(op.change, ops.Insert | ops.Append) or description is not None or op.set_description:
+    adds_text = isinstance(op.change, ops.Insert | ops.Append) or op.change is None
+    if not adds_text or description is not None or op.set_description or metadata is not None:
         await ensure_not_held(ctx, store, "changed except by adding text")
     found = await _find(ctx, principal, store, op.target)
     origin = _origin(op.origin)
@@ -392,6 +402,7 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
             contents,
             current.description if keep else description,
             principal.name,
+            metadata,
         )
         assert row is not None  # the row lock held the version
         await record_lineage(conn, principal.name, _ref(row), [], origin)
@@ -618,12 +629,13 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> list[tup
     query = search_input(op.query, op.top_k)
     prefix = validate_path_prefix(op.path_prefix)
     session = validate_session(op.session_id) if op.session_id is not None else None
+    where = validate_metadata(op.where, "filter") or None
     store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
     assert ctx.search is not None
     store_id = store.node.id
     candidates = max(MIN_CANDIDATES, op.top_k * 3)
     ranked = await ctx.search.rank(
-        Query(store_id, tuple(scopes), query, candidates, op.mode, session, prefix)
+        Query(store_id, tuple(scopes), query, candidates, op.mode, session, prefix, where=where)
     )
     if op.min_score is not None:
         ranked = [(doc, score) for doc, score in ranked if score >= op.min_score]

@@ -20,9 +20,10 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import numpy as np
@@ -91,6 +92,7 @@ class Query:
     session_id: str | None = None
     path_prefix: str | None = None
     corpus: Corpus = ENTRIES
+    where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (a filter)
 
 
 @dataclass(frozen=True)
@@ -291,6 +293,7 @@ class SearchEngine:
             query.limit,
             session_id=query.session_id,
             path_prefix=query.path_prefix,
+            where=query.where,
         )
 
     async def _index(self, query: Query) -> FullTextIndex:
@@ -317,6 +320,7 @@ class SearchEngine:
             ids,
             session_id=query.session_id,
             path_prefix=query.path_prefix,
+            where=query.where,
         )
 
     async def _semantic(self, query: Query) -> tuple[np.ndarray, list[tuple[str, float]]]:
@@ -332,6 +336,7 @@ class SearchEngine:
             query.limit,
             session_id=query.session_id,
             path_prefix=query.path_prefix,
+            where=query.where,
         )
         return vector, hits
 

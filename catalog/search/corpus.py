@@ -2,7 +2,8 @@
 
 A corpus is a PostgreSQL table of searchable rows and the change log its triggers write. Both
 tables name their searchable columns alike (`id`, `store_id`, `scope`, `session_id`, `path`,
-`contents`, `description`, `version`, `embedding`, `embedded_version`), so one indexer, one
+`contents`, `description`, `version`, `embedding`, `embedded_version`; entries also have
+`metadata`), so one indexer, one
 embedding worker and one vector search serve both; each corpus has its own Tantivy index
 directory and its own watermark.
 
@@ -27,9 +28,10 @@ class Corpus:
     key: str  # the change log's column naming the changed row
     directory: str  # the index directory under the index root ("" = the root itself)
     hnsw_index: str
+    metadata: str = "NULL::jsonb"  # the column of its rows' metadata (for filters), if any
 
 
-ENTRIES = Corpus("entries", "entries", "entry_changes", "entry_id", "", "entries_embedding_hnsw")
+ENTRIES = Corpus("entries", "entries", "entry_changes", "entry_id", "", "entries_embedding_hnsw", "metadata")
 TRANSCRIPTS = Corpus(
     "transcripts",
     "transcript_items",

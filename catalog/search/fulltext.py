@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from importlib.resources import files
@@ -23,6 +23,7 @@ from typing import Any
 
 import tantivy
 
+from catalog.metadata import terms as metadata_terms
 from catalog.search.fusion import term_weight
 
 log = logging.getLogger("catalog.search")
@@ -69,7 +70,8 @@ def _analyzer() -> Any:
 
 def _schema() -> Any:
     builder = tantivy.SchemaBuilder()
-    for name in ("entry_id", "store_id", "scope", "session", "path"):
+    # `meta`: one term per metadata pair (catalog.metadata.terms), for filters
+    for name in ("entry_id", "store_id", "scope", "session", "path", "meta"):
         builder.add_text_field(name, stored=name == "entry_id", tokenizer_name="raw", index_option="basic")
     for name in ("contents", "description", "path_words"):
         builder.add_text_field(name, stored=False, tokenizer_name=ANALYZER, index_option="position")
@@ -110,6 +112,7 @@ class IndexedEntry:
     path: str
     contents: str
     description: str
+    metadata: dict[str, Any] | None = None
 
 
 class FullTextIndex:
@@ -188,6 +191,7 @@ class FullTextIndex:
                     contents=entry.contents,
                     description=entry.description,
                     path_words=_PATH_WORDS.sub(" ", entry.path),
+                    meta=metadata_terms(entry.metadata),
                 )
             )
 
@@ -214,21 +218,31 @@ class FullTextIndex:
         *,
         session_id: str | None = None,
         path_prefix: str | None = None,
+        where: Mapping[str, Any] | None = None,
     ) -> list[tuple[str, float]]:
-        """(entry id, BM25 score), best first, only from the given store and scopes."""
+        """(entry id, BM25 score), best first, only from the given store and scopes (and, with
+        `where`, only entries whose metadata holds each of its pairs)."""
         words = _QUERY_SYNTAX.sub(" ", text).strip()
         if not _has_terms(words):
             return []  # nothing left to match (only stopwords): an empty query would match everything
         parsed, _errors = self.index.parse_query_lenient(
             words, ["contents", "description", "path_words"], field_boosts=self.boosts
         )
-        clauses = [*self._filter(store_id, scopes, session_id, path_prefix), (tantivy.Occur.Must, parsed)]
+        clauses = [
+            *self._filter(store_id, scopes, session_id, path_prefix, where),
+            (tantivy.Occur.Must, parsed),
+        ]
         searcher = self.index.searcher()
         hits = searcher.search(tantivy.Query.boolean_query(clauses), limit).hits
         return [(searcher.doc(address)["entry_id"][0], float(score)) for score, address in hits]
 
     def _filter(
-        self, store_id: str, scopes: list[str], session_id: str | None, path_prefix: str | None
+        self,
+        store_id: str,
+        scopes: list[str],
+        session_id: str | None,
+        path_prefix: str | None,
+        where: Mapping[str, Any] | None = None,
     ) -> list[tuple[Any, Any]]:
         """The clauses that restrict a search to what it may return."""
         # one scope (the common case) as a term query: a term-set query builds a bitset of the
@@ -247,6 +261,8 @@ class FullTextIndex:
         if path_prefix:
             pattern = re.escape(path_prefix) + ".*"
             clauses.append((tantivy.Occur.Must, tantivy.Query.regex_query(self.schema, "path", pattern)))
+        for term in metadata_terms(where):
+            clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "meta", term)))
         return clauses
 
     def query_terms(self, text: str) -> list[str]:
@@ -263,6 +279,7 @@ class FullTextIndex:
         *,
         session_id: str | None = None,
         path_prefix: str | None = None,
+        where: Mapping[str, Any] | None = None,
     ) -> dict[str, float]:
         """For each given entry, the share of the query's term weight it holds in any text field
         (0 to 1): each distinct term weighs its idf among the entries the same filter admits, so
@@ -272,8 +289,8 @@ class FullTextIndex:
         if not terms or not ids:
             return dict.fromkeys(ids, 0.0)
         searcher = self.index.searcher()
-        scoped = self._filter(store_id, scopes, session_id, path_prefix)
-        key = (store_id, tuple(sorted(scopes)), session_id, path_prefix)
+        scoped = self._filter(store_id, scopes, session_id, path_prefix, where)
+        key = (store_id, tuple(sorted(scopes)), session_id, path_prefix, tuple(sorted(metadata_terms(where))))
         anywhere = [self._anywhere(term) for term in terms]
         admitted = self._counts.get(key, lambda: self._count(searcher, scoped))
         weights = []

@@ -81,6 +81,12 @@ def open_slot(root: Path) -> FullTextIndex:
                 continue
             if describe(exc)[1]:  # an I/O failure (a full disk) says nothing of the index: no rebuild
                 raise
+            if "schema does not match" in str(exc):
+                # built by a server whose index had other fields: derived state, rebuilt from
+                # PostgreSQL (no watermark in the new directory)
+                log.info("index %s has the fields of an older version; rebuilding it", directory)
+                shutil.rmtree(directory)
+                return FullTextIndex(directory)
             log.warning("index %s is unreadable (%s); rebuilding it", directory, exc)
             shutil.move(
                 str(directory), str(directory.with_name(f"{directory.name}.corrupt-{int(time.time())}"))
@@ -259,8 +265,8 @@ class Indexer:
             async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
                 cursor = conn.cursor(
                     "SELECT id::text, store_id::text, scope, session_id, path, "
-                    "coalesce(contents, '') AS contents, coalesce(description, '') AS description "
-                    f"FROM {self.corpus.table}",
+                    "coalesce(contents, '') AS contents, coalesce(description, '') AS description, "
+                    f"{self.corpus.metadata} AS metadata FROM {self.corpus.table}",
                     prefetch=BATCH,
                 )
                 batch: list[IndexedEntry] = []
@@ -429,7 +435,8 @@ class Indexer:
                     ids = list({row["entry_id"] for row in fresh})
                     current = await self.pool.fetch(
                         "SELECT id::text, store_id::text, scope, session_id, path, coalesce(contents, ''), "
-                        f"coalesce(description, '') FROM {self.corpus.table} WHERE id = ANY($1::uuid[])",
+                        f"coalesce(description, ''), {self.corpus.metadata} "
+                        f"FROM {self.corpus.table} WHERE id = ANY($1::uuid[])",
                         ids,
                     )
                     upserts = [IndexedEntry(*row) for row in current]

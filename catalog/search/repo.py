@@ -10,9 +10,10 @@ after all. Results never go missing because of the filter.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
-from typing import TypeAlias
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias
 
 import asyncpg
 import numpy as np
@@ -29,13 +30,15 @@ _FILTER = (
     "store_id = $1 AND scope = ANY($2::text[]) AND ($3::text IS NULL OR session_id = $3) "
     "AND ($4::text IS NULL OR starts_with(path, $4)) AND embedding IS NOT NULL"
 )
+# a metadata filter (entries only: `metadata @> $7`), inside the scan, so `limit` rows still come back
+_WHERE = " AND metadata @> $7::jsonb"
 
 
 class VectorSearch:
     def __init__(self, pool: asyncpg.Pool, corpus: Corpus = ENTRIES) -> None:
         self.pool = pool
         self.corpus = corpus
-        self._sizes: dict[tuple[str, tuple[str, ...], int], tuple[float, int]] = {}
+        self._sizes: dict[tuple[str, tuple[str, ...], int, str], tuple[float, int]] = {}
         self.fallbacks = 0
         self._rows = 0
         self._rows_at = float("-inf")
@@ -53,9 +56,12 @@ class VectorSearch:
             self._rows_at = now
         return self._rows
 
-    async def _size(self, store_id: str, scopes: Sequence[str], cap: int) -> int:
-        """How many entries the scopes hold, counted up to just above `cap` (cached briefly)."""
-        key = (store_id, tuple(sorted(scopes)), cap)
+    async def _size(
+        self, store_id: str, scopes: Sequence[str], cap: int, where: Mapping[str, Any] | None = None
+    ) -> int:
+        """How many entries the scopes hold (with `where`: whose metadata holds it), counted up to
+        just above `cap` (cached briefly)."""
+        key = (store_id, tuple(sorted(scopes)), cap, json.dumps(where, sort_keys=True) if where else "")
         cached = self._sizes.get(key)
         now = time.monotonic()
         if cached and now - cached[0] < _COUNT_TTL:
@@ -63,10 +69,14 @@ class VectorSearch:
         size = int(
             await self.pool.fetchval(
                 f"SELECT count(*) FROM (SELECT 1 FROM {self.corpus.table} WHERE store_id = $1 "
+                "AND scope = ANY($2::text[]) AND metadata @> $4::jsonb LIMIT $3) capped"
+                if where
+                else f"SELECT count(*) FROM (SELECT 1 FROM {self.corpus.table} WHERE store_id = $1 "
                 "AND scope = ANY($2::text[]) LIMIT $3) capped",
                 store_id,
                 list(scopes),
                 cap + 1,
+                *([where] if where else []),
             )
         )
         if len(self._sizes) > 50_000:
@@ -83,17 +93,24 @@ class VectorSearch:
         *,
         session_id: str | None = None,
         path_prefix: str | None = None,
+        where: Mapping[str, Any] | None = None,
     ) -> list[tuple[str, float]]:
-        """(entry id, cosine similarity), best first."""
-        args = (store_id, list(scopes), session_id, path_prefix, vector, limit)
+        """(entry id, cosine similarity), best first; with `where` (a metadata filter), only
+        entries whose metadata holds each of its pairs."""
+        if where and self.corpus.metadata == "NULL::jsonb":
+            return []  # rows without metadata hold no pair
+        args: tuple[Any, ...] = (store_id, list(scopes), session_id, path_prefix, vector, limit)
+        condition = _FILTER
+        if where:
+            args, condition = (*args, where), _FILTER + _WHERE
         candidates = min(max(limit * OVERSAMPLE, MIN_CANDIDATES), MAX_CANDIDATES)
         rows_total = max(await self._table_rows(), 1)
         # HNSW only pays off when the candidates it returns hold enough rows of these scopes:
         # count the scopes only as far as that decision needs
         enough = max(EXACT_LIMIT, -(-3 * limit * rows_total // (2 * candidates)))
-        size = await self._size(store_id, scopes, enough)
+        size = await self._size(store_id, scopes, enough, where)
         if size <= enough:
-            return await self._exact(*args)
+            return await self._exact(condition, *args)
         async with self.pool.acquire() as conn, conn.transaction():
             # the limit is written into the statement (an int, never user text) and plans are custom,
             # so that the planner always sees a small LIMIT and walks the HNSW index
@@ -101,21 +118,22 @@ class VectorSearch:
             await conn.execute(f"SET LOCAL hnsw.ef_search = {int(candidates)}")
             rows = await conn.fetch(
                 "SELECT id::text, 1 - d AS similarity FROM ("
-                "  SELECT id, store_id, scope, session_id, path, embedding, embedding <=> $5 AS d "
+                f"  SELECT id, store_id, scope, session_id, path, {self.corpus.metadata} AS metadata, "
+                "  embedding, embedding <=> $5 AS d "
                 f"  FROM {self.corpus.table} "
                 f"  ORDER BY embedding <=> $5 LIMIT {int(candidates)}) nearest "
-                f"WHERE {_FILTER} ORDER BY d LIMIT $6",
+                f"WHERE {condition} ORDER BY d LIMIT $6",
                 *args,
             )
         if len(rows) >= limit:
             return [(row[0], float(row[1])) for row in rows]
         self.fallbacks += 1
-        return await self._exact(*args)
+        return await self._exact(condition, *args)
 
-    async def _exact(self, *args: object) -> list[tuple[str, float]]:
+    async def _exact(self, condition: str, *args: object) -> list[tuple[str, float]]:
         rows = await self.pool.fetch(
             "SELECT id::text, 1 - d AS similarity FROM ("
-            f"  SELECT id, embedding <=> $5 AS d FROM {self.corpus.table} WHERE {_FILTER} OFFSET 0) scoped "
+            f"  SELECT id, embedding <=> $5 AS d FROM {self.corpus.table} WHERE {condition} OFFSET 0) scoped "
             "ORDER BY d LIMIT $6",
             *args,
         )

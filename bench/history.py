@@ -5,13 +5,21 @@ A `catalog serve` on a fresh data dir (embedded PostgreSQL), one store; each rou
 sequential writes over HTTP (one client) and the same from 8 concurrent clients, half of them new
 entries and half overwrites of one of 50 paths (so pruning every tenth version runs too).
 
-Run: .venv/bin/python bench/history.py [--writes 400] [--rounds 3]
+Then the same at the statement level, where load on the machine blurs less: the server's own
+overwrite statement (`catalog.entries.repo.upsert_overwrite`), run `--statements` times in a row
+on one connection (half new paths, half overwrites of 50 hot paths), triggers on and off in
+alternating rounds, median per write. The HTTP figure includes the server's background work
+(indexing, embedding) competing for the same cores; the statement figure is what the triggers add
+to the writing transaction itself.
+
+Run: .venv/bin/python bench/history.py [--writes 400] [--rounds 3] [--statements 2000]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import time
@@ -55,7 +63,42 @@ async def switch(db: str, on: bool) -> None:
         await conn.close()
 
 
-async def run(server: BenchServer, n: int, rounds: int) -> None:
+async def statements(db: str, n: int, rounds: int) -> None:
+    """Microseconds per overwrite statement, history triggers on vs off (median of rounds)."""
+    from catalog.entries import repo
+
+    conn = await asyncpg.connect(db)
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    try:
+        store_id = str(await conn.fetchval("SELECT id FROM memory_stores WHERE name = 'history-bench'"))
+
+        async def burst() -> float:
+            began = time.perf_counter()
+            for i in range(n):
+                path = f"/stmt/{uuid.uuid4().hex}.md" if i % 2 else f"/stmt-hot/{i % 50}.md"
+                fields = repo.Fields(contents=f"fact {i} " * 20, description=None, source_type=None)
+                async with conn.transaction():
+                    await repo.upsert_overwrite(conn, (store_id, "bench", "", path), fields, "admin")
+            return (time.perf_counter() - began) / n * 1e6
+
+        await burst()  # warm-up
+        cost: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(rounds):
+            for on in (True, False):
+                await switch(db, on)
+                cost[on].append(await burst())
+        await switch(db, True)
+    finally:
+        await conn.close()
+    on, off = statistics.median(cost[True]), statistics.median(cost[False])
+    print()
+    print("| one overwrite statement (its own transaction) | history on | history off | cost |")
+    print("|---|---|---|---|")
+    added = f"+{on - off:.0f} µs ({100 * (on - off) / off:.1f}%)"
+    print(f"| median of {rounds} rounds of {n} | {on:.0f} µs | {off:.0f} µs | {added} |")
+
+
+async def run(server: BenchServer, n: int, rounds: int, statement_count: int) -> None:
     db = server.db_url()
     headers = {"Authorization": f"Bearer {server.token()}"}
     async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as http:
@@ -77,16 +120,19 @@ async def run(server: BenchServer, n: int, rounds: int) -> None:
     for clients in (1, 8):
         on, off = statistics.median(rates[(True, clients)]), statistics.median(rates[(False, clients)])
         print(f"| {clients} | {on:.0f} writes/s | {off:.0f} writes/s | {100 * (off - on) / off:.1f}% |")
+    if statement_count:
+        await statements(db, statement_count, max(rounds, 3))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--writes", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--statements", type=int, default=2000, help="0: skip the statement-level rounds")
     args = parser.parse_args()
     server = BenchServer()
     try:
-        asyncio.run(run(server, args.writes, args.rounds))
+        asyncio.run(run(server, args.writes, args.rounds, args.statements))
     finally:
         server.stop()
 

@@ -11,7 +11,8 @@
 3. Hybrid search, top_k=10, query embedding included: p50/p99 in-process (the service function)
    and over HTTP (one client, sequential), in user scopes and in the shared scope.
 
-Run: .venv/bin/python bench/search.py [--million] [--queries N]
+Run: .venv/bin/python bench/search.py [--million] [--queries N] [--steps] [--skip-http]
+(--steps: a table per scale of where an in-process search's time goes, step by step)
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ from bench.live import BenchServer
 from catalog.auth import Principal
 from catalog.db import EmbeddedPostgres, create_pool
 from catalog.entries import operations as ops
+from catalog.entries import repo as entries_repo
 from catalog.entries import service as entries
 from catalog.runtime import EMBEDDED_DATABASE, Runtime, ensure_database, load_encoder
+from catalog.search import context as search_context
 from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"
@@ -173,11 +176,52 @@ async def bulk_load(settings: Settings, total: int, have: int, base: np.ndarray)
     return timings
 
 
-async def measure_in_process(settings: Settings, queries: list[tuple[str, str]]) -> tuple[float, dict]:
+class Steps:
+    """Times each step of a search (the engine's own coroutines, wrapped here, in this process
+    only): where a search's time goes. Keyword and semantic run concurrently in hybrid mode, so
+    the steps overlap and do not add up to the total."""
+
+    def __init__(self) -> None:
+        self.kind = ""
+        self.times: dict[tuple[str, str], list[float]] = {}
+
+    def wrap(self, owner: object, name: str, label: str) -> None:
+        real = getattr(owner, name)
+
+        async def timed(*args: object, **kwargs: object) -> object:
+            t0 = time.perf_counter()
+            try:
+                return await real(*args, **kwargs)
+            finally:
+                if self.kind:
+                    self.times.setdefault((self.kind, label), []).append((time.perf_counter() - t0) * 1000)
+
+        setattr(owner, name, timed)
+
+    def instrument(self, runtime: Runtime) -> None:
+        engine = runtime.context.search
+        assert engine is not None
+        self.wrap(engine.embedder, "embed", "embed the query (ONNX)")
+        self.wrap(engine.indexer, "wait_fresh", "wait for the index (read-your-writes)")
+        self.wrap(engine, "vectors_fresh", "wait for the vectors (read-your-writes)")
+        self.wrap(engine, "_keyword", "keyword: BM25 candidates (Tantivy)")
+        self.wrap(engine.vectors, "search", "semantic: nearest vectors (pgvector)")
+        self.wrap(engine, "_coverage", "keyword score: term counts in the scope (Tantivy)")
+        self.wrap(search_context, "similarities", "cosine of keyword-only candidates (PostgreSQL)")
+        self.wrap(search_context, "neighbours", "numbered neighbours (PostgreSQL)")
+        self.wrap(engine, "rank", "rank (all of the above)")
+        self.wrap(entries_repo, "by_ids", "re-read the hits (PostgreSQL)")
+
+
+async def measure_in_process(
+    settings: Settings, queries: list[tuple[str, str]], steps: Steps | None = None
+) -> tuple[float, dict]:
     started = time.perf_counter()
     runtime = await Runtime.start(settings)
     start_s = time.perf_counter() - started
     latencies: dict[str, list[float]] = {"user": [], "shared": []}
+    if steps is not None:
+        steps.instrument(runtime)
     try:
         admin = Principal("admin")
         for kind, text in queries[:20]:  # warm-up
@@ -185,12 +229,16 @@ async def measure_in_process(settings: Settings, queries: list[tuple[str, str]])
                 runtime.context, admin, ops.Search(store=STORE, scopes=(_scope(kind),), query=text)
             )
         for kind, text in queries:
+            if steps is not None:
+                steps.kind = kind
             t0 = time.perf_counter()
             await entries.search(
                 runtime.context, admin, ops.Search(store=STORE, scopes=(_scope(kind),), query=text)
             )
             latencies[kind].append((time.perf_counter() - t0) * 1000)
     finally:
+        if steps is not None:
+            steps.kind = ""
         await runtime.close()
     return start_s, latencies
 
@@ -225,6 +273,8 @@ async def main() -> None:
     parser.add_argument("--million", action="store_true", help="also measure at 1M entries (long)")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--ingest", type=int, default=3000)
+    parser.add_argument("--steps", action="store_true", help="also time each step of an in-process search")
+    parser.add_argument("--skip-http", action="store_true", help="in-process only")
     args = parser.parse_args()
 
     data_dir = Path(tempfile.mkdtemp(prefix="catbench-search-"))
@@ -248,9 +298,22 @@ async def main() -> None:
     for total in scales:
         timings = await bulk_load(settings, total, have, base)
         have = total
-        start_s, inproc = await measure_in_process(settings, queries)
-        http = await measure_http(settings, queries)
+        steps = Steps() if args.steps else None
+        start_s, inproc = await measure_in_process(settings, queries, steps)
+        http = inproc if args.skip_http else await measure_http(settings, queries)
         rows.append((total, timings, start_s, inproc, http))
+        if steps is not None:
+            print(f"\n{total:,} entries: where an in-process hybrid search's time goes (ms)\n")
+            print("| step | user p50 | user p99 | shared p50 | shared p99 |")
+            print("|---|---|---|---|---|")
+            labels = list(dict.fromkeys(label for _, label in steps.times))
+            for label in labels:
+                cells = []
+                for kind in ("user", "shared"):
+                    values = steps.times.get((kind, label), [0.0])
+                    cells += [f"{statistics.median(values):.1f}", f"{pct(values, 0.99):.1f}"]
+                print(f"| {label} | " + " | ".join(cells) + " |")
+            print(flush=True)
         print(
             f"{total:,} entries: copy {timings['copy_s']:.0f} s, HNSW build {timings['hnsw_s']:.0f} s, "
             f"start with Tantivy rebuild {start_s:.0f} s",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Sequence
 
@@ -112,3 +113,108 @@ def test_a_failing_model_leaves_rows_stale_reports_them_and_catches_up(settings,
     assert len([m for m in messages if m.startswith("embeddings: recovered")]) == 1, messages
     # an unexpected error: its trace, but only once a minute however often it is retried
     assert len([r for r in records if r.exc_info]) == 1, messages
+
+
+class GatedEncoder(HashEncoder):
+    """The test embedder, holding any batch that holds `marker` until `gate` is set."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = marker
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if any(self.marker in t for t in texts):
+            self.entered.set()
+            self.gate.wait(120)
+        return super().encode(texts)
+
+
+def test_a_write_does_not_wait_for_an_embedding_pass_of_its_entry(settings, database_url):
+    """The embedding worker claims its rows with a lease, not with row locks held while the model
+    runs: overwriting and deleting entries that a pass is embedding go through while the pass is
+    still running; the vector of the old text is not stored, and the new text gets its own."""
+    encoder = GatedEncoder("platypus")
+    headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
+    try:
+        with TestClient(create_app(settings, encoder=encoder), raise_server_exceptions=False) as c:
+            body = {"name": "emb-gate", "catalog_name": "main", "schema_name": "default"}
+            assert c.post(f"{UC}/memory-stores", headers=headers, json=body).status_code == 200
+            store = f"{UC}/memory-stores/main.default.emb-gate"
+            for path, text in (("/a.md", "platypus eggs"), ("/b.md", "platypus bill")):
+                r = c.post(
+                    f"{store}/entries",
+                    headers=headers,
+                    params={"scope": "u"},
+                    json={"path": path, "contents": text},
+                )
+                assert r.status_code == 200, r.text
+            assert encoder.entered.wait(60), "the embedding pass never started"
+            done: list[int] = []
+
+            def change() -> None:
+                r = c.post(
+                    f"{store}/entries",
+                    headers=headers,
+                    params={"scope": "u"},
+                    json={"path": "/a.md", "contents": "echidna spines", "write_mode": "OVERWRITE"},
+                )
+                done.append(r.status_code)
+                r = c.delete(f"{store}/entries", headers=headers, params={"scope": "u", "path": "/b.md"})
+                done.append(r.status_code)
+
+            writer = threading.Thread(target=change)
+            writer.start()
+            writer.join(60)
+            # both answered while the pass that holds their rows had not finished
+            assert done == [200, 200] and not encoder.gate.is_set()
+            encoder.gate.set()
+            wait_for(lambda: unembedded(database_url) == [], "every entry to have its vector")
+            r = c.post(
+                f"{store}/entries:search",
+                headers=headers,
+                json={"scope": "u", "query": "echidna spines", "mode": "semantic", "top_k": 5},
+            )
+            hits = r.json()["results"]
+            assert [h["memory_entry"]["path"] for h in hits] == ["/a.md"]
+            assert hits[0]["score"] > 0.9  # the vector of the new text, not of "platypus eggs"
+    finally:
+        encoder.gate.set()
+
+
+def test_rows_claimed_elsewhere_wait_for_the_claim_to_run_out(settings, database_url):
+    """A row another process has claimed (or claimed before it died) is left to it until its lease
+    runs out; then this process embeds it without being woken by a write."""
+    headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
+
+    def sql(statement: str, *args: object) -> list[asyncpg.Record]:
+        async def run() -> list[asyncpg.Record]:
+            conn = await asyncpg.connect(database_url)
+            try:
+                return await conn.fetch(statement, *args)
+            finally:
+                await conn.close()
+
+        return asyncio.run(run())
+
+    with TestClient(create_app(settings, encoder=HashEncoder()), raise_server_exceptions=False) as c:
+        body = {"name": "emb-claim", "catalog_name": "main", "schema_name": "default"}
+        assert c.post(f"{UC}/memory-stores", headers=headers, json=body).status_code == 200
+        store_id = sql("SELECT id FROM memory_stores WHERE name = 'emb-claim'")[0]["id"]
+        # written behind the server's back, already claimed by "another process" for 3 seconds
+        sql(
+            "INSERT INTO entries (store_id, scope, path, contents, created_by, updated_by, embedding_claim) "
+            "VALUES ($1, 'u', '/claimed.md', 'wombat burrow', 'x', 'x', "
+            "clock_timestamp() + interval '3 seconds')",
+            store_id,
+        )
+        search = c.app.state.runtime.context.search
+        before = search.passes.started
+        search.written()  # a pass runs and must leave the row alone
+        wait_for(lambda: search.passes.done > before, "an embedding pass after the insert", 30)
+        assert sql("SELECT embedding IS NULL AS missing FROM entries WHERE path = '/claimed.md'")[0][
+            "missing"
+        ]
+        # no write, no search: the worker looks again when the claim runs out
+        wait_for(lambda: "/claimed.md" not in unembedded(database_url), "the claimed row to be embedded", 60)

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,9 @@ EMBED_STOP_GRACE = 2.0
 # how often the embedding worker looks for work while the change feed is not listening (while it
 # listens, the worker sleeps until a change commits, a local write or a search wakes it)
 EMBED_POLL = 1.0
+# how long an embedding pass's claim on its rows lasts: a process that dies mid-pass leaves them
+# to the others after this (a pass of 256 long texts takes seconds)
+EMBED_LEASE = 60.0
 
 
 def embedding_text(contents: str | None, description: str | None) -> str:
@@ -197,23 +201,42 @@ class SearchEngine:
 
     async def embed_pass(self, limit: int = EMBED_BATCH, corpus: Corpus = ENTRIES) -> int:
         """Embed up to `limit` rows of the corpus whose vector is missing or older than their
-        text. The rows are claimed with SKIP LOCKED, so several processes share the work."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            rows = await repo.claim_unembedded(conn, limit, corpus)
-            if rows:
+        text. The rows are claimed with a lease (`repo.claim_unembedded`), so several processes
+        and lanes share the work and no write waits for the model; a vector is stored only if its
+        row is still at the version it was computed from."""
+        async with self.pool.acquire() as conn:
+            rows = await repo.claim_unembedded(conn, limit, corpus, EMBED_LEASE)
+            if not rows:
+                return 0
+            try:
                 texts = [embedding_text(r["contents"], r["description"]) for r in rows]
-                # a model error raises here and the transaction rolls back: the rows stay stale
+                # a model error raises here: nothing is stored, the rows stay stale
                 vectors = await self.embedder.embed(texts, background=True)
                 if len(vectors) != len(rows):
                     raise RuntimeError(f"the model gave {len(vectors)} vectors for {len(rows)} texts")
                 await repo.set_embeddings(
                     conn, [(r["id"], r["version"], v) for r, v in zip(rows, vectors, strict=True)], corpus
                 )
+            finally:
+                # the rows left stale (changed meanwhile, or the model failed) are free again; if
+                # this process dies first, their lease runs out instead
+                await repo.release_claims(conn, [r["id"] for r in rows], corpus)
         self.embedded_total += len(rows)
         return len(rows)
 
+    async def _claims_run_out(self) -> float | None:
+        """Seconds until a claim another process holds (or held when it died) on a stale row
+        runs out, the soonest over the corpora; None when there is none."""
+        soonest = None
+        for corpus in self.corpora:
+            left = await repo.next_claim_expiry(self.pool, corpus)
+            if left is not None:
+                soonest = left if soonest is None else min(soonest, left)
+        return soonest
+
     async def _embed_loop(self) -> None:
         delay = 0.0
+        claimed_elsewhere: float | None = None
         while not self._stopping:
             if delay:
                 # backing off: a write or a search must not bring the retry forward
@@ -221,6 +244,8 @@ class SearchEngine:
                     await asyncio.wait_for(self._stop.wait(), delay)
             else:
                 idle = None if self.feed is not None and self.feed.listening else EMBED_POLL
+                if claimed_elsewhere is not None:  # look again when those claims run out
+                    idle = min(idle or math.inf, max(claimed_elsewhere, 0.0) + 0.1)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.passes.wake.wait(), idle)
             self.passes.wake.clear()
@@ -241,6 +266,10 @@ class SearchEngine:
                 else:
                     delay = 0.0
                     self.embedding_health.succeeded()
+                    try:
+                        claimed_elsewhere = await self._claims_run_out()
+                    except Exception as exc:  # a failed pass like any other: back off
+                        delay = self.embedding_health.failed(exc, "embedding entries")
             finally:
                 await self.passes.end(number)
 

@@ -149,8 +149,10 @@ Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 async def set_embeddings(
     conn: Conn, rows: Sequence[tuple[str, int, np.ndarray]], corpus: Corpus = ENTRIES
 ) -> None:
+    """Store each vector if its row is still at the version it was computed from (else the row
+    stays stale, for the next pass), releasing its claim."""
     await conn.executemany(
-        f"UPDATE {corpus.table} SET embedding = $3, embedded_version = version "
+        f"UPDATE {corpus.table} SET embedding = $3, embedded_version = version, embedding_claim = NULL "
         "WHERE id = $1 AND version = $2",
         rows,
     )
@@ -179,15 +181,40 @@ async def rebuild_vector_index(conn: Conn, corpus: Corpus = ENTRIES) -> None:
 
 
 async def claim_unembedded(
-    conn: asyncpg.Connection, limit: int, corpus: Corpus = ENTRIES
+    conn: Conn, limit: int, corpus: Corpus = ENTRIES, lease: float = 60.0
 ) -> list[asyncpg.Record]:
-    """Lock (inside the caller's transaction) up to `limit` rows whose vector is stale,
-    skipping rows another worker holds."""
+    """Claim up to `limit` rows whose vector is stale and that no live claim holds, for `lease`
+    seconds, in one short statement: no row lock is held while the model runs, so writes to
+    these rows never wait for it (SKIP LOCKED passes over rows a writer holds right now)."""
     return await conn.fetch(
-        f"SELECT id, version, contents, description FROM {corpus.table} "
-        "WHERE embedded_version IS DISTINCT FROM version LIMIT $1 FOR UPDATE SKIP LOCKED",
+        f"UPDATE {corpus.table} t SET embedding_claim = clock_timestamp() + make_interval(secs => $2) "
+        f"FROM (SELECT id FROM {corpus.table} WHERE embedded_version IS DISTINCT FROM version "
+        "      AND (embedding_claim IS NULL OR embedding_claim < clock_timestamp()) "
+        "      LIMIT $1 FOR UPDATE SKIP LOCKED) c "
+        "WHERE t.id = c.id RETURNING t.id, t.version, t.contents, t.description",
         limit,
+        lease,
     )
+
+
+async def release_claims(conn: Conn, ids: Sequence[str], corpus: Corpus = ENTRIES) -> None:
+    """Let go of claims whose rows were not given a vector (a newer version came, the model
+    failed): the next pass may take them at once."""
+    await conn.execute(
+        f"UPDATE {corpus.table} SET embedding_claim = NULL WHERE id = ANY($1::uuid[]) "
+        "AND embedding_claim IS NOT NULL",
+        list(ids),
+    )
+
+
+async def next_claim_expiry(conn: Conn, corpus: Corpus = ENTRIES) -> float | None:
+    """Seconds until the first live claim on a stale row runs out (a claim another process holds,
+    or held when it died), or None when there is none."""
+    value = await conn.fetchval(
+        f"SELECT extract(epoch FROM min(embedding_claim) - clock_timestamp()) FROM {corpus.table} "
+        "WHERE embedded_version IS DISTINCT FROM version AND embedding_claim > clock_timestamp()"
+    )
+    return None if value is None else float(value)
 
 
 async def has_unembedded(conn: Conn, store_id: str, scopes: Sequence[str], corpus: Corpus = ENTRIES) -> bool:

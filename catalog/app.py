@@ -22,6 +22,8 @@ from catalog.agents.routes import router as agents_router
 from catalog.agents.routes import store_router as agents_store_router
 from catalog.audit.routes import router as audit_router
 from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
+from catalog.console import CONSOLE_PATHS
+from catalog.console import router as console_router
 from catalog.context import Context
 from catalog.conversations.routes import routers as conversations_routers
 from catalog.entries.routes import router as entries_router
@@ -87,11 +89,17 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             audit_router,
             metrics_router,
             toolkit.memory_mcp,
+            console_router,
         ],
         lifespan=[lifespan, toolkit.lifespan],
         dependencies={"ctx": Provide(_context, sync_to_thread=False)},
-        # OPTIONS too: no route is open without a token but those in AUTH_EXEMPT_PATHS
-        middleware=[DefineMiddleware(JWTAuthMiddleware, exclude=AUTH_EXEMPT_PATHS, exclude_http_methods=[])],
+        # OPTIONS too: no route is open without a token but those in AUTH_EXEMPT_PATHS; the web
+        # console authenticates its session cookie's token the same way (catalog.console.session)
+        middleware=[
+            DefineMiddleware(
+                JWTAuthMiddleware, exclude=[*AUTH_EXEMPT_PATHS, CONSOLE_PATHS], exclude_http_methods=[]
+            )
+        ],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(

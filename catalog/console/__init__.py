@@ -1,0 +1,5 @@
+"""The web console: server-rendered pages at /console/ over the services of the REST API."""
+
+from catalog.console.routes import CONSOLE_PATHS, router
+
+__all__ = ["CONSOLE_PATHS", "router"]

@@ -69,9 +69,9 @@ async def sign_in(request: Req) -> Response[Any]:
     token = form.get("token", "").strip()
     problem = None
     if not token:
-        problem = (400, "token: paste a token (for example the output of `catalog token --sub NAME`)")
+        problem = (400, "Token: paste a token (for example the output of `catalog token --sub NAME`)")
     elif len(token) > MAX_COOKIE_TOKEN:
-        problem = (400, f"token: at most {MAX_COOKIE_TOKEN} characters fit in the console's cookie")
+        problem = (400, f"Token: at most {MAX_COOKIE_TOKEN} characters fit in the console's cookie")
     if problem is not None:
         request.scope["state"]["error_code"] = "INVALID_PARAMETER_VALUE"
         return page(request, "sign_in.html", status=problem[0], title="Sign in", next=target, notice=None,

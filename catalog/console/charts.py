@@ -119,7 +119,7 @@ def timeline_chart(timeline: Timeline) -> TimelineChart:
 
 # --- lineage ------------------------------------------------------------------------------------------
 
-NODE_WIDTH, NODE_HEIGHT = 240, 48
+NODE_WIDTH, NODE_HEIGHT = 300, 48
 _COLUMN_GAP, _ROW_GAP, _MARGIN = 90, 24, 16
 _LABEL_CHARS = 34
 

@@ -428,3 +428,44 @@ def test_the_audit_chart_counts_allowed_and_denied_events(web, settings, api, wo
     series = dict(re.findall(r'<g class="series [\w-]+" data-series="(\w+)">(.*?)</g>', svg, re.S))
     assert set(series) == {"allowed", "denied"}
     assert series["allowed"].count("<rect") >= 1 and series["denied"].count("<rect") == 0
+
+
+def test_a_team_gets_read_access_from_the_catalog_schema_and_store_pages(web, settings, api, client, token):
+    """What a new admin does for a team outside `main`: USE on the catalog and the schema, READ on
+    the store, each from its page; the team's member can then read the store's entries."""
+    assert (
+        client.post("/api/2.1/unity-catalog/catalogs", headers=token(), json={"name": "teams"}).status_code
+        == 200
+    )
+    body = {"name": "support", "catalog_name": "teams"}
+    assert client.post("/api/2.1/unity-catalog/schemas", headers=token(), json=body).status_code == 200
+    body = {"name": "kb", "catalog_name": "teams", "schema_name": "support"}
+    assert client.post("/api/2.1/unity-catalog/memory-stores", headers=token(), json=body).status_code == 200
+    api.create_group("kb_team", ["kim"])
+    csrf = sign_in(web, settings)
+    for page, kind, name, privilege in (
+        ("/console/catalogs/teams", "catalog", "teams", "USE_CATALOG"),
+        ("/console/schemas/teams.support", "schema", "teams.support", "USE_SCHEMA"),
+        ("/console/stores/teams.support.kb", "memory_store", "teams.support.kb", "READ_MEMORY_STORE"),
+    ):
+        form = web.get(page).text
+        assert f'action="/console/grants/{kind}/{name}"' in form and f'<option value="{privilege}">' in form
+        r = web.post(
+            f"/console/grants/{kind}/{name}",
+            data={"csrf": csrf, "op": "add", "principal": "kb_team", "privilege": privilege},
+            follow_redirects=False,
+        )
+        assert r.status_code == 303 and r.headers["location"] == f"{page}?done=granted#grants"
+        assert "The privilege was granted." in web.get(r.headers["location"]).text
+        assert api.grants(kind, name)["kb_team"] == [privilege]
+    api.write("teams.support.kb", "faq", "/refunds.md", "Refunds take five days.")
+    r = client.get(
+        "/api/2.1/unity-catalog/memory-stores/teams.support.kb/entries",
+        headers=token("kim"),
+        params={"scope": "faq"},
+    )
+    assert r.status_code == 200 and [e["path"] for e in r.json()["entries"]] == ["/refunds.md"], r.text
+    sign_in(web, settings, "kim")
+    assert (
+        "Refunds take five days." in web.get("/console/stores/teams.support.kb", params={"scope": "faq"}).text
+    )

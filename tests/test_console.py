@@ -294,7 +294,7 @@ def test_effective_privileges_say_where_each_comes_from(web, live, world):
         for row in web.all("#effective-table tbody tr")
     ]
     assert rows == [
-        ["READ_MEMORY_STORE", "granted READ_MEMORY_STORE (inherited)", "schema main.default", "readers"]
+        ["READ_MEMORY_STORE", "granted READ_MEMORY_STORE", "inherited from schema main.default", "readers"]
     ]
     assert "What dave may do" in web.css("#effective-table caption").text
     web.shot("effective-privileges")

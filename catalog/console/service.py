@@ -189,7 +189,7 @@ class Source:
 
     privilege: str
     how: str  # "granted READ_MEMORY_STORE", "ownership", "metastore admin", "granted ALL_PRIVILEGES"
-    where: str  # "this memory store", "schema main.default", ...
+    where: str  # "directly on this memory store", "inherited from schema main.default", ...
     inherited: bool
     group: str | None  # the group it comes through; None: held by the principal itself
 
@@ -215,15 +215,15 @@ class StorePage:
     entries: EntriesView | None = None
 
 
-def _where(source_type: str, source_name: str, store: Securable) -> str:
-    if source_type == SecurableType.MEMORY_STORE.value and source_name == store.full_name:
-        return "this memory store"
-    if source_type == SecurableType.METASTORE.value:
-        return "the metastore"
-    return f"{source_type.lower().replace('_', ' ')} {source_name}"
+def _where(held: permissions.Held) -> str:
+    if not held.inherited:
+        return "directly on this memory store"
+    if held.source_type == SecurableType.METASTORE.value:
+        return "inherited from the metastore"
+    return f"inherited from {held.source_type.lower().replace('_', ' ')} {held.source_name}"
 
 
-def _source(held: permissions.Held, about: str, store: Securable) -> Source:
+def _source(held: permissions.Held, about: str) -> Source:
     if held.basis == "ADMIN":
         how = "metastore admin"
     elif held.basis == "OWNER":
@@ -233,7 +233,7 @@ def _source(held: permissions.Held, about: str, store: Securable) -> Source:
     return Source(
         privilege=held.privilege,
         how=how,
-        where=_where(held.source_type, held.source_name, store),
+        where=_where(held),
         inherited=held.inherited,
         group=held.grantee if held.grantee != about else None,
     )
@@ -262,7 +262,7 @@ async def store_page(
         store=store,
         grants=grants,
         about=effective.about,
-        sources=[_source(h, effective.about, securable) for h in effective.held],
+        sources=[_source(h, effective.about) for h in effective.held],
         may_ask_others=ctx.access.visible(principal, "effective_permissions.other", securable),
         may_read_entries=ctx.access.visible(principal, "entries.read", securable),
         may_read_audit=ctx.access.visible(principal, "audit.read", metastore),

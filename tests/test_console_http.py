@@ -268,6 +268,8 @@ def test_bad_input_anywhere_is_400_or_404_never_500(web, settings, world):
         ("get", f"/console/lineage/{store}", {"params": {"direction": "sideways"}}, 400, "direction"),
         ("get", "/console/stores/main.default.nothing_here", {}, 404, None),
         ("get", "/console/catalogs/bad name", {}, 400, "name"),
+        ("get", "/console/no/such/page", {}, 404, None),
+        ("get", "/console/sign-out", {}, 405, None),
     ]  # fmt: skip
     for method, url, kwargs, status, field in cases:
         r = web.request(method, url, **kwargs)

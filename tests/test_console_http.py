@@ -118,6 +118,27 @@ def test_over_https_the_cookie_is_secure(web, settings):
     assert "secure" in [p.strip().lower() for p in set_cookie(r).split(";")]
 
 
+def test_another_site_cannot_sign_a_browser_in(web, settings, database_url):
+    r = web.post(
+        "/console/sign-in",
+        data={"token": mint_dev_token(settings, "mallory")},
+        headers={"Origin": "https://evil.example"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 403 and "set-cookie" not in r.headers and "cross-origin" in r.text
+    (event,) = events_of(database_url, r)
+    assert event["decision"] == "deny"
+    # from the console's own page it works
+    origin = str(web.base_url).rstrip("/")
+    r = web.post(
+        "/console/sign-in",
+        data={"token": mint_dev_token(settings, "mallory")},
+        headers={"Origin": origin},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303 and COOKIE in r.headers["set-cookie"]
+
+
 def test_a_redirect_after_sign_in_stays_in_the_console(web, settings):
     for target in (
         "https://elsewhere.example/",

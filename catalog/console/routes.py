@@ -26,9 +26,11 @@ from catalog.console.session import (
     COOKIE_PATH,
     MAX_COOKIE_TOKEN,
     ConsoleSession,
+    CsrfRefused,
     check_csrf,
     next_page,
     read_form,
+    same_origin,
 )
 from catalog.context import Context
 from catalog.errors import FieldError, InvalidParameter, Unauthenticated
@@ -63,8 +65,11 @@ async def sign_in_page(request: Req, next: Query = None, why: Query = None) -> R
 
 @post("/sign-in", opt=OPEN, include_in_schema=False, status_code=303)
 async def sign_in(request: Req) -> Response[Any]:
-    """The token from the form is verified as a bearer token is; the cookie then holds it."""
+    """The token from the form is verified as a bearer token is; the cookie then holds it. No CSRF
+    token (there is no session yet), but a browser's post must come from the console's origin."""
     form = await read_form(request, frozenset({"token", "next"}))
+    if not same_origin(request):  # another site signing this browser in to a session of its own
+        raise CsrfRefused("cross-origin sign-in is refused")
     target = next_page(form.get("next"))
     token = form.get("token", "").strip()
     problem = None

@@ -74,13 +74,14 @@ async def sign_in(request: Req) -> Response[Any]:
     token = form.get("token", "").strip()
     problem = None
     if not token:
-        problem = (400, "Token: paste a token (for example the output of `catalog token --sub NAME`)")
+        problem = "Token: paste a token (for example the output of `catalog token --sub NAME`)"
     elif len(token) > MAX_COOKIE_TOKEN:
-        problem = (400, f"Token: at most {MAX_COOKIE_TOKEN} characters fit in the console's cookie")
+        problem = f"Token: at most {MAX_COOKIE_TOKEN} characters fit in the console's cookie"
     if problem is not None:
-        request.scope["state"]["error_code"] = "INVALID_PARAMETER_VALUE"
-        return page(request, "sign_in.html", status=problem[0], title="Sign in", next=target, notice=None,
-                    error=problem[1])  # fmt: skip
+        request.scope["state"]["error_code"] = InvalidParameter.error_code
+        return page(
+            request, "sign_in.html", status=400, title="Sign in", next=target, notice=None, error=problem
+        )
     try:
         await authenticate(request, token)
     except Unauthenticated as exc:

@@ -6,11 +6,12 @@ request → RequestContext (request id, log line) → exception mapper → JWT a
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from litestar import Litestar, Request
+from litestar import Litestar, Request, Response
 from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
@@ -22,6 +23,8 @@ from catalog.agents.routes import router as agents_router
 from catalog.agents.routes import store_router as agents_store_router
 from catalog.audit.routes import router as audit_router
 from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
+from catalog.console import CONSOLE_PATHS, console_error
+from catalog.console import router as console_router
 from catalog.context import Context
 from catalog.conversations.routes import routers as conversations_routers
 from catalog.entries.routes import router as entries_router
@@ -49,6 +52,17 @@ from catalog.transcripts.routes import routers as transcripts_routers
 def _context(request: Request[Any, Any, Any]) -> Context:
     context: Context = request.app.state.runtime.context
     return context
+
+
+_CONSOLE = re.compile(CONSOLE_PATHS)
+
+
+def _handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """The app's exception handler: JSON for the API; an error page under /console/ (an unknown
+    console path, a method it does not take: errors raised before a console route is reached)."""
+    if _CONSOLE.match(request.scope.get("path", "")):
+        return console_error(request, exc)
+    return handle_exception(request, exc)
 
 
 def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
@@ -87,12 +101,18 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             audit_router,
             metrics_router,
             toolkit.memory_mcp,
+            console_router,
         ],
         lifespan=[lifespan, toolkit.lifespan],
         dependencies={"ctx": Provide(_context, sync_to_thread=False)},
-        # OPTIONS too: no route is open without a token but those in AUTH_EXEMPT_PATHS
-        middleware=[DefineMiddleware(JWTAuthMiddleware, exclude=AUTH_EXEMPT_PATHS, exclude_http_methods=[])],
-        exception_handlers={Exception: handle_exception},
+        # OPTIONS too: no route is open without a token but those in AUTH_EXEMPT_PATHS; the web
+        # console authenticates its session cookie's token the same way (catalog.console.session)
+        middleware=[
+            DefineMiddleware(
+                JWTAuthMiddleware, exclude=[*AUTH_EXEMPT_PATHS, CONSOLE_PATHS], exclude_http_methods=[]
+            )
+        ],
+        exception_handlers={Exception: _handle_exception},
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="Memory Catalog",

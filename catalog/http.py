@@ -96,12 +96,22 @@ def _query_pairs(scope: Scope) -> list[tuple[str, str]]:
     return pairs
 
 
+# Query parameters that would carry a credential if a client put one in a URL: no route reads a
+# token there (the API takes `Authorization`, the web console a cookie and a form body), and the
+# audit log, which cannot be edited, keeps only that one was sent.
+CREDENTIAL_PARAMETERS = frozenset({"token", "access_token", "id_token", "jwt", "auth", "authorization"})
+REDACTED = "[redacted]"
+
+
 def _params(scope: Scope) -> dict[str, Any]:
-    """What the audit event keeps of a request: path and query parameters, never bodies."""
+    """What the audit event keeps of a request: path and query parameters, never bodies (nor the
+    value of a query parameter named like a credential)."""
     params: dict[str, Any] = {
         _storable(str(k)): _storable(str(v)) for k, v in (scope.get("path_params") or {}).items()
     }
     for key, value in _query_pairs(scope):
+        if key.lower() in CREDENTIAL_PARAMETERS:
+            value = REDACTED
         key, value = _storable(key), _storable(value[:1024])
         if key not in params:
             params[key] = value

@@ -130,6 +130,9 @@ def test_the_wheel_holds_every_data_file_the_package_reads(installed):
         "catalog/governance/model.conf",
         "catalog/search/data/minilm-tokenizer.json",
         "catalog/search/data/stopwords-en.txt",
+        "catalog/console/templates/base.html",
+        "catalog/console/templates/store.html",
+        "catalog/console/static/console.css",
     } <= expected
     with zipfile.ZipFile(installed.wheel) as wheel:
         names = set(wheel.namelist())
@@ -236,4 +239,12 @@ def test_the_installed_wheel_serves_from_outside_the_checkout(installed):
             r = http.get(f"{STORE}/entries:get", params={"scope": "u1", "path": "/notes/wheel.md"})
             assert r.status_code == 200, r.text
             assert r.json()["contents"] == contents
+            # the web console: its templates and its stylesheet come from the installed package
+            r = http.get("/console/sign-in")
+            assert r.status_code == 200 and 'name="token"' in r.text, r.text
+            r = http.get("/console/static/console.css")
+            assert (
+                r.status_code == 200
+                and r.content == (REPO / "catalog/console/static/console.css").read_bytes()
+            )
     assert running_url(data_dir / "postgres") is None  # the server stopped its PostgreSQL on the way out

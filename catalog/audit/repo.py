@@ -58,3 +58,63 @@ async def list_events(
         limit,
         scope_pseudonym,
     )
+
+
+_FILTERS = (
+    "($1::text IS NULL OR principal = $1) AND ($2::text IS NULL OR action_name = $2) "
+    "AND ($3::text IS NULL OR securable_full_name = $3) AND ($4::text IS NULL OR decision = $4)"
+)
+
+
+async def time_bounds(
+    pool: asyncpg.Pool,
+    *,
+    principal: str | None,
+    action_name: str | None,
+    securable_full_name: str | None,
+    decision: str | None,
+    start: datetime | None,
+    end: datetime | None,
+) -> tuple[datetime | None, datetime | None]:
+    """The first and last event time among the matching events within [start, end)."""
+    row = await pool.fetchrow(
+        f"SELECT min(event_time), max(event_time) FROM audit_events WHERE {_FILTERS} "
+        "AND ($5::timestamptz IS NULL OR event_time >= $5) AND ($6::timestamptz IS NULL OR event_time < $6)",
+        principal,
+        action_name,
+        securable_full_name,
+        decision,
+        start,
+        end,
+    )
+    assert row is not None
+    return row[0], row[1]
+
+
+async def timeline(
+    pool: asyncpg.Pool,
+    *,
+    principal: str | None,
+    action_name: str | None,
+    securable_full_name: str | None,
+    decision: str | None,
+    start: datetime,
+    end: datetime,
+    buckets: int,
+) -> list[asyncpg.Record]:
+    """How many matching events of each decision fell into each of `buckets` equal parts of
+    [start, end): rows (bucket, decision, events), empty buckets left out."""
+    return await pool.fetch(
+        "SELECT least(floor(extract(epoch FROM event_time - $5) * $7 "
+        "                   / extract(epoch FROM $6::timestamptz - $5))::int, $7 - 1) AS bucket, "
+        "       decision, count(*) AS events "
+        f"FROM audit_events WHERE {_FILTERS} AND event_time >= $5 AND event_time < $6 "
+        "GROUP BY 1, 2",
+        principal,
+        action_name,
+        securable_full_name,
+        decision,
+        start,
+        end,
+        buckets,
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import asyncpg
@@ -146,3 +148,70 @@ async def verify_events(ctx: Context, principal: Principal) -> VerifyResult:
     await _authorize(ctx, principal)
     result = await verify_chain(ctx.pool)
     return VerifyResult(ok=result.ok, checked=result.checked, first_broken_seq=result.first_broken_seq)
+
+
+MAX_BUCKETS = 60
+DEFAULT_SPAN = timedelta(days=30)  # an open-ended timeline reaches back this far at most
+
+
+@dataclass(frozen=True)
+class Bucket:
+    start: datetime
+    end: datetime
+    counts: dict[str, int]  # events by decision (allow, deny, unauthenticated, system)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    start: datetime
+    end: datetime
+    buckets: list[Bucket]
+
+
+async def timeline(
+    ctx: Context,
+    principal: Principal,
+    *,
+    start_time: int | None,
+    end_time: int | None,
+    who: str | None,
+    action_name: str | None,
+    securable_full_name: str | None,
+    decision: str | None,
+    buckets: int = 30,
+) -> Timeline:
+    """The matching events counted by decision over equal stretches of time (a chart of the
+    log). Without a start, it begins at the first matching event of the last 30 days; without an
+    end, it ends now."""
+    if decision is not None and decision not in DECISIONS:
+        raise InvalidParameter("decision must be allow, deny, unauthenticated or system", "decision")
+    if not 1 <= buckets <= MAX_BUCKETS:
+        raise InvalidParameter(f"buckets must be between 1 and {MAX_BUCKETS}", "buckets")
+    start, end = epoch_ms(start_time, "start_time"), epoch_ms(end_time, "end_time")
+    if start is not None and end is not None and end <= start:
+        raise InvalidParameter("end_time must be after start_time", "end_time")
+    await _authorize(ctx, principal)
+    filters = {
+        "principal": who,
+        "action_name": action_name,
+        "securable_full_name": securable_full_name,
+        "decision": decision,
+    }
+    end = end or datetime.now(UTC) + timedelta(milliseconds=1)  # the newest event is inside
+    if start is None:
+        first, _ = await repo.time_bounds(ctx.pool, **filters, start=end - DEFAULT_SPAN, end=end)
+        start = first if first is not None else end - timedelta(hours=1)
+        if start >= end:
+            start = end - timedelta(seconds=1)
+    span = (end - start) / buckets
+    counts: dict[int, dict[str, int]] = {}
+    for row in await repo.timeline(ctx.pool, **filters, start=start, end=end, buckets=buckets):
+        counts.setdefault(row["bucket"], {})[row["decision"]] = row["events"]
+    return Timeline(
+        start=start,
+        end=end,
+        buckets=[
+            Bucket(start=start + span * i, end=start + span * (i + 1), counts=counts.get(i, {}))
+            for i in range(buckets)
+        ],
+    )

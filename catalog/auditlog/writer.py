@@ -99,6 +99,9 @@ class AuditContext:
     outcome: tuple[int, str] | None = None
     enabled: bool = True
     committed: bool = False  # a change already committed the request's event with itself
+    # the status a change's event records when it commits with the change (`audited`): what the
+    # request answers once the change is made (a web console form answers 303 See Other)
+    success_status: int = 200
     early_unlock: bool = True  # see FLUSH_TAIL
 
 
@@ -167,6 +170,23 @@ async def operation(params: dict[str, Any]) -> AsyncIterator[AuditContext]:
                     await record(**child.describe(200))
             else:
                 await record(**child.describe(200))
+
+
+def note_refusal(decision: str, reason: str) -> None:
+    """The request was refused before any securable was asked about (`deny`: a web console form
+    without its CSRF token; `unauthenticated`: a console page without a session, redirected to
+    sign-in rather than answered 401); its event records the decision and the reason."""
+    context = current.get()
+    if context is not None:
+        context.decision = decision
+        context.reason = reason
+
+
+def note_success_status(status: int) -> None:
+    """The status the request answers when its change succeeds (see `AuditContext.success_status`)."""
+    context = current.get()
+    if context is not None:
+        context.success_status = status
 
 
 def note_outcome(status: int, error_code: str) -> None:
@@ -436,7 +456,8 @@ async def audited(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
             if describe is not None:
                 assert context is not None
                 early = context.early_unlock
-                await append_on(conn, [complete(describe(200))], commit=True, early_unlock=early)
+                event = complete(describe(context.success_status))
+                await append_on(conn, [event], commit=True, early_unlock=early)
             else:
                 await conn.execute("COMMIT")
         except BaseException:

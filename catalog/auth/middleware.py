@@ -3,10 +3,33 @@ from __future__ import annotations
 from litestar.connection import ASGIConnection
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
+from catalog.auth.principal import Principal
 from catalog.errors import RequestLimitExceeded, Unauthenticated
 
 # Routes open without a token (regular expressions matched against the path).
 AUTH_EXEMPT_PATHS = [r"^/healthz$", r"^/openapi\.json$", r"^/docs", r"^/\.well-known/"]
+
+
+async def authenticate(connection: ASGIConnection, token: str) -> Principal:
+    """The one way a token becomes a principal, wherever it came from (the `Authorization`
+    header, the web console's session cookie or its sign-in form): verified by the app's verifier
+    (same algorithms, keys and claims), recorded for the request's log line and audit event,
+    rate-limited per principal, and remembered as a known principal."""
+    verifier = connection.app.state.verifier
+    principal: Principal = await verifier.verify(token)
+    connection.scope["state"]["principal"] = principal.name
+    connection.scope["state"]["on_behalf_of"] = principal.on_behalf_of
+    runtime = getattr(connection.app.state, "runtime", None)
+    limiter = getattr(runtime, "limiter", None)
+    if limiter is not None and (wait := limiter.take(principal.name)) is not None:
+        raise RequestLimitExceeded(
+            f"{principal.name} sent more than {limiter.rate:g} requests per second; retry later",
+            retry_after=wait,
+        )
+    principals = getattr(runtime, "principals", None)
+    if principals is not None:  # the subject is a principal the server has seen (SCIM Users)
+        await principals.saw(principal.name)
+    return principal
 
 
 class JWTAuthMiddleware(AbstractAuthenticationMiddleware):
@@ -19,18 +42,5 @@ class JWTAuthMiddleware(AbstractAuthenticationMiddleware):
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("authorization header must be 'Bearer <token>'")
-        verifier = connection.app.state.verifier
-        principal = await verifier.verify(token.strip())
-        connection.scope["state"]["principal"] = principal.name
-        connection.scope["state"]["on_behalf_of"] = principal.on_behalf_of
-        runtime = getattr(connection.app.state, "runtime", None)
-        limiter = getattr(runtime, "limiter", None)
-        if limiter is not None and (wait := limiter.take(principal.name)) is not None:
-            raise RequestLimitExceeded(
-                f"{principal.name} sent more than {limiter.rate:g} requests per second; retry later",
-                retry_after=wait,
-            )
-        principals = getattr(runtime, "principals", None)
-        if principals is not None:  # the subject is a principal the server has seen (SCIM Users)
-            await principals.saw(principal.name)
+        principal = await authenticate(connection, token.strip())
         return AuthenticationResult(user=principal, auth=None)

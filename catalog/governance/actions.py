@@ -122,7 +122,7 @@ ACTIONS: dict[str, Action] = {
             "memory_store.see",
             _S.MEMORY_STORE,
             (_P.READ_MEMORY_STORE, _P.WRITE_MEMORY_STORE, _P.MANAGE),
-            "see a memory store in a list",
+            "see a memory store",  # in a list, or its page in the web console
         ),
         _a(
             "mcp.connect",

@@ -53,6 +53,7 @@ class Holding:
     privilege: str
     grantee: str  # the principal itself, or the group it comes through
     source: Node  # the securable the grant (or ownership) is on
+    basis: str = ""  # what is held there: the privilege granted (ALL_PRIVILEGES too), OWNER or ADMIN
 
 
 def _describe(node: Node) -> str:
@@ -218,7 +219,7 @@ class Authorizer:
             allowed, line = self.engine.enforce(principal, securable.node.id, privilege)
             if allowed and line is not None:
                 source = next((n for n in chain if n.id == line[1]), self.metastore)
-                found.append(Holding(privilege, line[0], source))
+                found.append(Holding(privilege, line[0], source, line[2]))
         return found
 
     def is_member(self, principal: str, group_name: str) -> bool:

@@ -275,6 +275,17 @@ async def get_store(
     )
 
 
+async def see_store(ctx: Context, principal: Principal, full_name: str) -> tuple[MemoryStoreInfo, Securable]:
+    """A memory store as a list shows it, for a caller holding any privilege on it (READ, WRITE or
+    MANAGE: what `list_stores` shows it for), and its securable, to decide what else to show."""
+    parts = split_full_name(full_name, 3)
+    securable = await ctx.access.resolve(principal, "memory_store.see", STORE, parts)
+    info = await _must(
+        repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
+    )
+    return info, securable
+
+
 async def list_stores(
     ctx: Context,
     principal: Principal,

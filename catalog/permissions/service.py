@@ -4,6 +4,7 @@ call."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from catalog.auditlog.writer import audited
 from catalog.auth import Principal
@@ -164,6 +165,47 @@ async def update_permissions(
     )
 
 
+@dataclass(frozen=True)
+class Held:
+    """One privilege a principal effectively holds on a securable, and where it comes from."""
+
+    privilege: str
+    grantee: str  # the principal asked about, or the group it comes through
+    source_type: str  # where the grant or ownership is: METASTORE, CATALOG, SCHEMA or MEMORY_STORE
+    source_name: str
+    inherited: bool  # held on a parent of the securable, not on the securable itself
+    basis: str  # what is held there: the privilege granted (ALL_PRIVILEGES too), OWNER or ADMIN
+
+
+@dataclass(frozen=True)
+class Effective:
+    about: str  # whose privileges
+    securable: Securable
+    held: list[Held]
+
+
+async def effective_holdings(
+    ctx: Context, principal: Principal, securable_type: str, full_name: str, about: str | None
+) -> Effective:
+    """Every privilege `about` (the caller by default) holds on the securable, with its source.
+    About oneself anyone may ask; about others the owner, MANAGE or the admin."""
+    about = _principal_name(about, "principal") if about is not None else principal.name
+    action_name = "effective_permissions.self" if about == principal.name else "effective_permissions.other"
+    securable = await resolve(ctx, principal, action_name, securable_type, full_name)
+    held = [
+        Held(
+            privilege=holding.privilege,
+            grantee=holding.grantee,
+            source_type=holding.source.type.value,
+            source_name=holding.source.full_name,
+            inherited=holding.source.id != securable.node.id,
+            basis=holding.basis,
+        )
+        for holding in ctx.authorizer.holdings(about, securable)
+    ]
+    return Effective(about, securable, held)
+
+
 async def get_effective_permissions(
     ctx: Context,
     principal: Principal,
@@ -175,19 +217,18 @@ async def get_effective_permissions(
 ) -> EffectivePermissionsList:
     """Paged by grantee (the principal asked about, then the groups privileges come through)."""
     size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
-    about = _principal_name(about, "principal") if about is not None else principal.name
-    action_name = "effective_permissions.self" if about == principal.name else "effective_permissions.other"
-    securable = await resolve(ctx, principal, action_name, securable_type, full_name)
-    pages = Pages(ctx.pool, "effective_permissions", securable=securable.node.id, principal=about)
+    effective = await effective_holdings(ctx, principal, securable_type, full_name, about)
+    pages = Pages(
+        ctx.pool, "effective_permissions", securable=effective.securable.node.id, principal=effective.about
+    )
     after = await pages.after(page_token, str)
     by_grantee: dict[str, list[EffectivePrivilege]] = {}
-    for holding in ctx.authorizer.holdings(about, securable):
-        inherited = holding.source.id != securable.node.id
-        by_grantee.setdefault(holding.grantee, []).append(
+    for held in effective.held:
+        by_grantee.setdefault(held.grantee, []).append(
             EffectivePrivilege(
-                privilege=holding.privilege,
-                inherited_from_type=holding.source.type.value if inherited else None,
-                inherited_from_name=holding.source.full_name if inherited else None,
+                privilege=held.privilege,
+                inherited_from_type=held.source_type if held.inherited else None,
+                inherited_from_name=held.source_name if held.inherited else None,
             )
         )
     grantees = [g for g in sorted(by_grantee) if after is None or g > after]

@@ -1,0 +1,405 @@
+"""What each console page shows, from the services the REST routes call (namespace, permissions,
+entries, audit, lineage): each of them authorizes through the access seam and records the
+decision for the request's one audit event. What a page merely offers (a grants form, the entries
+of a store) is decided with `Access.visible`, which records nothing, so an offer not taken is not
+a denial; a request for something refused (another principal's privileges, a store's entries
+without READ) reaches its service and is answered 403.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import cast
+
+from catalog.audit import service as audit
+from catalog.auth import Principal
+from catalog.console.charts import LineageGraph, TimelineChart, lineage_graph, timeline_chart
+from catalog.context import Context
+from catalog.entries import operations as ops
+from catalog.entries import service as entries
+from catalog.entries.repo import EntryRow
+from catalog.errors import InvalidParameter
+from catalog.governance import Securable, SecurableType
+from catalog.governance.actions import GRANTABLE
+from catalog.inputs import MAX_PRINCIPAL, blank
+from catalog.lineage import service as lineage
+from catalog.namespace import service as namespace
+from catalog.namespace.schemas import CatalogInfo, MemoryStoreInfo, SchemaInfo
+from catalog.permissions import service as permissions
+from catalog.permissions.schemas import PermissionsChange, PrivilegeAssignment, UpdatePermissions
+
+LIST_PAGE = 50  # rows of a listing page (the server's page cap lowers it)
+ENTRIES_PAGE = 20
+SEARCH_TOP_K = 10
+AUDIT_PAGE = 50
+MAX_GRANT_PAGES = 20  # a grants panel reads at most this many pages of grants
+SEARCH_MODES = ("hybrid", "keyword", "semantic")
+DECISIONS = audit.DECISIONS
+
+# the console's paths of each securable type, and the type's name in the permissions API
+PAGE_OF = {
+    SecurableType.CATALOG: "/console/catalogs/",
+    SecurableType.SCHEMA: "/console/schemas/",
+    SecurableType.MEMORY_STORE: "/console/stores/",
+}
+API_TYPE = {
+    SecurableType.CATALOG: "catalog",
+    SecurableType.SCHEMA: "schema",
+    SecurableType.MEMORY_STORE: "memory_store",
+}
+
+
+# --- grants ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grants:
+    """A securable's grants, and whether the caller may change them."""
+
+    securable_type: str  # as the permissions API names it: catalog, schema, memory_store
+    full_name: str
+    assignments: list[PrivilegeAssignment]
+    grantable: tuple[str, ...]  # what may be granted on this type (the <select>)
+    may_change: bool
+    truncated: bool  # more grants than a panel shows
+
+
+async def grants_panel(ctx: Context, principal: Principal, securable: Securable) -> Grants | None:
+    """The grants of the securable, when the caller may see them (any privilege on it)."""
+    if not ctx.access.visible(principal, "permissions.get", securable):
+        return None
+    kind = API_TYPE[securable.type]
+    assignments: list[PrivilegeAssignment] = []
+    token: str | None = None
+    for _ in range(MAX_GRANT_PAGES):
+        listed = await permissions.get_permissions(
+            ctx, principal, kind, securable.full_name, None, ctx.settings.page_cap, token
+        )
+        assignments += listed.privilege_assignments
+        token = listed.next_page_token
+        if token is None:
+            break
+    return Grants(
+        securable_type=kind,
+        full_name=securable.full_name,
+        assignments=assignments,
+        grantable=tuple(p.value for p in GRANTABLE[securable.type]),
+        may_change=ctx.access.visible(principal, "permissions.update", securable),
+        truncated=token is not None,
+    )
+
+
+def grant_form(securable_type: str, form: dict[str, str]) -> tuple[str, str, str]:
+    """(op, principal, privilege) of a grants form, or 400 naming the field."""
+    kind = permissions.parse_securable_type(securable_type)
+    if kind not in API_TYPE:
+        raise InvalidParameter(
+            "grants are changed here on catalogs, schemas and memory stores", "securable_type"
+        )
+    op = form.get("op", "")
+    if op not in ("add", "remove"):
+        raise InvalidParameter("op must be add or remove", "op")
+    who = form.get("principal", "").strip()
+    if blank(who) or len(who) > MAX_PRINCIPAL:
+        raise InvalidParameter(
+            f"enter a principal or group name of 1-{MAX_PRINCIPAL} characters", "principal"
+        )
+    privilege = form.get("privilege", "")
+    allowed = tuple(p.value for p in GRANTABLE[kind])
+    if privilege not in allowed:
+        raise InvalidParameter(
+            f"choose one of {', '.join(allowed)} (on a {kind.value.lower().replace('_', ' ')})",
+            "privilege",
+        )
+    return op, who, privilege
+
+
+async def change_grant(
+    ctx: Context, principal: Principal, securable_type: str, full_name: str, op: str, who: str, privilege: str
+) -> str:
+    """Add or remove one privilege through the permissions service; the console page to go back to."""
+    change = (
+        PermissionsChange(principal=who, add=[privilege])
+        if op == "add"
+        else PermissionsChange(principal=who, remove=[privilege])
+    )
+    body = UpdatePermissions(changes=[change], omit_permissions_in_response=True)
+    await permissions.update_permissions(ctx, principal, securable_type, full_name, body)
+    kind = permissions.parse_securable_type(securable_type)
+    return PAGE_OF[kind] + full_name.lower()
+
+
+# --- browsing ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CatalogsPage:
+    catalogs: list[CatalogInfo]
+    next_page_token: str | None
+
+
+async def catalogs_page(ctx: Context, principal: Principal, page_token: str | None) -> CatalogsPage:
+    listed = await namespace.list_catalogs(ctx, principal, LIST_PAGE, page_token)
+    return CatalogsPage(listed.catalogs, listed.next_page_token)
+
+
+@dataclass(frozen=True)
+class CatalogPage:
+    catalog: CatalogInfo
+    schemas: list[SchemaInfo]
+    next_page_token: str | None
+    grants: Grants | None
+
+
+async def catalog_page(ctx: Context, principal: Principal, name: str, page_token: str | None) -> CatalogPage:
+    catalog = await namespace.get_catalog(ctx, principal, name)
+    listed = await namespace.list_schemas(ctx, principal, catalog.name, LIST_PAGE, page_token)
+    securable = await ctx.access.locate(SecurableType.CATALOG, [catalog.name])
+    grants = await grants_panel(ctx, principal, securable)
+    return CatalogPage(catalog, listed.schemas, listed.next_page_token, grants)
+
+
+@dataclass(frozen=True)
+class SchemaPage:
+    schema: SchemaInfo
+    stores: list[MemoryStoreInfo]
+    next_page_token: str | None
+    grants: Grants | None
+
+
+async def schema_page(
+    ctx: Context, principal: Principal, full_name: str, page_token: str | None
+) -> SchemaPage:
+    schema = await namespace.get_schema(ctx, principal, full_name)
+    listed = await namespace.list_stores(
+        ctx, principal, schema.catalog_name, schema.name, LIST_PAGE, page_token
+    )
+    securable = await ctx.access.locate(SecurableType.SCHEMA, [schema.catalog_name, schema.name])
+    grants = await grants_panel(ctx, principal, securable)
+    return SchemaPage(schema, listed.memory_stores, listed.next_page_token, grants)
+
+
+# --- a memory store ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one effective privilege comes from, said for people."""
+
+    privilege: str
+    how: str  # "granted READ_MEMORY_STORE", "ownership", "metastore admin", "granted ALL_PRIVILEGES"
+    where: str  # "directly on this memory store", "inherited from schema main.default", ...
+    inherited: bool
+    group: str | None  # the group it comes through; None: held by the principal itself
+
+
+@dataclass(frozen=True)
+class EntriesView:
+    scope: str
+    query: str
+    mode: str
+    rows: list[tuple[EntryRow, float | None]]  # with the score of a search hit
+    next_page_token: str | None
+
+
+@dataclass(frozen=True)
+class StorePage:
+    store: MemoryStoreInfo
+    grants: Grants | None
+    about: str  # whose effective privileges are shown
+    sources: list[Source]
+    may_ask_others: bool  # the caller may look at another principal's privileges
+    may_read_entries: bool
+    may_read_audit: bool  # READ_AUDIT: the lineage and the audit log
+    entries: EntriesView | None = None
+
+
+def _where(held: permissions.Held) -> str:
+    if not held.inherited:
+        return "directly on this memory store"
+    if held.source_type == SecurableType.METASTORE.value:
+        return "inherited from the metastore"
+    return f"inherited from {held.source_type.lower().replace('_', ' ')} {held.source_name}"
+
+
+def _source(held: permissions.Held, about: str) -> Source:
+    if held.basis == "ADMIN":
+        how = "metastore admin"
+    elif held.basis == "OWNER":
+        how = "ownership"
+    else:
+        how = f"granted {held.basis}"
+    return Source(
+        privilege=held.privilege,
+        how=how,
+        where=_where(held),
+        inherited=held.inherited,
+        group=held.grantee if held.grantee != about else None,
+    )
+
+
+async def store_page(
+    ctx: Context,
+    principal: Principal,
+    full_name: str,
+    *,
+    about: str | None,
+    scope: str | None,
+    query: str | None,
+    mode: str | None,
+    page_token: str | None,
+) -> StorePage:
+    """The page of a store the caller holds any privilege on (403 otherwise, like its REST
+    metadata): its grants, someone's effective privileges, and entries of one scope (listed, or
+    searched with `query`)."""
+    store, securable = await namespace.see_store(ctx, principal, full_name)
+    grants = await grants_panel(ctx, principal, securable)
+    about = about.strip() if about and about.strip() else None
+    effective = await permissions.effective_holdings(ctx, principal, "memory_store", store.full_name, about)
+    metastore = await ctx.access.locate(SecurableType.METASTORE)
+    page = StorePage(
+        store=store,
+        grants=grants,
+        about=effective.about,
+        sources=[_source(h, effective.about) for h in effective.held],
+        may_ask_others=ctx.access.visible(principal, "effective_permissions.other", securable),
+        may_read_entries=ctx.access.visible(principal, "entries.read", securable),
+        may_read_audit=ctx.access.visible(principal, "audit.read", metastore),
+    )
+    if scope is None or not scope.strip():
+        return page
+    chosen_mode = mode or "hybrid"
+    if chosen_mode not in SEARCH_MODES:
+        raise InvalidParameter(f"mode must be one of {', '.join(SEARCH_MODES)}", "mode")
+    text = (query or "").strip()
+    rows: list[tuple[EntryRow, float | None]]
+    token = None
+    if text:
+        hits = await entries.search(
+            ctx,
+            principal,
+            ops.Search(
+                store=store.full_name,
+                scopes=(scope,),
+                query=text,
+                top_k=SEARCH_TOP_K,
+                mode=cast(ops.SearchMode, chosen_mode),
+            ),
+        )
+        rows = [(row, score) for row, score in hits]
+    else:
+        listed = await entries.list_entries(
+            ctx,
+            principal,
+            ops.List(
+                store=store.full_name,
+                scopes=(scope,),
+                page_size=ENTRIES_PAGE,
+                page_token=page_token,
+                listing="console",
+            ),
+        )
+        rows = [(row, None) for row in listed.rows]
+        token = listed.next_page_token
+    return replace(page, entries=EntriesView(scope, text, chosen_mode, rows, token))
+
+
+# --- audit and lineage ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditFilters:
+    principal: str | None = None
+    action: str | None = None
+    decision: str | None = None
+    securable: str | None = None
+    since: str | None = None  # as typed: YYYY-MM-DDTHH:MM[:SS], UTC
+    until: str | None = None
+
+    def query(self) -> dict[str, str]:
+        """The filters as the page's query parameters (for the next page's link)."""
+        return {k: v for k, v in self.__dict__.items() if v}
+
+
+def _instant(value: str | None, field_name: str) -> int | None:
+    """A `datetime-local` value (UTC) as epoch milliseconds, or 400 naming the field."""
+    if value is None or not value.strip():
+        return None
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise InvalidParameter(
+            f"write a time as YYYY-MM-DDTHH:MM (UTC), not {value[:40]!r}", field_name
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    millis = int(moment.timestamp() * 1000)
+    if not 0 <= millis <= lineage.MAX_EPOCH_MS:
+        raise InvalidParameter("the time is out of range", field_name)
+    return millis
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    filters: AuditFilters
+    events: list[audit.AuditEvent]
+    next_page_token: str | None
+    chart: TimelineChart
+    decisions: tuple[str, ...] = field(default=DECISIONS)
+
+
+async def audit_page(
+    ctx: Context, principal: Principal, filters: AuditFilters, page_token: str | None
+) -> AuditPage:
+    start = _instant(filters.since, "since")
+    end = _instant(filters.until, "until")
+    if start is not None and end is not None and end <= start:
+        raise InvalidParameter("must be later than since", "until")
+    if filters.decision is not None and filters.decision not in DECISIONS:
+        raise InvalidParameter(f"decision must be one of {', '.join(DECISIONS)}", "decision")
+    listed = await audit.list_events(
+        ctx,
+        principal,
+        start_time=start,
+        end_time=end,
+        who=filters.principal,
+        action_name=filters.action,
+        securable_full_name=filters.securable,
+        decision=filters.decision,
+        status_code=None,
+        order=None,
+        size=AUDIT_PAGE,
+        page_token=page_token,
+    )
+    timeline = await audit.timeline(
+        ctx,
+        principal,
+        start_time=start,
+        end_time=end,
+        who=filters.principal,
+        action_name=filters.action,
+        securable_full_name=filters.securable,
+        decision=filters.decision,
+    )
+    return AuditPage(filters, listed.events, listed.next_page_token, timeline_chart(timeline))
+
+
+@dataclass(frozen=True)
+class LineagePage:
+    full_name: str
+    direction: str
+    depth: int
+    graph: LineageGraph
+
+
+async def lineage_page(
+    ctx: Context, principal: Principal, full_name: str, direction: str | None, depth: str | None
+) -> LineagePage:
+    hops = lineage.DEFAULT_DEPTH
+    if depth is not None and depth.strip():
+        if not depth.strip().isdigit() or not 1 <= int(depth) <= lineage.MAX_DEPTH:
+            raise InvalidParameter(f"depth must be a whole number from 1 to {lineage.MAX_DEPTH}", "depth")
+        hops = int(depth)
+    found = await lineage.lineage(ctx, principal, full_name, direction or None, None, None, None, hops)
+    return LineagePage(found.securable_full_name, found.direction, hops, lineage_graph(found))

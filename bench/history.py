@@ -8,9 +8,9 @@ entries and half overwrites of one of 50 paths (so pruning every tenth version r
 Then the same at the statement level, where load on the machine blurs less: the server's own
 overwrite statement (`catalog.entries.repo.upsert_overwrite`), run `--statements` times in a row
 on one connection (half new paths, half overwrites of 50 hot paths), triggers on and off in
-alternating rounds, median per write. The HTTP figure includes the server's background work
-(indexing, embedding) competing for the same cores; the statement figure is what the triggers add
-to the writing transaction itself.
+alternating rounds, median per write, on the same database with the server stopped. The HTTP
+figure includes the server's background work (indexing, embedding) competing for the same
+cores; the statement figure is what the triggers add to the writing transaction itself.
 
 Run: .venv/bin/python bench/history.py [--writes 400] [--rounds 3] [--statements 2000]
 """
@@ -32,6 +32,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.live import BenchServer
+from catalog.db import EmbeddedPostgres
+from catalog.runtime import EMBEDDED_DATABASE, ensure_database
+from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.history-bench"
@@ -84,9 +87,9 @@ async def statements(db: str, n: int, rounds: int) -> None:
         await burst()  # warm-up
         cost: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(rounds):
-            for on in (True, False):
-                await switch(db, on)
-                cost[on].append(await burst())
+            for enabled in (True, False):
+                await switch(db, enabled)
+                cost[enabled].append(await burst())
         await switch(db, True)
     finally:
         await conn.close()
@@ -98,7 +101,7 @@ async def statements(db: str, n: int, rounds: int) -> None:
     print(f"| median of {rounds} rounds of {n} | {on:.0f} µs | {off:.0f} µs | {added} |")
 
 
-async def run(server: BenchServer, n: int, rounds: int, statement_count: int) -> None:
+async def run(server: BenchServer, n: int, rounds: int) -> None:
     db = server.db_url()
     headers = {"Authorization": f"Bearer {server.token()}"}
     async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as http:
@@ -110,18 +113,27 @@ async def run(server: BenchServer, n: int, rounds: int, statement_count: int) ->
         await writes(http, 100, 4)  # warm-up
         rates: dict[tuple[bool, int], list[float]] = {}
         for _ in range(rounds):
-            for on in (True, False):
-                await switch(db, on)
+            for enabled in (True, False):
+                await switch(db, enabled)
                 for clients in (1, 8):
-                    rates.setdefault((on, clients), []).append(await writes(http, n, clients))
+                    rates.setdefault((enabled, clients), []).append(await writes(http, n, clients))
         await switch(db, True)
     print("| writers | history on | history off | cost |")
     print("|---|---|---|---|")
     for clients in (1, 8):
         on, off = statistics.median(rates[(True, clients)]), statistics.median(rates[(False, clients)])
         print(f"| {clients} | {on:.0f} writes/s | {off:.0f} writes/s | {100 * (off - on) / off:.1f}% |")
-    if statement_count:
-        await statements(db, statement_count, max(rounds, 3))
+
+
+async def statements_alone(data_dir: Path, n: int, rounds: int) -> None:
+    """The statement rounds on the same database with the server stopped: no background work
+    (indexing, embedding) competes with the statements for the cores."""
+    postgres = EmbeddedPostgres(Settings(data_dir=data_dir).postgres_dir)
+    url = await ensure_database(await asyncio.to_thread(postgres.start), EMBEDDED_DATABASE)
+    try:
+        await statements(url, n, rounds)
+    finally:
+        await asyncio.to_thread(postgres.stop)
 
 
 def main() -> None:
@@ -132,9 +144,11 @@ def main() -> None:
     args = parser.parse_args()
     server = BenchServer()
     try:
-        asyncio.run(run(server, args.writes, args.rounds, args.statements))
+        asyncio.run(run(server, args.writes, args.rounds))
     finally:
         server.stop()
+    if args.statements:
+        asyncio.run(statements_alone(server.data_dir, args.statements, max(args.rounds, 3)))
 
 
 if __name__ == "__main__":

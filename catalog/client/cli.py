@@ -21,18 +21,19 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from catalog.client import _calls as calls
 from catalog.client.errors import CatalogError
+from catalog.client.output import Progress, fields, print_raw, table, when
 
 if TYPE_CHECKING:
     from catalog.client import Call, Client
 
 Handler = Callable[[argparse.Namespace], int]
 SECURABLE_TYPES = ("metastore", "catalog", "schema", "memory_store")
-CELL = 60  # longest table cell, in characters (the whole value is in --json)
 DEFAULT_EVENTS = 50
 
 
@@ -113,72 +114,6 @@ def _json(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "json", False))
 
 
-# --- output --------------------------------------------------------------------------------------
-
-
-def when(epoch_ms: int | None) -> str:
-    if not epoch_ms:
-        return ""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(epoch_ms / 1000))
-
-
-def cell(value: Any, width: int = CELL) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, list | tuple):
-        value = ", ".join(str(v) for v in value)
-    text = " ".join(str(value).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    cells = [[cell(v) for v in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    lines = []
-    for row in [list(headers), *cells]:
-        padded = [text.ljust(widths[i]) for i, text in enumerate(row)]
-        lines.append("  ".join(padded).rstrip())
-    return "\n".join(lines)
-
-
-def fields(pairs: Iterable[tuple[str, Any]]) -> str:
-    """`name: value` lines, names aligned (values whole: one object, not a table)."""
-    shown = [(name, value) for name, value in pairs if value not in (None, "", [], {})]
-    width = max((len(name) for name, _ in shown), default=0)
-    out = []
-    for name, value in shown:
-        text = ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
-        out.append(f"{name + ':':<{width + 1}} {text}")
-    return "\n".join(out)
-
-
-def print_raw(text: str) -> None:
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
-
-
-class Progress:
-    """`read N <things>` on stderr while a list is read page after page, when stderr is a
-    terminal (a pipe or a log gets nothing, so a failure stays one line)."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.shown = False
-        self.live = sys.stderr.isatty()
-
-    def update(self, count: int, pages: int) -> None:
-        if self.live and pages > 1:
-            sys.stderr.write(f"\rread {count} {self.what} ({pages} pages)…")
-            sys.stderr.flush()
-            self.shown = True
-
-    def done(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
-
-
 def read_list(client: Client, call: Call, key: str, what: str, limit: int | None = None) -> list[Any]:
     """The items of a list, page after page (at most `limit`), as the server sent them."""
     progress = Progress(what)
@@ -250,8 +185,6 @@ def _described(kind: str) -> Callable[[dict[str, Any]], str]:
 
 
 def catalogs_list(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     columns = [
         ("NAME", lambda c: c.get("name")),
         ("OWNER", lambda c: c.get("owner")),
@@ -261,14 +194,10 @@ def catalogs_list(args: argparse.Namespace) -> int:
 
 
 def catalogs_create(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     return show_one(args, calls.create_catalog(args.name, args.comment, None), _described("catalog"))
 
 
 def schemas_list(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     columns = [
         ("NAME", lambda s: s.get("full_name")),
         ("OWNER", lambda s: s.get("owner")),
@@ -278,14 +207,10 @@ def schemas_list(args: argparse.Namespace) -> int:
 
 
 def schemas_create(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     return show_one(args, calls.create_schema(args.full_name, args.comment, None), _described("schema"))
 
 
 def stores_list(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     columns = [
         ("NAME", lambda s: s.get("full_name")),
         ("OWNER", lambda s: s.get("owner")),
@@ -297,15 +222,11 @@ def stores_list(args: argparse.Namespace) -> int:
 
 
 def stores_create(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     call = calls.create_store(args.full_name, description=args.description)
     return show_one(args, call, _described("memory store"))
 
 
 def stores_show(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     return show_one(args, calls.get_store(args.full_name), _described("memory store"))
 
 
@@ -321,8 +242,6 @@ def _grants_table(body: dict[str, Any]) -> str:
 
 
 def grants_show(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     call = calls.get_permissions(args.securable_type, args.full_name, args.principal)
     columns = [
         ("PRINCIPAL", lambda a: a.get("principal")),
@@ -332,8 +251,6 @@ def grants_show(args: argparse.Namespace) -> int:
 
 
 def grants_change(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     privileges = [p.upper().replace(" ", "_") for p in args.privileges]
     add, remove = (privileges, []) if args.grants_command == "add" else ([], privileges)
     call = calls.update_permissions(args.securable_type, args.full_name, args.principal, add, remove)
@@ -341,8 +258,6 @@ def grants_change(args: argparse.Namespace) -> int:
 
 
 def grants_effective(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     call = calls.effective_permissions(args.securable_type, args.full_name, args.principal)
     with client_for(args) as client:
         found = read_list(client, call, "privilege_assignments", "assignments")
@@ -365,8 +280,6 @@ def grants_effective(args: argparse.Namespace) -> int:
 
 
 def entries_list(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     call = calls.list_entries(args.store, args.scope, args.path_prefix, None, None)
     columns = [
         ("PATH", lambda e: e.get("path")),
@@ -393,14 +306,10 @@ def _entry(obj: dict[str, Any]) -> str:
 
 
 def entries_get(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     return show_one(args, calls.get_entry(args.store, args.scope, args.path, None), _entry)
 
 
 def entries_put(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     contents = sys.stdin.read() if args.contents == "-" else args.contents
     call = calls.write_entry(
         args.store,
@@ -425,15 +334,11 @@ def entries_put(args: argparse.Namespace) -> int:
 
 
 def entries_delete(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     call = calls.delete_entry(args.store, args.scope, args.path, None, None)
     return show_one(args, call, lambda _: f"deleted {args.path} in scope {args.scope}")
 
 
 def entries_search(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     call = calls.search_entries(
         args.store,
         args.scope,
@@ -485,8 +390,6 @@ def parse_time(text: str) -> int:
 
 
 def audit_events(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     filters = {
         "principal": args.principal,
         "action_name": args.action,
@@ -509,8 +412,6 @@ def audit_events(args: argparse.Namespace) -> int:
 
 
 def audit_verify(args: argparse.Namespace) -> int:
-    from catalog.client import _calls as calls
-
     with client_for(args) as client:
         response = client.send(calls.verify_audit())
     result = response.json()

@@ -19,7 +19,6 @@ from catalog.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 UC = "/api/2.1/unity-catalog"
-SCIM = "/api/2.0/preview/scim/v2/Groups"
 
 
 @pytest.fixture(scope="module")
@@ -98,11 +97,8 @@ def test_a_new_admin_grants_a_team_read_access_to_a_store(live):
     assert [r[0] for r in rows(ok(catalog(live, "stores", "list", "--catalog", cat, "--schema", "s")))] == [
         store
     ]
-    admin = {"Authorization": f"Bearer {token_for(live, 'admin')}"}
-    made = httpx.post(
-        f"{live.url}{SCIM}", headers=admin, json={"displayName": team, "members": [{"value": "alice"}]}
-    )
-    assert made.status_code == 200, made.text
+    assert fields(ok(catalog(live, "groups", "create", team, "--member", "alice")))["members"] == "alice"
+    assert fields(ok(catalog(live, "groups", "show", team)))["group"] == team
 
     added = ok(catalog(live, "grants", "add", "memory_store", store, team, "READ_MEMORY_STORE"))
     assert rows(added) == [[team, "READ_MEMORY_STORE"]]

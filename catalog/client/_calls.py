@@ -135,6 +135,42 @@ def effective_permissions(securable_type: str, full_name: str, principal: str | 
     )
 
 
+# --- groups (SCIM) ------------------------------------------------------------------------------
+
+GROUPS = "/api/2.0/preview/scim/v2/Groups"
+
+
+def _members(members: Sequence[str]) -> list[dict[str, str]]:
+    if isinstance(members, str):
+        raise TypeError("members is a list of principal names (or group ids)")
+    return [{"value": member} for member in members]
+
+
+def create_group(name: str, members: Sequence[str]) -> Call:
+    return Call("POST", GROUPS, body={"displayName": name, "members": _members(members)})
+
+
+def find_group(name: str) -> Call:
+    """The group of that name, as a list of at most one."""
+    if '"' in name:
+        raise ValueError(f"a group name to look up cannot hold a double quote: {name!r}")
+    return Call("GET", GROUPS, params={"filter": f'displayName eq "{name}"'})
+
+
+def list_groups(start_index: int) -> Call:
+    return Call("GET", GROUPS, params={"startIndex": start_index})
+
+
+def change_members(group_id: str, verb: str, members: Sequence[str]) -> Call:
+    operation = {"op": verb, "path": "members", "value": _members(members)}
+    # adding a member twice, or removing one who is gone, changes nothing: safe to send twice
+    return Call("PATCH", f"{GROUPS}/{segment(group_id)}", body={"Operations": [operation]}, idempotent=True)
+
+
+def delete_group(group_id: str) -> Call:
+    return Call("DELETE", f"{GROUPS}/{segment(group_id)}")
+
+
 # --- entries -------------------------------------------------------------------------------------
 
 

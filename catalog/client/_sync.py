@@ -20,6 +20,7 @@ from catalog.client._core import (
     items,
     transport_error,
 )
+from catalog.client.errors import CatalogError
 from catalog.client.types import (
     AuditEvent,
     AuditVerification,
@@ -28,6 +29,7 @@ from catalog.client.types import (
     Entry,
     EntrySummary,
     EntryVersion,
+    Group,
     Lineage,
     MemoryStore,
     MetastoreSummary,
@@ -70,6 +72,7 @@ class Client:
         self.schemas = Schemas(self)
         self.memory_stores = MemoryStores(self)
         self.grants = Grants(self)
+        self.groups = Groups(self)
         self.audit = Audit(self)
         self.lineage = LineageAPI(self)
 
@@ -298,6 +301,44 @@ class Grants:
         comes from (`inherited_from_type`/`_name`, and the group as the assignment's principal)."""
         call = calls.effective_permissions(securable_type, full_name, principal)
         return list(self._c.each(call, "privilege_assignments", EffectivePrivilegeAssignment))
+
+
+class Groups:
+    """Groups (SCIM; only the metastore admin manages them): grant a privilege to a group by its
+    name, and every member holds it. Members are principal names (token subjects) or group ids."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(self, name: str, *, members: Sequence[str] = ()) -> Group:
+        return self._c.call(calls.create_group(name, members), Group)
+
+    def get(self, name: str) -> Group:
+        found = items(self._c.call(calls.find_group(name), dict[str, Any]), "Resources", Group)
+        if not found:
+            raise CatalogError(404, "RESOURCE_DOES_NOT_EXIST", f"no group named {name}")
+        return found[0]
+
+    def list(self) -> Iterator[Group]:
+        start = 1
+        while True:
+            page = self._c.call(calls.list_groups(start), dict[str, Any])
+            groups = items(page, "Resources", Group)
+            yield from groups
+            start += len(groups)
+            if not groups or start > int(page.get("totalResults") or 0):
+                return
+
+    def add_members(self, name: str, members: Sequence[str]) -> Group:
+        group = self.get(name)
+        return self._c.call(calls.change_members(group.id, "add", members), Group)
+
+    def remove_members(self, name: str, members: Sequence[str]) -> Group:
+        group = self.get(name)
+        return self._c.call(calls.change_members(group.id, "remove", members), Group)
+
+    def delete(self, name: str) -> None:
+        self._c.send(calls.delete_group(self.get(name).id))
 
 
 class Audit:

@@ -21,7 +21,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -276,6 +276,65 @@ def grants_effective(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- groups --------------------------------------------------------------------------------------
+
+
+def _group(obj: dict[str, Any]) -> str:
+    members = [m.get("display") or m.get("value") for m in obj.get("members") or []]
+    return fields([("group", obj.get("displayName")), ("id", obj.get("id")), ("members", members)])
+
+
+def _find_group(client: Client, name: str) -> dict[str, Any]:
+    found = client.call(calls.find_group(name), dict[str, Any]).get("Resources") or []
+    if not found:
+        raise CatalogError(404, "RESOURCE_DOES_NOT_EXIST", f"no group named {name}")
+    return dict(found[0])
+
+
+def groups_list(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        found = [group for page in _group_pages(client) for group in page]
+    if _json(args):
+        print_raw(json.dumps({"Resources": found, "totalResults": len(found)}))
+        return 0
+    rows = [
+        (g.get("displayName"), [m.get("display") or m.get("value") for m in g.get("members") or []])
+        for g in found
+    ]
+    print(table(["GROUP", "MEMBERS"], rows))
+    return 0
+
+
+def _group_pages(client: Client) -> Iterator[list[dict[str, Any]]]:
+    start = 1
+    while True:
+        page = client.call(calls.list_groups(start), dict[str, Any])
+        groups = page.get("Resources") or []
+        yield groups
+        start += len(groups)
+        if not groups or start > int(page.get("totalResults") or 0):
+            return
+
+
+def groups_show(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        group = _find_group(client, args.name)
+    print_raw(json.dumps(group)) if _json(args) else print(_group(group))
+    return 0
+
+
+def groups_create(args: argparse.Namespace) -> int:
+    return show_one(args, calls.create_group(args.name, args.members or []), _group)
+
+
+def groups_change(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        group = _find_group(client, args.name)
+        response = client.send(calls.change_members(group["id"], args.groups_command, args.members))
+    print_raw(response.text) if _json(args) else print(_group(response.json()))
+    return 0
+
+
 # --- entries -------------------------------------------------------------------------------------
 
 
@@ -502,6 +561,21 @@ def add_commands(
     effective = leaf(grants, "effective", grants_effective, "what a principal may do on an object, and why")
     securable(effective)
     effective.add_argument("--principal", help="whose (default: yours)")
+
+    groups = commands.add_parser("groups", help="groups of principals (the admin manages them)")
+    group_commands = groups.add_subparsers(dest="groups_command", required=True)
+    leaf(group_commands, "list", groups_list, "the groups (all of them for the admin; yours otherwise)")
+    shown = leaf(group_commands, "show", groups_show, "one group and its members")
+    shown.add_argument("name", metavar="NAME")
+    create = leaf(group_commands, "create", groups_create, "create a group")
+    create.add_argument("name", metavar="NAME")
+    create.add_argument(
+        "--member", dest="members", action="append", help="a principal (or a group id); repeat it"
+    )
+    for verb, text in (("add", "add members to a group"), ("remove", "remove members from a group")):
+        change = leaf(group_commands, verb, groups_change, text)
+        change.add_argument("name", metavar="NAME")
+        change.add_argument("members", metavar="MEMBER", nargs="+", help="principals (or group ids)")
 
     entries = commands.add_parser("entries", help="the entries of a memory store").add_subparsers(
         dest="entries_command", required=True

@@ -93,6 +93,20 @@ class EffectivePrivilegeAssignment(_Answer, kw_only=True):
     privileges: list[EffectivePrivilege] = []
 
 
+class GroupMember(_Answer, kw_only=True):
+    value: str  # a principal's name, or a group's id
+    display: str | None = None
+    type: str | None = None  # User or Group
+
+
+class Group(_Answer, kw_only=True, rename={"display_name": "displayName"}):
+    """A group (SCIM): grant privileges to it by its name, `display_name`."""
+
+    id: str
+    display_name: str
+    members: list[GroupMember] = []
+
+
 class Entry(_Answer, kw_only=True):
     """One memory entry. `contents` and `description` are absent for a caller that may write
     but not read the store; `etag` is the version to send back as a precondition."""

@@ -44,14 +44,10 @@ Versions = list[EntryVersion]  # (Store.list shadows `list` in its class)
 
 
 class AsyncClient:
-    """The catalog's API: `Client(url, token)`; `url` defaults to `CATALOG_URL` (else
-    http://127.0.0.1:8080) and `token` to `CATALOG_TOKEN`.
-
-    Every failure raises `catalog.client.CatalogError` (`.status`, `.error_code`, `.message`);
-    lists are iterators that fetch page after page as they are read. `http` takes an httpx
-    client of your own (proxies, certificates, an in-process app); the client then leaves
-    closing it to you.
-    """
+    """The catalog's API for asyncio: `AsyncClient(url, token)` (defaults as `Client`), the same
+    methods as `Client`, awaited; lists are async iterators (`async for`) that fetch page after
+    page as they are read. Failures raise `catalog.client.CatalogError`. `http` takes an
+    `httpx.AsyncClient` of your own; the client then leaves closing it to you."""
 
     def __init__(
         self,

@@ -155,11 +155,6 @@ def decode(response: httpx.Response, type_: type[T]) -> T:
         ) from None
 
 
-def json_object(response: httpx.Response) -> dict[str, Any]:
-    body = decode(response, dict[str, Any])
-    return body
-
-
 def items(page: Mapping[str, Any], key: str, type_: type[T]) -> list[T]:
     try:
         return msgspec.convert(page.get(key) or [], list[type_])  # type: ignore[valid-type]

@@ -1,16 +1,20 @@
-"""The `catalog` command: serve, token, db-url."""
+"""The `catalog` command: serve, token, db-url, reindex and audit verify on this machine's data
+dir; catalogs, schemas, stores, grants, entries and audit events of a running server (the remote
+commands, in `catalog.client.cli`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import json
 import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from catalog.client import cli as remote
 from catalog.settings import Settings, SettingsError
 
 
@@ -165,6 +169,8 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
+    if remote.wants_remote(args):
+        return remote.run(remote.audit_verify, args)
     from catalog.audit.service import verify_chain
     from catalog.db import create_pool
     from catalog.runtime import database_url_for_tools
@@ -181,6 +187,10 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
                 await pool.close()
         finally:
             await stop()
+        if getattr(args, "json", False):
+            answer = {"ok": result.ok, "checked": result.checked, "first_broken_seq": result.first_broken_seq}
+            print(json.dumps(answer))
+            return 0 if result.ok else 1
         if result.ok:
             print(f"ok {result.checked} events")
             return 0
@@ -191,7 +201,11 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="catalog", description="A governed memory catalog for AI agents.")
+    parser = remote.Parser(
+        prog="catalog",
+        description="A governed memory catalog for AI agents.",
+        parents=[remote.remote_options(suppress=False)],
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the server")
@@ -222,9 +236,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser("audit", help="the audit log")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True)
-    audit_verify = audit_commands.add_parser("verify", help="verify the audit hash chain")
+    audit_verify = audit_commands.add_parser(
+        "verify",
+        help="verify the audit hash chain",
+        description="Verify the audit hash chain: in the database of --data-dir (the default), or "
+        "on the server named by --url / --token (or CATALOG_URL / CATALOG_TOKEN).",
+        parents=[remote.remote_options(suppress=True)],
+    )
     audit_verify.add_argument("--data-dir")
     audit_verify.set_defaults(run=cmd_audit_verify)
+    remote.add_commands(commands, audit_commands)
     return parser
 
 

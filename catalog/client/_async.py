@@ -1,0 +1,530 @@
+"""`AsyncClient`: the catalog's API over an asyncio httpx client (the same calls as `Client`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, TypeVar
+
+import httpx
+
+from catalog.client import _calls as calls
+from catalog.client._core import (
+    Call,
+    Retry,
+    decode,
+    default_token,
+    default_url,
+    error_from,
+    headers,
+    items,
+    transport_error,
+)
+from catalog.client.errors import CatalogError
+from catalog.client.types import (
+    AuditEvent,
+    AuditVerification,
+    Catalog,
+    EffectivePrivilegeAssignment,
+    Entry,
+    EntrySummary,
+    EntryVersion,
+    Group,
+    Lineage,
+    MemoryStore,
+    MetastoreSummary,
+    PrivilegeAssignment,
+    Schema,
+    SearchHit,
+)
+
+T = TypeVar("T")
+SearchHits = list[SearchHit]
+Versions = list[EntryVersion]  # (Store.list shadows `list` in its class)
+
+
+class AsyncClient:
+    """The catalog's API for asyncio: `AsyncClient(url, token)` (defaults as `Client`), the same
+    methods as `Client`, awaited; lists are async iterators (`async for`) that fetch page after
+    page as they are read. Failures raise `catalog.client.CatalogError`. `http` takes an
+    `httpx.AsyncClient` of your own; the client then leaves closing it to you."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retry: Retry | None = None,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        base = url or (str(http.base_url) if http is not None and str(http.base_url) else default_url())
+        self.url = base.rstrip("/")
+        self.token = token if token is not None else default_token()
+        self.retry = retry or Retry()
+        self._owns_http = http is None
+        self.http = http if http is not None else httpx.AsyncClient(timeout=timeout)
+        self.catalogs = Catalogs(self)
+        self.schemas = Schemas(self)
+        self.memory_stores = MemoryStores(self)
+        self.grants = Grants(self)
+        self.groups = Groups(self)
+        self.audit = Audit(self)
+        self.lineage = LineageAPI(self)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns_http:
+            await self.http.aclose()
+
+    # --- sending ---------------------------------------------------------------------------------
+
+    async def send(self, call: Call) -> httpx.Response:
+        """Send `call` (retrying as `self.retry` allows); the 2xx answer, else CatalogError."""
+        attempt = 0
+        while True:
+            try:
+                response = await self.http.request(
+                    call.method,
+                    self.url + call.path,
+                    params=call.query(),
+                    content=call.content(),
+                    headers=headers(self.token, call),
+                )
+            except httpx.TransportError as exc:
+                raise transport_error(exc, self.url) from None
+            if response.status_code < 400:
+                return response
+            wait = self.retry.wait(attempt, call, response)
+            if wait is None:
+                raise error_from(response)
+            await response.aclose()
+            await asyncio.sleep(wait)
+            attempt += 1
+
+    async def call(self, call: Call, type_: type[T]) -> T:
+        return decode(await self.send(call), type_)
+
+    async def pages(self, call: Call) -> AsyncIterator[dict[str, Any]]:
+        """Every page of a list, as the server answered it (the last has no next_page_token)."""
+        token: str | None = None
+        while True:
+            page = await self.call(call.page(token), dict[str, Any])
+            yield page
+            token = page.get("next_page_token")
+            if not token:
+                return
+
+    async def each(self, call: Call, key: str, type_: type[T]) -> AsyncIterator[T]:
+        async for page in self.pages(call):
+            for item in items(page, key, type_):
+                yield item
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """Any route, for what the typed methods do not cover: the decoded JSON answer."""
+        call = Call(method.upper(), path, params=params or {}, body=json, headers=headers or {})
+        return await self.call(call, Any)  # type: ignore[arg-type]
+
+    # --- objects ---------------------------------------------------------------------------------
+
+    async def metastore(self) -> MetastoreSummary:
+        """The metastore (its `metastore_id` is the full name to grant CREATE_CATALOG on)."""
+        return await self.call(calls.metastore_summary(), MetastoreSummary)
+
+    def store(self, full_name: str) -> AsyncStore:
+        """The entries of one memory store (`catalog.schema.store`)."""
+        return AsyncStore(self, full_name)
+
+
+class Catalogs:
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def create(
+        self, name: str, *, comment: str | None = None, properties: dict[str, str] | None = None
+    ) -> Catalog:
+        return await self._c.call(calls.create_catalog(name, comment, properties), Catalog)
+
+    async def get(self, name: str) -> Catalog:
+        return await self._c.call(calls.get_catalog(name), Catalog)
+
+    def list(self, *, page_size: int | None = None) -> AsyncIterator[Catalog]:
+        return self._c.each(calls.list_catalogs(page_size), "catalogs", Catalog)
+
+    async def update(
+        self,
+        name: str,
+        *,
+        comment: str | None = None,
+        properties: dict[str, str] | None = None,
+        owner: str | None = None,
+    ) -> Catalog:
+        call = calls.update_catalog(name, comment=comment, properties=properties, owner=owner)
+        return await self._c.call(call, Catalog)
+
+    async def delete(self, name: str, *, force: bool = False) -> None:
+        await self._c.send(calls.delete_catalog(name, force))
+
+
+class Schemas:
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def create(
+        self, full_name: str, *, comment: str | None = None, properties: dict[str, str] | None = None
+    ) -> Schema:
+        return await self._c.call(calls.create_schema(full_name, comment, properties), Schema)
+
+    async def get(self, full_name: str) -> Schema:
+        return await self._c.call(calls.get_schema(full_name), Schema)
+
+    def list(self, catalog: str, *, page_size: int | None = None) -> AsyncIterator[Schema]:
+        return self._c.each(calls.list_schemas(catalog, page_size), "schemas", Schema)
+
+    async def update(
+        self,
+        full_name: str,
+        *,
+        comment: str | None = None,
+        properties: dict[str, str] | None = None,
+        owner: str | None = None,
+    ) -> Schema:
+        call = calls.update_schema(full_name, comment=comment, properties=properties, owner=owner)
+        return await self._c.call(call, Schema)
+
+    async def delete(self, full_name: str, *, force: bool = False) -> None:
+        await self._c.send(calls.delete_schema(full_name, force))
+
+
+class MemoryStores:
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def create(
+        self,
+        full_name: str,
+        *,
+        description: str | None = None,
+        properties: dict[str, str] | None = None,
+        scope_binding: str | None = None,
+        shared_scopes: Sequence[str] | None = None,
+    ) -> MemoryStore:
+        call = calls.create_store(
+            full_name,
+            description=description,
+            properties=properties,
+            scope_binding=scope_binding,
+            shared_scopes=list(shared_scopes) if shared_scopes is not None else None,
+        )
+        return await self._c.call(call, MemoryStore)
+
+    async def get(self, full_name: str) -> MemoryStore:
+        return await self._c.call(calls.get_store(full_name), MemoryStore)
+
+    def list(self, catalog: str, schema: str, *, page_size: int | None = None) -> AsyncIterator[MemoryStore]:
+        return self._c.each(calls.list_stores(catalog, schema, page_size), "memory_stores", MemoryStore)
+
+    async def update(
+        self,
+        full_name: str,
+        *,
+        description: str | None = None,
+        properties: dict[str, str] | None = None,
+        owner: str | None = None,
+        scope_binding: str | None = None,
+        shared_scopes: Sequence[str] | None = None,
+        legal_hold: bool | None = None,
+        default_ttl_seconds: int | None = None,
+    ) -> MemoryStore:
+        call = calls.update_store(
+            full_name,
+            description=description,
+            properties=properties,
+            owner=owner,
+            scope_binding=scope_binding,
+            shared_scopes=list(shared_scopes) if shared_scopes is not None else None,
+            legal_hold=legal_hold,
+            default_ttl_seconds=default_ttl_seconds,
+        )
+        return await self._c.call(call, MemoryStore)
+
+    async def delete(self, full_name: str) -> None:
+        await self._c.send(calls.delete_store(full_name))
+
+
+class Grants:
+    """Grants on a securable: `securable_type` is `metastore` (full name: its metastore_id),
+    `catalog`, `schema` or `memory_store`; privileges as `READ_MEMORY_STORE` (or with spaces)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def get(
+        self, securable_type: str, full_name: str, *, principal: str | None = None
+    ) -> list[PrivilegeAssignment]:
+        call = calls.get_permissions(securable_type, full_name, principal)
+        return [a async for a in self._c.each(call, "privilege_assignments", PrivilegeAssignment)]
+
+    async def update(
+        self,
+        securable_type: str,
+        full_name: str,
+        principal: str,
+        *,
+        add: Sequence[str] = (),
+        remove: Sequence[str] = (),
+    ) -> list[PrivilegeAssignment]:
+        """Grant `add` and revoke `remove` for `principal`, all or nothing; the grants after."""
+        call = calls.update_permissions(securable_type, full_name, principal, add, remove)
+        return items(await self._c.call(call, dict[str, Any]), "privilege_assignments", PrivilegeAssignment)
+
+    async def effective(
+        self, securable_type: str, full_name: str, *, principal: str | None = None
+    ) -> list[EffectivePrivilegeAssignment]:
+        """What `principal` (yourself by default) may do on the object, and where each privilege
+        comes from (`inherited_from_type`/`_name`, and the group as the assignment's principal)."""
+        call = calls.effective_permissions(securable_type, full_name, principal)
+        return [a async for a in self._c.each(call, "privilege_assignments", EffectivePrivilegeAssignment)]
+
+
+class Groups:
+    """Groups (SCIM; only the metastore admin manages them): grant a privilege to a group by its
+    name, and every member holds it. Members are principal names (token subjects) or group ids."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def create(self, name: str, *, members: Sequence[str] = ()) -> Group:
+        return await self._c.call(calls.create_group(name, members), Group)
+
+    async def get(self, name: str) -> Group:
+        found = items(await self._c.call(calls.find_group(name), dict[str, Any]), "Resources", Group)
+        if not found:
+            raise CatalogError(404, "RESOURCE_DOES_NOT_EXIST", f"no group named {name}")
+        return found[0]
+
+    async def list(self) -> AsyncIterator[Group]:
+        start = 1
+        while True:
+            page = await self._c.call(calls.list_groups(start), dict[str, Any])
+            groups = items(page, "Resources", Group)
+            for group in groups:
+                yield group
+            start += len(groups)
+            if not groups or start > int(page.get("totalResults") or 0):
+                return
+
+    async def add_members(self, name: str, members: Sequence[str]) -> Group:
+        group = await self.get(name)
+        return await self._c.call(calls.change_members(group.id, "add", members), Group)
+
+    async def remove_members(self, name: str, members: Sequence[str]) -> Group:
+        group = await self.get(name)
+        return await self._c.call(calls.change_members(group.id, "remove", members), Group)
+
+    async def delete(self, name: str) -> None:
+        await self._c.send(calls.delete_group((await self.get(name)).id))
+
+
+class Audit:
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def events(self, *, limit: int | None = None, **filters: Any) -> AsyncIterator[AuditEvent]:
+        """Every audit event that matches, newest first unless `order="asc"`, page after page.
+        Filters: start_time, end_time (epoch ms or datetime), principal, action_name,
+        securable_full_name, decision, status_code, scope, order, page_size; `limit` stops early."""
+        count = 0
+        async for event in self._c.each(calls.audit_events(filters), "events", AuditEvent):
+            if limit is not None and count >= limit:
+                return
+            count += 1
+            yield event
+
+    async def verify(self) -> AuditVerification:
+        """Recompute the hash chain on the server: `ok`, events `checked`, `first_broken_seq`."""
+        return await self._c.call(calls.verify_audit(), AuditVerification)
+
+
+class LineageAPI:
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def get(
+        self,
+        securable_full_name: str,
+        *,
+        direction: str | None = None,
+        scope: str | None = None,
+        path: str | None = None,
+        session_id: str | None = None,
+        depth: int | None = None,
+    ) -> Lineage:
+        """The entries a store (or one entry, with scope and path) was derived from (`upstream`,
+        the default) or that were derived from it (`downstream`)."""
+        call = calls.lineage(securable_full_name, direction, scope, path, session_id, depth)
+        return await self._c.call(call, Lineage)
+
+
+class AsyncStore:
+    """The entries of one memory store, by scope (whose memory: a user, a team) and path."""
+
+    def __init__(self, client: AsyncClient, full_name: str) -> None:
+        self._c = client
+        self.full_name = full_name
+
+    async def info(self) -> MemoryStore:
+        return await self._c.memory_stores.get(self.full_name)
+
+    async def write(
+        self,
+        scope: str,
+        path: str,
+        contents: str | None = None,
+        *,
+        description: str | None = None,
+        write_mode: str | None = None,
+        etag: str | None = None,
+        session_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        ttl_seconds: int | None = None,
+        source_type: str | None = None,
+        creation_reason: str | None = None,
+        creation_source: str | None = None,
+        derived_from: Sequence[dict[str, Any]] | None = None,
+    ) -> Entry:
+        """Write an entry: `write_mode` EXCLUSIVE (the default: ALREADY_EXISTS if it is there),
+        OVERWRITE or APPEND. With `etag`, replace the contents (and description) only while the
+        entry is still at that version (else ABORTED); that write takes no other field."""
+        if etag is not None:
+            others = (write_mode not in (None, "OVERWRITE", "overwrite"), metadata, ttl_seconds, source_type)
+            if any(others) or creation_reason or creation_source or derived_from:
+                raise ValueError("a write with etag replaces contents and description only")
+            call = calls.replace_entry(
+                self.full_name,
+                scope,
+                path,
+                contents=contents,
+                description=description,
+                session_id=session_id,
+                etag=etag,
+            )
+            return await self._c.call(call, Entry)
+        call = calls.write_entry(
+            self.full_name,
+            scope,
+            path,
+            contents=contents,
+            description=description,
+            write_mode=write_mode,
+            session_id=session_id,
+            metadata=metadata,
+            ttl_seconds=ttl_seconds,
+            source_type=source_type,
+            creation_reason=creation_reason,
+            creation_source=creation_source,
+            derived_from=derived_from,
+        )
+        return await self._c.call(call, Entry)
+
+    async def get(self, scope: str, path: str, *, session_id: str | None = None) -> Entry:
+        return await self._c.call(calls.get_entry(self.full_name, scope, path, session_id), Entry)
+
+    async def edit(
+        self,
+        scope: str,
+        path: str,
+        *,
+        session_id: str | None = None,
+        description: str | None = None,
+        str_replace: tuple[str, str] | None = None,
+        insert: str | None = None,
+        insert_line: int | None = None,
+        replace_all: str | None = None,
+        append: str | None = None,
+        etag: str | None = None,
+    ) -> Entry:
+        """One change to an entry (`str_replace=(old, new)`, `insert` at `insert_line` or at the
+        end, `replace_all`, `append`) and/or a new description; `etag` makes it conditional."""
+        call = calls.edit_entry(
+            self.full_name,
+            scope,
+            path,
+            session_id=session_id,
+            description=description,
+            str_replace=str_replace,
+            insert=insert,
+            insert_line=insert_line,
+            replace_all=replace_all,
+            append=append,
+            etag=etag,
+        )
+        return await self._c.call(call, Entry)
+
+    async def delete(
+        self, scope: str, path: str, *, session_id: str | None = None, etag: str | None = None
+    ) -> None:
+        await self._c.send(calls.delete_entry(self.full_name, scope, path, session_id, etag))
+
+    async def delete_scope(self, scope: str) -> None:
+        """Every entry of `scope` in this store."""
+        await self._c.send(calls.delete_scope(self.full_name, scope))
+
+    def list(
+        self,
+        scope: str | Sequence[str],
+        *,
+        path_prefix: str | None = None,
+        session_id: str | None = None,
+        page_size: int | None = None,
+    ) -> AsyncIterator[EntrySummary]:
+        """Every entry of the scope (or scopes), in path order, page after page."""
+        call = calls.list_entries(self.full_name, scope, path_prefix, session_id, page_size)
+        return self._c.each(call, "entries", EntrySummary)
+
+    async def search(
+        self,
+        scope: str | Sequence[str],
+        query: str,
+        *,
+        top_k: int | None = None,
+        mode: str | None = None,
+        min_score: float | None = None,
+        path_prefix: str | None = None,
+        session_id: str | None = None,
+    ) -> SearchHits:
+        """The best entries for `query` in the scope (or scopes): hits with `.entry` and `.score`
+        (0-1; `mode` hybrid (default), keyword or semantic; `min_score` 0.5 keeps the relevant)."""
+        call = calls.search_entries(
+            self.full_name,
+            scope,
+            query,
+            top_k=top_k,
+            mode=mode,
+            min_score=min_score,
+            path_prefix=path_prefix,
+            session_id=session_id,
+        )
+        return items(await self._c.call(call, dict[str, Any]), "results", SearchHit)
+
+    async def history(self, scope: str, path: str, *, session_id: str | None = None) -> Versions:
+        """Every kept version of the entry, newest first (also after it was deleted)."""
+        call = calls.entry_history(self.full_name, scope, path, session_id)
+        return items(await self._c.call(call, dict[str, Any]), "versions", EntryVersion)
+
+    async def restore(self, scope: str, path: str, etag: str, *, session_id: str | None = None) -> Entry:
+        """Write the version `etag` (from `history`) again as the newest."""
+        return await self._c.call(calls.restore_entry(self.full_name, scope, path, etag, session_id), Entry)

@@ -1,0 +1,632 @@
+"""The `catalog` command's remote commands: stores, grants, entries and the audit log of a running
+server, through `catalog.client`.
+
+Rules:
+- the server is `--url` (else `CATALOG_URL`, else http://127.0.0.1:8080), the bearer token
+  `--token` (else `CATALOG_TOKEN`); `--json` prints the API's JSON answer unchanged (a list read
+  over several pages: one object of the same shape holding every item read). The three options
+  may come before or after the subcommand;
+- otherwise stdout gets plain tables for people (long cells cut, times in UTC), and stderr the
+  progress of lists read over several pages when it is a terminal;
+- any failure exits 1 after exactly one line `error: CODE: message` on stderr: the server's
+  error code, `CONNECTION_FAILED`/`TIMEOUT` when no answer came, `USAGE` for arguments the
+  command itself refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from catalog.client import _calls as calls
+from catalog.client.errors import CatalogError
+from catalog.client.output import Progress, fields, print_raw, table, when
+
+if TYPE_CHECKING:
+    from catalog.client import Call, Client
+
+Handler = Callable[[argparse.Namespace], int]
+SECURABLE_TYPES = ("metastore", "catalog", "schema", "memory_store")
+DEFAULT_EVENTS = 50
+
+
+# --- options and dispatch ------------------------------------------------------------------------
+
+
+class Parser(argparse.ArgumentParser):
+    """Refuses bad arguments in one line, `error: USAGE: ...`, and exit 1, like every other
+    failure of the command (help is still `-h`)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"error: USAGE: {message} (see: {self.prog} -h)\n")
+
+
+def remote_options(*, suppress: bool) -> Parser:
+    """`--url`, `--token`, `--json`. The main parser has them with their defaults; each remote
+    subcommand has them too, defaulting to SUPPRESS, so that a value given after the subcommand
+    wins and one given before it is not overwritten."""
+    default: Any = argparse.SUPPRESS if suppress else None
+    options = Parser(add_help=False)
+    options.add_argument(
+        "--url", default=default, help="the server (default: $CATALOG_URL, else http://127.0.0.1:8080)"
+    )
+    options.add_argument("--token", default=default, help="a bearer token (default: $CATALOG_TOKEN)")
+    options.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="print the API's JSON answer unchanged",
+    )
+    return options
+
+
+def wants_remote(args: argparse.Namespace) -> bool:
+    """Whether `catalog audit verify` asks a server rather than reading the database itself: a
+    server is named (`--url`, `--token`, CATALOG_URL or CATALOG_TOKEN) and no `--data-dir`."""
+    if getattr(args, "data_dir", None):
+        return False
+    named = getattr(args, "url", None) or getattr(args, "token", None)
+    return bool(named or os.environ.get("CATALOG_URL") or os.environ.get("CATALOG_TOKEN"))
+
+
+def fail(code: str, message: str) -> int:
+    print(f"error: {code}: {' '.join(str(message).split())}", file=sys.stderr)
+    return 1
+
+
+def run(handler: Handler, args: argparse.Namespace) -> int:
+    """Run a remote command: every failure becomes one `error:` line and exit 1."""
+    try:
+        return handler(args)
+    except CatalogError as exc:
+        return fail(exc.error_code, exc.message)
+    except (ValueError, TypeError) as exc:  # arguments the client refuses before sending them
+        return fail("USAGE", str(exc))
+    except BrokenPipeError:  # `catalog audit events | head`
+        sys.stderr.close()
+        return 0
+    except Exception as exc:  # no trace for people; the message says what went wrong
+        return fail("CLIENT_ERROR", f"{type(exc).__name__}: {exc}")
+
+
+def client_for(args: argparse.Namespace) -> Client:
+    from catalog.client import Client
+
+    token = getattr(args, "token", None) or os.environ.get("CATALOG_TOKEN")
+    if not token:
+        raise CatalogError(
+            0,
+            "UNAUTHENTICATED",
+            "no token: pass --token or set CATALOG_TOKEN "
+            "(a development server mints one: catalog token --sub NAME)",
+        )
+    return Client(getattr(args, "url", None) or None, token)
+
+
+def _json(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False))
+
+
+def read_list(client: Client, call: Call, key: str, what: str, limit: int | None = None) -> list[Any]:
+    """The items of a list, page after page (at most `limit`), as the server sent them."""
+    progress = Progress(what)
+    found: list[Any] = []
+    try:
+        for pages, page in enumerate(client.pages(call), start=1):
+            found.extend(page.get(key) or [])
+            progress.update(len(found), pages)
+            if limit is not None and len(found) >= limit:
+                del found[limit:]
+                break
+    finally:
+        progress.done()
+    return found
+
+
+def show_list(
+    args: argparse.Namespace,
+    call: Call,
+    key: str,
+    what: str,
+    columns: Sequence[tuple[str, Callable[[dict[str, Any]], Any]]],
+    limit: int | None = None,
+) -> int:
+    with client_for(args) as client:
+        found = read_list(client, call, key, what, limit)
+    if _json(args):
+        print_raw(json.dumps({key: found}))
+    else:
+        print(table([title for title, _ in columns], ([get(item) for _, get in columns] for item in found)))
+    return 0
+
+
+def show_one(args: argparse.Namespace, call: Call, describe: Callable[[dict[str, Any]], str]) -> int:
+    with client_for(args) as client:
+        response = client.send(call)
+    if _json(args):
+        print_raw(response.text)
+    else:
+        print(describe(response.json()))
+    return 0
+
+
+# --- namespace -----------------------------------------------------------------------------------
+
+
+def _described(kind: str) -> Callable[[dict[str, Any]], str]:
+    def describe(obj: dict[str, Any]) -> str:
+        return fields(
+            [
+                (kind, obj.get("full_name")),
+                ("owner", obj.get("owner")),
+                ("comment", obj.get("comment")),
+                ("description", obj.get("description")),
+                ("scope binding", obj.get("scope_binding")),
+                ("shared scopes", obj.get("shared_scopes")),
+                ("legal hold", "yes" if obj.get("legal_hold") else None),
+                (
+                    "default ttl",
+                    f"{obj['default_ttl_seconds']} s" if obj.get("default_ttl_seconds") else None,
+                ),
+                ("properties", ", ".join(f"{k}={v}" for k, v in (obj.get("properties") or {}).items())),
+                ("created", f"{when(obj.get('created_at'))} by {obj.get('created_by')}"),
+                ("updated", f"{when(obj.get('updated_at'))} by {obj.get('updated_by')}"),
+            ]
+        )
+
+    return describe
+
+
+def catalogs_list(args: argparse.Namespace) -> int:
+    columns = [
+        ("NAME", lambda c: c.get("name")),
+        ("OWNER", lambda c: c.get("owner")),
+        ("COMMENT", lambda c: c.get("comment")),
+    ]
+    return show_list(args, calls.list_catalogs(None), "catalogs", "catalogs", columns)
+
+
+def catalogs_create(args: argparse.Namespace) -> int:
+    return show_one(args, calls.create_catalog(args.name, args.comment, None), _described("catalog"))
+
+
+def schemas_list(args: argparse.Namespace) -> int:
+    columns = [
+        ("NAME", lambda s: s.get("full_name")),
+        ("OWNER", lambda s: s.get("owner")),
+        ("COMMENT", lambda s: s.get("comment")),
+    ]
+    return show_list(args, calls.list_schemas(args.catalog, None), "schemas", "schemas", columns)
+
+
+def schemas_create(args: argparse.Namespace) -> int:
+    return show_one(args, calls.create_schema(args.full_name, args.comment, None), _described("schema"))
+
+
+def stores_list(args: argparse.Namespace) -> int:
+    columns = [
+        ("NAME", lambda s: s.get("full_name")),
+        ("OWNER", lambda s: s.get("owner")),
+        ("UPDATED", lambda s: when(s.get("updated_at"))),
+        ("DESCRIPTION", lambda s: s.get("description")),
+    ]
+    call = calls.list_stores(args.catalog, args.schema, None)
+    return show_list(args, call, "memory_stores", "memory stores", columns)
+
+
+def stores_create(args: argparse.Namespace) -> int:
+    call = calls.create_store(args.full_name, description=args.description)
+    return show_one(args, call, _described("memory store"))
+
+
+def stores_show(args: argparse.Namespace) -> int:
+    return show_one(args, calls.get_store(args.full_name), _described("memory store"))
+
+
+# --- grants --------------------------------------------------------------------------------------
+
+
+def _grants_table(body: dict[str, Any]) -> str:
+    rows = [
+        (a.get("principal"), ", ".join(a.get("privileges") or []))
+        for a in body.get("privilege_assignments") or []
+    ]
+    return table(["PRINCIPAL", "PRIVILEGES"], rows)
+
+
+def grants_show(args: argparse.Namespace) -> int:
+    call = calls.get_permissions(args.securable_type, args.full_name, args.principal)
+    columns = [
+        ("PRINCIPAL", lambda a: a.get("principal")),
+        ("PRIVILEGES", lambda a: ", ".join(a.get("privileges") or [])),
+    ]
+    return show_list(args, call, "privilege_assignments", "grants", columns)
+
+
+def grants_change(args: argparse.Namespace) -> int:
+    privileges = [p.upper().replace(" ", "_") for p in args.privileges]
+    add, remove = (privileges, []) if args.grants_command == "add" else ([], privileges)
+    call = calls.update_permissions(args.securable_type, args.full_name, args.principal, add, remove)
+    return show_one(args, call, _grants_table)
+
+
+def grants_effective(args: argparse.Namespace) -> int:
+    call = calls.effective_permissions(args.securable_type, args.full_name, args.principal)
+    with client_for(args) as client:
+        found = read_list(client, call, "privilege_assignments", "assignments")
+    if _json(args):
+        print_raw(json.dumps({"privilege_assignments": found}))
+        return 0
+    rows = []
+    for assignment in found:
+        for privilege in assignment.get("privileges") or []:
+            source = privilege.get("inherited_from_name")
+            origin = (
+                f"{privilege.get('inherited_from_type', '').lower()} {source}" if source else "this object"
+            )
+            rows.append((assignment.get("principal"), privilege.get("privilege"), origin))
+    print(table(["THROUGH", "PRIVILEGE", "FROM"], rows))
+    return 0
+
+
+# --- groups --------------------------------------------------------------------------------------
+
+
+def _group(obj: dict[str, Any]) -> str:
+    members = [m.get("display") or m.get("value") for m in obj.get("members") or []]
+    return fields([("group", obj.get("displayName")), ("id", obj.get("id")), ("members", members)])
+
+
+def _find_group(client: Client, name: str) -> dict[str, Any]:
+    found = client.call(calls.find_group(name), dict[str, Any]).get("Resources") or []
+    if not found:
+        raise CatalogError(404, "RESOURCE_DOES_NOT_EXIST", f"no group named {name}")
+    return dict(found[0])
+
+
+def groups_list(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        found = [group for page in _group_pages(client) for group in page]
+    if _json(args):
+        print_raw(json.dumps({"Resources": found, "totalResults": len(found)}))
+        return 0
+    rows = [
+        (g.get("displayName"), [m.get("display") or m.get("value") for m in g.get("members") or []])
+        for g in found
+    ]
+    print(table(["GROUP", "MEMBERS"], rows))
+    return 0
+
+
+def _group_pages(client: Client) -> Iterator[list[dict[str, Any]]]:
+    start = 1
+    while True:
+        page = client.call(calls.list_groups(start), dict[str, Any])
+        groups = page.get("Resources") or []
+        yield groups
+        start += len(groups)
+        if not groups or start > int(page.get("totalResults") or 0):
+            return
+
+
+def groups_show(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        group = _find_group(client, args.name)
+    print_raw(json.dumps(group)) if _json(args) else print(_group(group))
+    return 0
+
+
+def groups_create(args: argparse.Namespace) -> int:
+    return show_one(args, calls.create_group(args.name, args.members or []), _group)
+
+
+def groups_change(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        group = _find_group(client, args.name)
+        response = client.send(calls.change_members(group["id"], args.groups_command, args.members))
+    print_raw(response.text) if _json(args) else print(_group(response.json()))
+    return 0
+
+
+# --- entries -------------------------------------------------------------------------------------
+
+
+def entries_list(args: argparse.Namespace) -> int:
+    call = calls.list_entries(args.store, args.scope, args.path_prefix, None, None)
+    columns = [
+        ("PATH", lambda e: e.get("path")),
+        ("UPDATED", lambda e: when(e.get("updated_at"))),
+        ("DESCRIPTION", lambda e: e.get("description")),
+    ]
+    return show_list(args, call, "entries", "entries", columns, args.limit or None)
+
+
+def _entry(obj: dict[str, Any]) -> str:
+    head = fields(
+        [
+            ("scope", obj.get("scope")),
+            ("path", obj.get("path")),
+            ("session", obj.get("session_id")),
+            ("description", obj.get("description")),
+            ("etag", obj.get("etag")),
+            ("expires", when(obj.get("expires_at"))),
+            ("updated", f"{when(obj.get('updated_at'))} by {obj.get('updated_by')}"),
+        ]
+    )
+    contents = obj.get("contents")
+    return head if contents is None else f"{head}\n\n{contents}"
+
+
+def entries_get(args: argparse.Namespace) -> int:
+    return show_one(args, calls.get_entry(args.store, args.scope, args.path, None), _entry)
+
+
+def entries_put(args: argparse.Namespace) -> int:
+    contents = sys.stdin.read() if args.contents == "-" else args.contents
+    call = calls.write_entry(
+        args.store,
+        args.scope,
+        args.path,
+        contents=contents,
+        description=args.description,
+        write_mode=args.mode,
+        session_id=None,
+        metadata=None,
+        ttl_seconds=args.ttl_seconds,
+        source_type=None,
+        creation_reason=None,
+        creation_source=None,
+        derived_from=None,
+    )
+
+    def written(obj: dict[str, Any]) -> str:
+        return f"wrote {obj.get('path')} in scope {obj.get('scope')} (etag {obj.get('etag')})"
+
+    return show_one(args, call, written)
+
+
+def entries_delete(args: argparse.Namespace) -> int:
+    call = calls.delete_entry(args.store, args.scope, args.path, None, None)
+    return show_one(args, call, lambda _: f"deleted {args.path} in scope {args.scope}")
+
+
+def entries_search(args: argparse.Namespace) -> int:
+    call = calls.search_entries(
+        args.store,
+        args.scope,
+        args.query,
+        top_k=args.top_k,
+        mode=args.mode,
+        min_score=args.min_score,
+        path_prefix=args.path_prefix,
+        session_id=None,
+    )
+
+    def hits(body: dict[str, Any]) -> str:
+        rows = [
+            (
+                f"{hit.get('score', 0):.3f}",
+                hit["memory_entry"].get("path"),
+                hit["memory_entry"].get("description") or hit["memory_entry"].get("contents"),
+            )
+            for hit in body.get("results") or []
+        ]
+        return table(["SCORE", "PATH", "DESCRIPTION OR CONTENTS"], rows)
+
+    return show_one(args, call, hits)
+
+
+# --- audit ---------------------------------------------------------------------------------------
+
+_RELATIVE = re.compile(r"^(\d+)([smhdw])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_time(text: str) -> int:
+    """A time as epoch ms: `30m`, `2h`, `7d` ago; an ISO date or date-time (UTC unless it says);
+    or epoch milliseconds."""
+    relative = _RELATIVE.fullmatch(text.strip())
+    if relative:
+        return int((time.time() - int(relative.group(1)) * _UNIT[relative.group(2)]) * 1000)
+    if text.isdigit():
+        return int(text)
+    try:
+        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: give 30m, 2h, 7d (ago), 2026-01-31, 2026-01-31T09:00 or epoch ms"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+def audit_events(args: argparse.Namespace) -> int:
+    filters = {
+        "principal": args.principal,
+        "action_name": args.action,
+        "securable_full_name": args.securable,
+        "decision": args.decision,
+        "start_time": args.since,
+        "end_time": args.until,
+        "page_size": min(args.limit, 1000) if args.limit else None,
+    }
+    columns = [
+        ("SEQ", lambda e: e.get("seq")),
+        ("TIME", lambda e: when(e.get("event_time"))),
+        ("PRINCIPAL", lambda e: e.get("principal")),
+        ("ACTION", lambda e: e.get("action_name")),
+        ("SECURABLE", lambda e: e.get("securable_full_name")),
+        ("DECISION", lambda e: e.get("decision")),
+        ("STATUS", lambda e: e.get("status_code")),
+    ]
+    return show_list(args, calls.audit_events(filters), "events", "events", columns, args.limit or None)
+
+
+def audit_verify(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        response = client.send(calls.verify_audit())
+    result = response.json()
+    if _json(args):
+        print_raw(response.text)
+    elif result.get("ok"):
+        print(f"ok {result.get('checked')} events")
+    else:
+        broken, checked = result.get("first_broken_seq"), result.get("checked")
+        print(f"broken at seq {broken} ({checked} events verified before it)")
+    return 0 if result.get("ok") else 1
+
+
+# --- the parser ----------------------------------------------------------------------------------
+
+
+def add_commands(
+    commands: argparse._SubParsersAction[Parser],
+    audit_commands: argparse._SubParsersAction[Parser],
+) -> None:
+    """The remote commands, under the `catalog` command's subcommands (`audit` exists already:
+    `events` joins its `verify`)."""
+    options = remote_options(suppress=True)
+
+    def leaf(
+        group: argparse._SubParsersAction[Parser], name: str, handler: Handler, text: str
+    ) -> argparse.ArgumentParser:
+        parser = group.add_parser(name, help=text, description=text, parents=[options])
+        parser.set_defaults(run=lambda args: run(handler, args))
+        return parser
+
+    def securable(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "securable_type",
+            metavar="TYPE",
+            type=str.lower,
+            choices=SECURABLE_TYPES,
+            help="metastore, catalog, schema or memory_store",
+        )
+        parser.add_argument(
+            "full_name",
+            metavar="FULL_NAME",
+            help="catalog, catalog.schema, catalog.schema.store, or the metastore id",
+        )
+
+    catalogs = commands.add_parser("catalogs", help="catalogs on a server").add_subparsers(
+        dest="catalogs_command", required=True
+    )
+    leaf(catalogs, "list", catalogs_list, "the catalogs you may use")
+    create = leaf(catalogs, "create", catalogs_create, "create a catalog")
+    create.add_argument("name", metavar="NAME")
+    create.add_argument("--comment")
+
+    schemas = commands.add_parser("schemas", help="schemas on a server").add_subparsers(
+        dest="schemas_command", required=True
+    )
+    listed = leaf(schemas, "list", schemas_list, "the schemas of a catalog you may use")
+    listed.add_argument("--catalog", required=True)
+    create = leaf(schemas, "create", schemas_create, "create a schema")
+    create.add_argument("full_name", metavar="CATALOG.SCHEMA")
+    create.add_argument("--comment")
+
+    stores = commands.add_parser("stores", help="memory stores on a server").add_subparsers(
+        dest="stores_command", required=True
+    )
+    listed = leaf(stores, "list", stores_list, "the memory stores of a schema you hold a privilege on")
+    listed.add_argument("--catalog", required=True)
+    listed.add_argument("--schema", required=True)
+    create = leaf(stores, "create", stores_create, "create a memory store")
+    create.add_argument("full_name", metavar="CATALOG.SCHEMA.NAME")
+    create.add_argument("--description")
+    shown = leaf(stores, "show", stores_show, "one memory store")
+    shown.add_argument("full_name", metavar="CATALOG.SCHEMA.NAME")
+
+    grants = commands.add_parser("grants", help="who may do what").add_subparsers(
+        dest="grants_command", required=True
+    )
+    shown = leaf(grants, "show", grants_show, "the privileges granted on an object")
+    securable(shown)
+    shown.add_argument("--principal", help="only this principal's")
+    for verb, text in (("add", "grant privileges to a principal or group"), ("remove", "revoke privileges")):
+        change = leaf(grants, verb, grants_change, text)
+        securable(change)
+        change.add_argument("principal", metavar="PRINCIPAL", help="a token subject or a group")
+        change.add_argument(
+            "privileges", metavar="PRIVILEGE", nargs="+", help="e.g. READ_MEMORY_STORE USE_SCHEMA"
+        )
+    effective = leaf(grants, "effective", grants_effective, "what a principal may do on an object, and why")
+    securable(effective)
+    effective.add_argument("--principal", help="whose (default: yours)")
+
+    groups = commands.add_parser("groups", help="groups of principals (the admin manages them)")
+    group_commands = groups.add_subparsers(dest="groups_command", required=True)
+    leaf(group_commands, "list", groups_list, "the groups (all of them for the admin; yours otherwise)")
+    shown = leaf(group_commands, "show", groups_show, "one group and its members")
+    shown.add_argument("name", metavar="NAME")
+    create = leaf(group_commands, "create", groups_create, "create a group")
+    create.add_argument("name", metavar="NAME")
+    create.add_argument(
+        "--member", dest="members", action="append", help="a principal (or a group id); repeat it"
+    )
+    for verb, text in (("add", "add members to a group"), ("remove", "remove members from a group")):
+        change = leaf(group_commands, verb, groups_change, text)
+        change.add_argument("name", metavar="NAME")
+        change.add_argument("members", metavar="MEMBER", nargs="+", help="principals (or group ids)")
+
+    entries = commands.add_parser("entries", help="the entries of a memory store").add_subparsers(
+        dest="entries_command", required=True
+    )
+
+    def store_and_scope(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("store", metavar="STORE", help="catalog.schema.store")
+        parser.add_argument("--scope", required=True, help="whose memory (a user, a team)")
+
+    listed = leaf(entries, "list", entries_list, "the entries of a scope, in path order")
+    store_and_scope(listed)
+    listed.add_argument("--path-prefix")
+    listed.add_argument("--limit", type=int, default=0, help="at most this many (default: all)")
+    got = leaf(entries, "get", entries_get, "one entry with its contents")
+    store_and_scope(got)
+    got.add_argument("path", metavar="PATH")
+    put = leaf(entries, "put", entries_put, "write an entry")
+    store_and_scope(put)
+    put.add_argument("path", metavar="PATH")
+    put.add_argument("--contents", required=True, help="the text ('-': read it from stdin)")
+    put.add_argument("--description")
+    put.add_argument(
+        "--mode",
+        type=str.upper,
+        choices=("EXCLUSIVE", "OVERWRITE", "APPEND"),
+        help="default EXCLUSIVE: fails if the entry exists",
+    )
+    put.add_argument("--ttl-seconds", type=int, help="the entry expires this long after the write")
+    deleted = leaf(entries, "delete", entries_delete, "delete an entry")
+    store_and_scope(deleted)
+    deleted.add_argument("path", metavar="PATH")
+    searched = leaf(entries, "search", entries_search, "the entries that best answer a query")
+    store_and_scope(searched)
+    searched.add_argument("query", metavar="QUERY")
+    searched.add_argument("--top-k", type=int)
+    searched.add_argument("--mode", choices=("hybrid", "keyword", "semantic"))
+    searched.add_argument("--min-score", type=float, help="0-1; 0.5 keeps what is relevant")
+    searched.add_argument("--path-prefix")
+
+    events = leaf(audit_commands, "events", audit_events, "audit events, newest first")
+    events.add_argument("--principal")
+    events.add_argument("--action", help="an action name, e.g. permissions.update or entries.write")
+    events.add_argument("--securable", help="events on this object (a full name)")
+    events.add_argument("--decision", choices=("allow", "deny", "unauthenticated"))
+    events.add_argument(
+        "--since", type=parse_time, help="30m, 2h, 7d (ago), an ISO date or time, or epoch ms"
+    )
+    events.add_argument("--until", type=parse_time, help="as --since (exclusive)")
+    events.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_EVENTS,
+        help=f"at most this many (default {DEFAULT_EVENTS}; 0: all)",
+    )

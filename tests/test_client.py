@@ -176,6 +176,19 @@ def test_search_answers_hits_with_entry_and_score(admin):
     assert code_of(lambda: store.search("bob", "colour", top_k=500)) == (400, "INVALID_PARAMETER_VALUE")
 
 
+def test_metadata_and_filters(admin):
+    store = admin.store(new_store(admin))
+    store.write("bob", "/a.md", "Bob likes tea.", metadata={"topic": "drinks", "n": 1})
+    store.write("bob", "/b.md", "Bob likes coffee.", metadata={"topic": "drinks", "n": 2})
+    store.write("bob", "/c.md", "Bob likes cake.", metadata={"topic": "food"})
+    assert store.get("bob", "/a.md").metadata == {"topic": "drinks", "n": 1}
+    assert [e.path for e in store.list("bob", filter={"topic": "drinks"})] == ["/a.md", "/b.md"]
+    hits = store.search("bob", "Bob likes", mode="keyword", filter={"topic": "drinks", "n": 2})
+    assert [h.entry.path for h in hits] == ["/b.md"]
+    assert store.edit("bob", "/c.md", metadata={}).metadata is None  # cleared
+    assert [v.metadata for v in store.history("bob", "/c.md")] == [None, {"topic": "food"}]
+
+
 def test_errors_are_catalog_errors_with_the_servers_codes(live, admin):
     full_name = new_store(admin)
     with Client(live.url, token_for(live, "mallory")) as mallory, pytest.raises(CatalogError) as denied:

@@ -456,9 +456,11 @@ class AsyncStore:
         replace_all: str | None = None,
         append: str | None = None,
         etag: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Entry:
         """One change to an entry (`str_replace=(old, new)`, `insert` at `insert_line` or at the
-        end, `replace_all`, `append`) and/or a new description; `etag` makes it conditional."""
+        end, `replace_all`, `append`) and/or a new description or metadata (`{}` clears it);
+        `etag` makes it conditional."""
         call = calls.edit_entry(
             self.full_name,
             scope,
@@ -471,6 +473,7 @@ class AsyncStore:
             replace_all=replace_all,
             append=append,
             etag=etag,
+            metadata=metadata,
         )
         return await self._c.call(call, Entry)
 
@@ -490,9 +493,10 @@ class AsyncStore:
         path_prefix: str | None = None,
         session_id: str | None = None,
         page_size: int | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> AsyncIterator[EntrySummary]:
         """Every entry of the scope (or scopes), in path order, page after page."""
-        call = calls.list_entries(self.full_name, scope, path_prefix, session_id, page_size)
+        call = calls.list_entries(self.full_name, scope, path_prefix, session_id, page_size, filter)
         return self._c.each(call, "entries", EntrySummary)
 
     async def search(
@@ -505,6 +509,7 @@ class AsyncStore:
         min_score: float | None = None,
         path_prefix: str | None = None,
         session_id: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> SearchHits:
         """The best entries for `query` in the scope (or scopes): hits with `.entry` and `.score`
         (0-1; `mode` hybrid (default), keyword or semantic; `min_score` 0.5 keeps the relevant)."""
@@ -517,6 +522,7 @@ class AsyncStore:
             min_score=min_score,
             path_prefix=path_prefix,
             session_id=session_id,
+            where=filter,
         )
         return items(await self._c.call(call, dict[str, Any]), "results", SearchHit)
 

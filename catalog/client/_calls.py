@@ -4,6 +4,7 @@ send it and shape the answer."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -256,8 +257,11 @@ def list_entries(
     path_prefix: str | None,
     session_id: str | None,
     page_size: int | None,
+    where: dict[str, Any] | None = None,
 ) -> Call:
     params = {**_scopes(scope), "path_prefix": path_prefix, "session_id": session_id, "page_size": page_size}
+    if where:  # the list's `filter` is JSON text in the query
+        params["filter"] = json.dumps(where, separators=(",", ":"))
     return Call("GET", _entries(full_name), params=params)
 
 
@@ -274,8 +278,9 @@ def edit_entry(
     replace_all: str | None,
     append: str | None,
     etag: str | None,
+    metadata: dict[str, Any] | None = None,
 ) -> Call:
-    body = _set(scope=scope, path=path, session_id=session_id, description=description)
+    body = _set(scope=scope, path=path, session_id=session_id, description=description, metadata=metadata)
     if str_replace is not None:
         old, new = str_replace
         body["str_replace"] = {"old_str": old, "new_str": new}
@@ -315,6 +320,7 @@ def search_entries(
     min_score: float | None,
     path_prefix: str | None,
     session_id: str | None,
+    where: dict[str, Any] | None = None,
 ) -> Call:
     if mode is not None and mode not in SEARCH_MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(SEARCH_MODES)}")
@@ -326,6 +332,7 @@ def search_entries(
         min_score=min_score,
         path_prefix=path_prefix,
         session_id=session_id,
+        filter=where or None,
     )
     return Call("POST", _entries(full_name, ":search"), body=body, idempotent=True)  # it only reads
 

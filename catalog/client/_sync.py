@@ -457,9 +457,11 @@ class Store:
         replace_all: str | None = None,
         append: str | None = None,
         etag: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Entry:
         """One change to an entry (`str_replace=(old, new)`, `insert` at `insert_line` or at the
-        end, `replace_all`, `append`) and/or a new description; `etag` makes it conditional."""
+        end, `replace_all`, `append`) and/or a new description or metadata (`{}` clears it);
+        `etag` makes it conditional."""
         call = calls.edit_entry(
             self.full_name,
             scope,
@@ -472,6 +474,7 @@ class Store:
             replace_all=replace_all,
             append=append,
             etag=etag,
+            metadata=metadata,
         )
         return self._c.call(call, Entry)
 
@@ -491,9 +494,10 @@ class Store:
         path_prefix: str | None = None,
         session_id: str | None = None,
         page_size: int | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> Iterator[EntrySummary]:
         """Every entry of the scope (or scopes), in path order, page after page."""
-        call = calls.list_entries(self.full_name, scope, path_prefix, session_id, page_size)
+        call = calls.list_entries(self.full_name, scope, path_prefix, session_id, page_size, filter)
         return self._c.each(call, "entries", EntrySummary)
 
     def search(
@@ -506,6 +510,7 @@ class Store:
         min_score: float | None = None,
         path_prefix: str | None = None,
         session_id: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> SearchHits:
         """The best entries for `query` in the scope (or scopes): hits with `.entry` and `.score`
         (0-1; `mode` hybrid (default), keyword or semantic; `min_score` 0.5 keeps the relevant)."""
@@ -518,6 +523,7 @@ class Store:
             min_score=min_score,
             path_prefix=path_prefix,
             session_id=session_id,
+            where=filter,
         )
         return items(self._c.call(call, dict[str, Any]), "results", SearchHit)
 

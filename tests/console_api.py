@@ -1,6 +1,5 @@
-"""Data for the web console's tests, set up over the REST API with plain httpx calls: the one
-place to switch to `catalog.client` once it exists. Works on a live server's `httpx.Client` and on
-the in-process `TestClient` (an `httpx.Client` too)."""
+"""Data for the web console's tests, set up with the Python client (`catalog.client`) over the
+same `httpx.Client` the test uses: a live server's, or the in-process `TestClient`."""
 
 from __future__ import annotations
 
@@ -8,8 +7,9 @@ from collections.abc import Callable
 
 import httpx
 
+from catalog.client import Client
+
 UC = "/api/2.1/unity-catalog"
-SCIM = "/api/2.0/preview/scim/v2/Groups"
 
 
 class Api:
@@ -19,31 +19,25 @@ class Api:
         self.http = http
         self.headers = headers
 
-    def _ok(self, response: httpx.Response) -> httpx.Response:
-        assert response.status_code == 200, (
-            f"{response.request.method} {response.request.url}: {response.text}"
-        )
-        return response
+    def client(self, principal: str = "admin") -> Client:
+        """The Python client, as `principal`, on the test's HTTP client (which it does not close)."""
+        token = self.headers(principal)["Authorization"].removeprefix("Bearer ")
+        return Client(token=token, http=self.http)
 
     def create_store(self, name: str, *, description: str = "", as_: str = "admin") -> str:
         """`main.default.<name>`, owned by `as_`; its full name."""
-        body = {"name": name, "catalog_name": "main", "schema_name": "default", "description": description}
-        self._ok(self.http.post(f"{UC}/memory-stores", headers=self.headers(as_), json=body))
-        return f"main.default.{name}"
+        full_name = f"main.default.{name}"
+        self.client(as_).memory_stores.create(full_name, description=description or None)
+        return full_name
 
     def create_group(self, name: str, members: list[str]) -> None:
-        body = {"displayName": name, "members": [{"value": m} for m in members]}
-        self._ok(self.http.post(SCIM, headers=self.headers("admin"), json=body))
+        self.client().groups.create(name, members=members)
 
     def grant(self, kind: str, full_name: str, principal: str, *privileges: str) -> None:
-        body = {"changes": [{"principal": principal, "add": list(privileges)}]}
-        self._ok(
-            self.http.patch(f"{UC}/permissions/{kind}/{full_name}", headers=self.headers("admin"), json=body)
-        )
+        self.client().grants.update(kind, full_name, principal, add=list(privileges))
 
     def grants(self, kind: str, full_name: str) -> dict[str, list[str]]:
-        r = self._ok(self.http.get(f"{UC}/permissions/{kind}/{full_name}", headers=self.headers("admin")))
-        return {a["principal"]: a["privileges"] for a in r.json()["privilege_assignments"]}
+        return {a.principal: list(a.privileges) for a in self.client().grants.get(kind, full_name)}
 
     def write(
         self,
@@ -55,18 +49,9 @@ class Api:
         description: str | None = None,
         derived_from: list[tuple[str, str, str]] = (),  # type: ignore[assignment]
     ) -> None:
-        body: dict[str, object] = {"path": path, "contents": contents}
-        if description:
-            body["description"] = description
-        if derived_from:
-            body["derived_from"] = [{"memory_store": s, "scope": sc, "path": p} for s, sc, p in derived_from]
-        self._ok(
-            self.http.post(
-                f"{UC}/memory-stores/{store}/entries",
-                params={"scope": scope},
-                headers=self.headers("admin"),
-                json=body,
-            )
+        sources = [{"memory_store": s, "scope": sc, "path": p} for s, sc, p in derived_from]
+        self.client().store(store).write(
+            scope, path, contents, description=description, derived_from=sources or None
         )
 
     def get_store_as(self, principal: str, store: str) -> httpx.Response:

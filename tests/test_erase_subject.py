@@ -6,6 +6,10 @@ A store under legal hold keeps what it holds, and then the subject's audit key i
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import asyncpg
 from stores import make_store
@@ -141,6 +145,17 @@ def test_erasing_a_subject_leaves_nothing_that_names_it(client, token, settings)
 
     assert asyncio.run(tables_holding(settings.database_url, [SUBJECT, SECRET])) == []
     assert client.get(f"{UC}/system/audit:verify", headers=token()).json()["ok"] is True
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+    env.update(CATALOG_DATA_DIR=str(settings.data_dir), CATALOG_DATABASE_URL=settings.database_url)
+    verified = subprocess.run(  # and `catalog audit verify`, on the database itself
+        [sys.executable, "-m", "catalog", "audit", "verify"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=120,
+    )
+    assert verified.returncode == 0 and verified.stdout.startswith("ok "), verified.stdout + verified.stderr
     assert audit(client, token, SUBJECT) == [] and audit(client, token, f"{SUBJECT}:proj") == []
     r = client.get(f"{a}/entries:get", headers=token(), params={"scope": "zqsub", "path": "/keep.md"})
     assert r.status_code == 200  # the other subject's entry stays

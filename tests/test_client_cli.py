@@ -191,6 +191,53 @@ def test_json_prints_the_apis_answer_and_options_go_before_or_after(live):
     assert grants == {"privilege_assignments": [{"principal": "team", "privileges": ["READ_MEMORY_STORE"]}]}
 
 
+def test_metadata_and_filters_on_the_command_line(live):
+    store = f"main.default.{unique('meta')}"
+    ok(catalog(live, "stores", "create", store))
+    for path, topic in (("/tea.md", "drinks"), ("/cake.md", "food")):
+        ok(
+            catalog(
+                live,
+                "entries",
+                "put",
+                store,
+                "--scope",
+                "u",
+                path,
+                "--contents",
+                f"likes {path[1:-3]}",
+                "--metadata",
+                json.dumps({"topic": topic}),
+            )
+        )
+    listed = json.loads(
+        ok(catalog(live, "--json", "entries", "list", store, "--scope", "u", "--filter", '{"topic": "food"}'))
+    )
+    assert [(e["path"], e["metadata"]) for e in listed["entries"]] == [("/cake.md", {"topic": "food"})]
+    found = json.loads(
+        ok(
+            catalog(
+                live,
+                "--json",
+                "entries",
+                "search",
+                store,
+                "--scope",
+                "u",
+                "likes",
+                "--mode",
+                "keyword",
+                "--filter",
+                '{"topic": "drinks"}',
+            )
+        )
+    )
+    assert [h["memory_entry"]["path"] for h in found["results"]] == ["/tea.md"]
+    assert "not a JSON object" in failed(
+        catalog(live, "entries", "list", store, "--scope", "u", "--filter", "[1]"), "USAGE"
+    )
+
+
 def test_every_failure_is_one_error_line_and_exit_1(live):
     store = f"main.default.{unique('err')}"
     ok(catalog(live, "stores", "create", store))

@@ -339,7 +339,7 @@ def groups_change(args: argparse.Namespace) -> int:
 
 
 def entries_list(args: argparse.Namespace) -> int:
-    call = calls.list_entries(args.store, args.scope, args.path_prefix, None, None)
+    call = calls.list_entries(args.store, args.scope, args.path_prefix, None, None, args.filter)
     columns = [
         ("PATH", lambda e: e.get("path")),
         ("UPDATED", lambda e: when(e.get("updated_at"))),
@@ -378,7 +378,7 @@ def entries_put(args: argparse.Namespace) -> int:
         description=args.description,
         write_mode=args.mode,
         session_id=None,
-        metadata=None,
+        metadata=args.metadata,
         ttl_seconds=args.ttl_seconds,
         source_type=None,
         creation_reason=None,
@@ -407,6 +407,7 @@ def entries_search(args: argparse.Namespace) -> int:
         min_score=args.min_score,
         path_prefix=args.path_prefix,
         session_id=None,
+        where=args.filter,
     )
 
     def hits(body: dict[str, Any]) -> str:
@@ -427,6 +428,17 @@ def entries_search(args: argparse.Namespace) -> int:
 
 _RELATIVE = re.compile(r"^(\d+)([smhdw])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """A JSON object given as an option's value (metadata, a filter)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
+    return value
 
 
 def parse_time(text: str) -> int:
@@ -588,6 +600,9 @@ def add_commands(
     listed = leaf(entries, "list", entries_list, "the entries of a scope, in path order")
     store_and_scope(listed)
     listed.add_argument("--path-prefix")
+    listed.add_argument(
+        "--filter", type=json_object, help='metadata to match: a JSON object, e.g. {"topic": "food"}'
+    )
     listed.add_argument("--limit", type=int, default=0, help="at most this many (default: all)")
     got = leaf(entries, "get", entries_get, "one entry with its contents")
     store_and_scope(got)
@@ -604,6 +619,7 @@ def add_commands(
         help="default EXCLUSIVE: fails if the entry exists",
     )
     put.add_argument("--ttl-seconds", type=int, help="the entry expires this long after the write")
+    put.add_argument("--metadata", type=json_object, help='a JSON object, e.g. {"topic": "food"}')
     deleted = leaf(entries, "delete", entries_delete, "delete an entry")
     store_and_scope(deleted)
     deleted.add_argument("path", metavar="PATH")
@@ -614,6 +630,9 @@ def add_commands(
     searched.add_argument("--mode", choices=("hybrid", "keyword", "semantic"))
     searched.add_argument("--min-score", type=float, help="0-1; 0.5 keeps what is relevant")
     searched.add_argument("--path-prefix")
+    searched.add_argument(
+        "--filter", type=json_object, help='metadata to match: a JSON object, e.g. {"topic": "food"}'
+    )
 
     events = leaf(audit_commands, "events", audit_events, "audit events, newest first")
     events.add_argument("--principal")

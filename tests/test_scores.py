@@ -5,10 +5,12 @@ every mode; hybrid search lifts the numbered neighbours of a hit (a dialogue's n
 from __future__ import annotations
 
 import math
+import uuid
 
 import pytest
 
-from catalog.search.context import neighbour_paths
+from catalog.db import create_pool
+from catalog.search.context import neighbour_paths, neighbours
 from catalog.search.fulltext import FullTextIndex, IndexedEntry
 from catalog.search.fusion import (
     DEFAULT_WEIGHTS,
@@ -250,3 +252,45 @@ def test_numbered_neighbours_plain_or_padded(client, token, notes):
     # a path prefix bounds the neighbours too
     hits = search(client, token, {"scope": "logs", "query": "descaled kettle", "path_prefix": "/log/00"})
     assert "/log/100" not in dict(hits)
+
+
+async def test_the_sql_finds_the_neighbours_the_rule_names(client, token, database_url):
+    """`context.neighbours` (SQL, one key lookup per wanted path) finds exactly the entries at the
+    paths `neighbour_paths` names, plain or padded, in the hit's own session, once each."""
+    name = f"nb{uuid.uuid4().hex[:8]}"
+    body = {"name": name, "catalog_name": "main", "schema_name": "default"}
+    assert client.post("/api/2.1/unity-catalog/memory-stores", headers=token(), json=body).status_code == 200
+    paths = [
+        "/log/0010",
+        "/log/9",
+        "/log/0009",
+        "/log/11",
+        "/log/0012",
+        "/d/D1:0",
+        "/d/D1:1",
+        "/d/x",
+        "/x/10",
+    ]
+    pool = await create_pool(database_url, min_size=1, max_size=2)
+    try:
+        store_id = await pool.fetchval("SELECT id FROM memory_stores WHERE name = $1", name)
+        ids = {}
+        for path in [*paths, "/log/0011"]:
+            session = "other" if path == "/log/0011" else ""  # another session: no neighbour
+            ids[path] = str(
+                await pool.fetchval(
+                    "INSERT INTO entries (store_id, scope, session_id, path, contents, created_by, "
+                    "updated_by) VALUES ($1, 'u', $2, $3, 'x', 'a', 'a') RETURNING id",
+                    store_id,
+                    session,
+                    path,
+                )
+            )
+        found = await neighbours(pool, [ids[p] for p in paths], None)
+        by_path = {v: k for k, v in ids.items()}
+        for path in paths:
+            expected = sorted(p for p in neighbour_paths(path) if p in ids and p != "/log/0011")
+            assert sorted(by_path[i] for i in found.get(ids[path], [])) == expected, path
+        assert await neighbours(pool, [ids["/log/0010"]], "/log/00") == {ids["/log/0010"]: [ids["/log/0009"]]}
+    finally:
+        await pool.close()

@@ -41,20 +41,29 @@ def neighbour_paths(path: str) -> list[str]:
 
 # The same rule as neighbour_paths(), in SQL: the prefix ends in a non-digit, so the second group
 # holds every trailing digit; lpad pads to the original width (never truncates: width is at least
-# the new number's length).
+# the new number's length). Each neighbour is looked up by its key, one index probe per wanted
+# path (`OFFSET 0` keeps the subquery a lookup per hit): the planner, with no statistics on a
+# freshly filled table, otherwise joined every hit with its whole scope first (45 hits in a scope
+# of 419 turns: 170 ms).
 _NEIGHBOURS_SQL = """
 SELECT hit.id::text, other.id::text
 FROM {table} hit
 CROSS JOIN LATERAL regexp_match(hit.path, '^(.*[^0-9])?([0-9]+)$') AS m(parts)
 CROSS JOIN LATERAL (VALUES (m.parts[2]::numeric - 1), (m.parts[2]::numeric + 1)) AS step(number)
-JOIN {table} other
-  ON other.store_id = hit.store_id AND other.scope = hit.scope AND other.session_id = hit.session_id
- AND other.path IN (
-       coalesce(m.parts[1], '') || step.number::text,
-       coalesce(m.parts[1], '') || lpad(step.number::text,
-                                        greatest(length(m.parts[2]), length(step.number::text)), '0'))
+CROSS JOIN LATERAL (
+  SELECT DISTINCT wanted FROM unnest(ARRAY[
+    coalesce(m.parts[1], '') || step.number::text,
+    coalesce(m.parts[1], '') || lpad(step.number::text,
+                                     greatest(length(m.parts[2]), length(step.number::text)), '0')
+  ]) AS wanted
+) AS want(path)
+CROSS JOIN LATERAL (
+  SELECT o.id FROM {table} o
+  WHERE o.store_id = hit.store_id AND o.scope = hit.scope AND o.session_id = hit.session_id
+    AND o.path = want.path AND ($2::text IS NULL OR starts_with(o.path, $2))
+  OFFSET 0
+) AS other
 WHERE hit.id = ANY($1::uuid[]) AND m.parts IS NOT NULL AND step.number >= 0
-  AND ($2::text IS NULL OR starts_with(other.path, $2))
 """
 
 

@@ -268,3 +268,13 @@ class LiveServer:
 def live_server() -> type[LiveServer]:
     """The `LiveServer` class: `live_server(data_dir, env)` starts `catalog serve`."""
     return LiveServer
+
+
+@pytest.fixture(scope="module")
+def live(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """`catalog serve` in a subprocess on the module's database, one for the module."""
+    server = LiveServer(tmp_path_factory.mktemp("live"), env={"CATALOG_DATABASE_URL": database_url})
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -14,15 +14,6 @@ from catalog.settings import Settings
 UC = "/api/2.1/unity-catalog"
 
 
-@pytest.fixture(scope="module")
-def live(database_url, tmp_path_factory, live_server):
-    server = live_server(tmp_path_factory.mktemp("agentkit"), env={"CATALOG_DATABASE_URL": database_url})
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def token_for(live, sub: str) -> str:
     return mint_dev_token(Settings(data_dir=live.data_dir), sub)
 

@@ -22,15 +22,6 @@ from catalog.settings import Settings
 BASE = "/api/2.0/agents/session-stores"
 
 
-@pytest.fixture(scope="module")
-def live(database_url, tmp_path_factory, live_server):
-    server = live_server(tmp_path_factory.mktemp("sessions"), env={"CATALOG_DATABASE_URL": database_url})
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def workspace(live, sub: str) -> WorkspaceClient:
     token = mint_dev_token(Settings(data_dir=live.data_dir), sub)
     return WorkspaceClient(host=live.url, token=token, auth_type="pat")

@@ -30,17 +30,6 @@ OPENAI_TOOL_FAILURE = "An error occurred while running the tool. Please try agai
 Tool = Callable[..., str]
 
 
-@pytest.fixture(scope="module")
-def live(database_url, tmp_path_factory, live_server):
-    server = live_server(
-        tmp_path_factory.mktemp("agentkit-tools"), env={"CATALOG_DATABASE_URL": database_url}
-    )
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def token_for(live, sub: str, on_behalf_of: str | None = None) -> str:
     return mint_dev_token(Settings(data_dir=live.data_dir), sub, on_behalf_of=on_behalf_of)
 

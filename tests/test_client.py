@@ -23,15 +23,6 @@ from catalog.settings import Settings
 SCIM = "/api/2.0/preview/scim/v2/Groups"
 
 
-@pytest.fixture(scope="module")
-def live(database_url, tmp_path_factory, live_server):
-    server = live_server(tmp_path_factory.mktemp("client"), env={"CATALOG_DATABASE_URL": database_url})
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def token_for(live, sub: str) -> str:
     return mint_dev_token(Settings(data_dir=live.data_dir), sub)
 

@@ -11,7 +11,6 @@ import uuid
 from pathlib import Path
 
 import httpx
-import pytest
 from conftest import free_port
 
 from catalog.auth import mint_dev_token
@@ -19,15 +18,6 @@ from catalog.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 UC = "/api/2.1/unity-catalog"
-
-
-@pytest.fixture(scope="module")
-def live(database_url, tmp_path_factory, live_server):
-    server = live_server(tmp_path_factory.mktemp("cli"), env={"CATALOG_DATABASE_URL": database_url})
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def token_for(live, sub: str) -> str:

@@ -39,15 +39,6 @@ def chromium_present() -> None:
         )
 
 
-@pytest.fixture(scope="module")
-def live(database_url, tmp_path_factory, live_server):
-    server = live_server(tmp_path_factory.mktemp("console"), env={"CATALOG_DATABASE_URL": database_url})
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def token_for(live, who: str) -> str:  # type: ignore[no-untyped-def]
     return mint_dev_token(Settings(data_dir=live.data_dir), who)
 

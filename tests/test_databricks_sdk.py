@@ -10,16 +10,6 @@ from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 
 
-@pytest.fixture(scope="module")
-def live(database_url, tmp_path_factory, live_server):
-    data_dir = tmp_path_factory.mktemp("sdk")
-    server = live_server(data_dir, env={"CATALOG_DATABASE_URL": database_url})
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def client_for(live, sub: str) -> WorkspaceClient:
     settings = Settings(data_dir=live.data_dir)
     return WorkspaceClient(host=live.url, token=mint_dev_token(settings, sub), auth_type="pat")

@@ -23,15 +23,6 @@ STORE = "main.default.agent_memory"
 USER = "user-42@example.com"  # the end user the agent runs for (its token's subject)
 
 
-@pytest.fixture(scope="module")
-def live(database_url, tmp_path_factory, live_server):
-    server = live_server(tmp_path_factory.mktemp("tools"), env={"CATALOG_DATABASE_URL": database_url})
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def client_for(live, sub: str) -> WorkspaceClient:
     token = mint_dev_token(Settings(data_dir=live.data_dir), sub)
     return WorkspaceClient(host=live.url, token=token, auth_type="pat")

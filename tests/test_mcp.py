@@ -22,15 +22,6 @@ STORE = "main.default.assistant"
 TOOLS = ["search_memory", "save_memory", "get_memory", "list_memories", "update_memory", "delete_memory"]
 
 
-@pytest.fixture(scope="module")
-def live(database_url, tmp_path_factory, live_server):
-    server = live_server(tmp_path_factory.mktemp("mcp"), env={"CATALOG_DATABASE_URL": database_url})
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def token(live: Any, sub: str, **claims: Any) -> str:
     return mint_dev_token(Settings(data_dir=live.data_dir), sub, **claims)
 

@@ -36,6 +36,7 @@ from catalog.extraction.service import memory_store_name
 from catalog.governance import Node, Securable, SecurableType
 from catalog.llm import require
 from catalog.pagination import Pages, collect_page
+from catalog.pagination import page_size as page_size_of
 from catalog.pipelines import repo
 from catalog.pipelines.repo import PipelineRow, RunRow
 from catalog.pipelines.schemas import (
@@ -149,12 +150,6 @@ def to_run(row: RunRow) -> PipelineRun:
     )
 
 
-def _page_size(value: int | None) -> int:
-    if value is not None and not 0 <= value <= MAX_PAGE:
-        raise InvalidParameter(f"page_size must be between 0 and {MAX_PAGE}", "page_size")
-    return value or MAX_PAGE
-
-
 # --- the stores a pipeline names -------------------------------------------------------------------
 
 
@@ -236,7 +231,7 @@ async def get(ctx: Context, principal: Principal, pipeline_id: str) -> MemoryPip
 async def list_pipelines(
     ctx: Context, principal: Principal, page_size: int | None, page_token: str | None
 ) -> MemoryPipelineList:
-    size = _page_size(page_size)
+    size = page_size_of(page_size, default=MAX_PAGE, cap=MAX_PAGE, field="page_size")
     await ctx.access.resolve(principal, "pipelines.list", SecurableType.METASTORE)
     pages = Pages(ctx.pool, "memory_pipelines")
     after = await pages.after(page_token, tuple[int, str])
@@ -357,7 +352,7 @@ async def list_runs(
     ctx: Context, principal: Principal, pipeline_id: str, page_size: int | None, page_token: str | None
 ) -> PipelineRunList:
     """Newest first."""
-    size = _page_size(page_size)
+    size = page_size_of(page_size, default=MAX_PAGE, cap=MAX_PAGE, field="page_size")
     row = await _load(ctx, pipeline_id)
     await _memory_store(ctx, principal, row.memory_store_full_name, "pipelines.read")
     pages = Pages(ctx.pool, "pipeline_runs", pipeline=row.id)

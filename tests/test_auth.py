@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from catalog.auth import TokenVerifier, ensure_dev_key, mint_dev_token
 from catalog.auth.keys import PRIVATE_KEY_FILE
+from catalog.auth.tokens import LEEWAY_SECONDS
 from catalog.errors import Unauthenticated
 from catalog.settings import DEV_AUDIENCE, DEV_ISSUER, Settings
 
@@ -225,6 +226,56 @@ def test_jwks_keys_are_cached_and_unknown_kid_refetch_is_rate_limited(tmp_path: 
             )
             with pytest.raises(Unauthenticated):
                 await verifier.verify(forged)
+
+        asyncio.run(scenario())
+    finally:
+        server.shutdown()
+
+
+def test_a_verified_token_is_remembered_until_it_expires_and_no_other_string_hits(settings):
+    verifier = TokenVerifier(settings)
+    # valid for about three more seconds (the 30 s leeway)
+    token = sign(settings, exp=int(time.time()) - LEEWAY_SECONDS + 3)
+    head, body, sig = token.split(".")
+
+    async def scenario() -> None:
+        for _ in range(3):
+            assert (await verifier.verify(token)).name == "alice"
+        assert verifier.signature_checks == 1  # remembered
+        # the same signature over other claims is a different string: checked, and refused
+        with pytest.raises(Unauthenticated, match="bad token signature"):
+            await verifier.verify(f"{head}.{_b64({**claims(), 'sub': 'admin'})}.{sig}")
+        assert verifier.signature_checks == 2
+        await asyncio.sleep(
+            max(0.0, json.loads(base64.urlsafe_b64decode(body + "==="))["exp"] + LEEWAY_SECONDS - time.time())
+            + 0.2
+        )
+        with pytest.raises(Unauthenticated, match="token expired"):  # not remembered past its expiry
+            await verifier.verify(token)
+
+    asyncio.run(scenario())
+
+
+def test_a_remembered_token_is_refused_once_its_key_leaves_the_jwks(tmp_path: Path):
+    jwks = _Jwks()
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwks.keys = [_jwk(rsa_key, "k1", "RS256")]
+    server = jwks.serve()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+        verifier = TokenVerifier(
+            Settings(data_dir=tmp_path, jwks_url=url, jwt_issuer="idp", jwt_audience="mc")
+        )
+        token = jwt.encode(claims(iss="idp", aud="mc"), rsa_key, algorithm="RS256", headers={"kid": "k1"})
+
+        async def scenario() -> None:
+            assert (await verifier.verify(token)).name == "alice"
+            assert (await verifier.verify(token)).name == "alice"
+            assert verifier.signature_checks == 1
+            jwks.keys = [_jwk(ec.generate_private_key(ec.SECP256R1()), "k2", "ES256")]  # k1 withdrawn
+            verifier.source._fetched_at -= verifier.source.ttl + 1  # type: ignore[union-attr]
+            with pytest.raises(Unauthenticated, match="unknown signing key"):
+                await verifier.verify(token)
 
         asyncio.run(scenario())
     finally:

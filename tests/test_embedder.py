@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -80,6 +81,39 @@ def test_concurrent_requests_share_batches():
             await embedder.close()
 
     asyncio.run(scenario())
+
+
+def test_requests_arriving_while_the_model_runs_share_the_next_batch():
+    """No fixed wait gathers a batch: the first query runs at once, and those that arrive while
+    the model is busy run together after it."""
+    seen: list[list[str]] = []
+    running = threading.Event()
+    release = threading.Event()
+
+    class Slow(HashEncoder):
+        def encode(self, texts):  # type: ignore[no-untyped-def]
+            seen.append(list(texts))
+            running.set()
+            release.wait(5)
+            return super().encode(texts)
+
+    embedder = Embedder(Slow())
+
+    async def scenario() -> None:
+        embedder.start()
+        try:
+            first = asyncio.create_task(embedder.embed(["first"]))
+            await asyncio.to_thread(running.wait, 5)  # the model is busy with the first alone
+            others = [asyncio.create_task(embedder.embed([f"text {i}"])) for i in range(10)]
+            await asyncio.sleep(0.01)
+            release.set()
+            await asyncio.gather(first, *others)
+        finally:
+            await embedder.close()
+
+    asyncio.run(scenario())
+    assert seen[0] == ["first"]
+    assert seen[1:] == [[f"text {i}" for i in range(10)]]
 
 
 def test_queries_go_before_background_work():

@@ -7,6 +7,12 @@ Rules:
 - the optional `on_behalf_of` claim (a non-empty string) names the end user an app acts for;
 - every failure is `Unauthenticated` with a short reason, nothing else.
 
+A token that verified is remembered (by its SHA-256) for at most `VERIFIED_TTL` seconds and never
+past its expiry (with the leeway): the same token sent again skips the signature check, which was
+most of the cost of authenticating a request. A remembered token is still refused once its key is
+no longer offered (a JWKS that dropped it), and a different string (any byte of a forged or
+altered token) is never a hit.
+
 Keys come from one source: the data dir's development key, a static public key
 (`CATALOG_JWT_PUBLIC_KEY`, PEM text or a path to a PEM file), or a JWKS URL fetched off the event
 loop, cached, and refetched for an unknown `kid` at most once every `refetch_interval` seconds.
@@ -15,9 +21,12 @@ loop, cached, and refetched for an unknown `kid` at most once every `refetch_int
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import urllib.request
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +45,8 @@ ALLOWED_ALGORITHMS = ("EdDSA", "RS256", "ES256")
 LEEWAY_SECONDS = 30
 REQUIRED_CLAIMS = ["exp", "iat", "sub", "iss", "aud"]
 MAX_TOKEN_BYTES = 8192
+VERIFIED_TTL = 60.0  # how long a verified token is remembered (never past its expiry)
+VERIFIED_MAX = 10_000  # how many are remembered (the least recently used go first)
 
 
 def algorithm_for(key: Any) -> str:
@@ -117,8 +128,18 @@ class StaticKeySource:
         return self.key
 
 
+@dataclass(frozen=True)
+class _Verified:
+    principal: Principal
+    kid: str | None
+    key: Any
+    until: float  # wall-clock seconds: the earlier of expiry + leeway and now + VERIFIED_TTL
+
+
 class TokenVerifier:
     def __init__(self, settings: Settings) -> None:
+        self._verified: OrderedDict[bytes, _Verified] = OrderedDict()
+        self.signature_checks = 0
         self.issuer = settings.jwt_issuer
         self.audience = settings.jwt_audience
         self.source: JwksKeySource | StaticKeySource
@@ -132,6 +153,24 @@ class TokenVerifier:
     async def verify(self, token: str) -> Principal:
         if len(token) > MAX_TOKEN_BYTES:
             raise Unauthenticated("token too large")
+        digest = hashlib.sha256(token.encode()).digest()
+        known = self._verified.get(digest)
+        if known is not None:
+            if time.time() < known.until and await self.source.get(known.kid) is known.key:
+                self._verified.move_to_end(digest)
+                return known.principal
+            del self._verified[digest]  # expired, or its key is gone: verified again (and refused)
+        principal, kid, key, expiry = await self._check(token)
+        self._verified[digest] = _Verified(
+            principal, kid, key, min(expiry + LEEWAY_SECONDS, time.time() + VERIFIED_TTL)
+        )
+        if len(self._verified) > VERIFIED_MAX:
+            self._verified.popitem(last=False)
+        return principal
+
+    async def _check(self, token: str) -> tuple[Principal, str | None, Any, float]:
+        """The token's principal, key id, key and expiry, once its signature and claims hold."""
+        self.signature_checks += 1
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as exc:
@@ -139,8 +178,8 @@ class TokenVerifier:
         algorithm = header.get("alg")
         if algorithm not in ALLOWED_ALGORITHMS:
             raise Unauthenticated("token algorithm not allowed")
-        kid = header.get("kid")
-        key = await self.source.get(kid if isinstance(kid, str) else None)
+        kid = header.get("kid") if isinstance(header.get("kid"), str) else None
+        key = await self.source.get(kid)
         if algorithm != algorithm_for(key):
             raise Unauthenticated("token algorithm does not match the key")
         try:
@@ -175,7 +214,7 @@ class TokenVerifier:
             not isinstance(on_behalf_of, str) or not on_behalf_of.strip() or "\x00" in on_behalf_of
         ):
             raise Unauthenticated("on_behalf_of must be a non-empty string without NUL characters")
-        return Principal(name=sub, on_behalf_of=on_behalf_of)
+        return Principal(name=sub, on_behalf_of=on_behalf_of), kid, key, float(claims["exp"])
 
 
 def mint_dev_token(

@@ -9,9 +9,11 @@ Rules:
   times the CPU of the same texts sorted), and the vectors come back in the caller's order;
 - the vector is the mean of the last hidden state over the attention mask, L2-normalised, so the
   cosine similarity of two vectors is their dot product;
-- texts from concurrent requests are gathered for a few milliseconds into one batch, and inference
-  runs on a worker thread, never on the event loop; background texts are queued shortest first
-  (each call's texts), so that the small batches taken from the queue hold texts of one length.
+- a query is run as soon as the model is free; texts from concurrent requests that arrive while
+  it is busy are run together in the next batch (no fixed wait: a lone query would pay it, and
+  under load the batch fills by itself); inference runs on a worker thread, never on the event
+  loop; background texts are queued shortest first (each call's texts), so that the small batches
+  taken from the queue hold texts of one length.
 """
 
 from __future__ import annotations
@@ -197,7 +199,7 @@ class Embedder:
     """
 
     def __init__(
-        self, encoder: Encoder, *, max_batch: int = 64, background_batch: int = 16, max_wait: float = 0.003
+        self, encoder: Encoder, *, max_batch: int = 64, background_batch: int = 16, max_wait: float = 0.0
     ) -> None:
         self.encoder = encoder
         self.dimensions = encoder.dimensions
@@ -254,7 +256,9 @@ class Embedder:
         while True:
             await self._ready.wait()
             if self._urgent and len(self._urgent) < self.max_batch:
-                await asyncio.sleep(self.max_wait)  # let concurrent requests join this batch
+                # requests already runnable join this batch; waiting longer (max_wait) is optional:
+                # those arriving while the model runs join the next one anyway
+                await asyncio.sleep(self.max_wait)
             batch = self._take()
             if not self._urgent and not self._background:
                 self._ready.clear()

@@ -630,12 +630,21 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> list[tup
     prefix = validate_path_prefix(op.path_prefix)
     session = validate_session(op.session_id) if op.session_id is not None else None
     where = validate_metadata(op.where, "filter") or None
-    store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
     assert ctx.search is not None
+    # the model embeds the query while the request is authorized (the longest step of a search)
+    vector = ctx.search.embed_query(query) if op.mode != "keyword" else None
+    try:
+        store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
+    except BaseException:
+        if vector is not None:
+            vector.cancel()
+        raise
     store_id = store.node.id
     candidates = max(MIN_CANDIDATES, op.top_k * 3)
     ranked = await ctx.search.rank(
-        Query(store_id, tuple(scopes), query, candidates, op.mode, session, prefix, where=where)
+        Query(
+            store_id, tuple(scopes), query, candidates, op.mode, session, prefix, where=where, vector=vector
+        )
     )
     if op.min_score is not None:
         ranked = [(doc, score) for doc, score in ranked if score >= op.min_score]

@@ -97,6 +97,8 @@ class Query:
     path_prefix: str | None = None
     corpus: Corpus = ENTRIES
     where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (a filter)
+    # the query's vector, when the caller started computing it early (`SearchEngine.embed_query`)
+    vector: asyncio.Future[np.ndarray] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -283,6 +285,18 @@ class SearchEngine:
 
     # --- ranking ------------------------------------------------------------------------------------
 
+    def embed_query(self, text: str) -> asyncio.Future[np.ndarray]:
+        """Start computing a query's vector now, so that it runs while the caller does other
+        work first (authorizing the request); hand it to `rank` as `Query.vector`, or cancel it."""
+
+        async def vector() -> np.ndarray:
+            return (await self.embedder.embed([text]))[0]
+
+        task = asyncio.ensure_future(vector())
+        # a request refused before `rank` never awaits it: its failure must not be logged as lost
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
     async def rank(self, query: Query) -> list[tuple[str, float]]:
         """(entry id, score in [0, 1]), best first, from the query's store and scopes only; each
         mode waits for its derived state to hold every write committed before the call
@@ -354,8 +368,8 @@ class SearchEngine:
 
     async def _semantic(self, query: Query) -> tuple[np.ndarray, list[tuple[str, float]]]:
         """The query's vector and (id, cosine similarity), best first."""
-        (vector,), _ = await asyncio.gather(
-            self.embedder.embed([query.text]),
+        vector, _ = await asyncio.gather(
+            query.vector if query.vector is not None else self.embed_query(query.text),
             self.vectors_fresh(query.store_id, query.scopes, query.corpus),
         )
         hits = await self.part(query.corpus).vectors.search(

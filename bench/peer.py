@@ -15,7 +15,7 @@ question with evidence a search in that scope, as `bench/locomo.py`):
   has them (a search in each scope after the backlog is gone);
 - search latency, one sequential client, top 10: every question right after the ingest (cold),
   then every question again (steady state); the catalog searches hybrid, the peer semantic (its
-  only mode);
+  only mode); then the catalog once more in semantic mode and in keyword mode alone;
 - R@1/R@5/R@10 of those searches.
 
 With --model, it prints instead what the model costs on these turns: texts per second of wall
@@ -63,6 +63,7 @@ class Side:
     cold_ms: list[float] = field(default_factory=list)  # every question, right after the ingest
     steady_ms: list[float] = field(default_factory=list)  # every question again
     recalls: list[dict[int, float]] = field(default_factory=list)
+    by_mode_ms: dict[str, list[float]] = field(default_factory=dict)  # ours: one more pass per mode
 
 
 def pct(values: list[float], q: float) -> float:
@@ -162,6 +163,14 @@ async def run_catalog(server: BenchServer, datasets: list, concurrency: int) -> 
             return await search(scope, question["query"])
 
         await _searches(side, datasets, ask)
+        # the same questions once more in each single mode: what hybrid adds, and the peer's mode
+        for mode in ("semantic", "keyword"):
+            times = side.by_mode_ms.setdefault(mode, [])
+            for scope, _, questions in datasets:
+                for question in questions:
+                    t0 = time.perf_counter()
+                    await search(scope, question["query"], mode)
+                    times.append((time.perf_counter() - t0) * 1000)
     await conn.close()
     return side
 
@@ -293,6 +302,12 @@ async def run(args: argparse.Namespace) -> None:
     for label, q in (("p50", 0.5), ("p99", 0.99)):
         p, o = pct(peer.steady_ms, q), pct(ours.steady_ms, q)
         print(f"| search {label}, steady state (ms) | {p:.1f} | {o:.1f} | {o / p:.2f}x | |")
+    for mode, times in ours.by_mode_ms.items():
+        p, o50, o99 = pct(peer.steady_ms, 0.5), pct(times, 0.5), pct(times, 0.99)
+        print(
+            f"| ours in {mode} mode (steady): p50 / p99 (ms) | | {o50:.1f} / {o99:.1f} "
+            f"| {o50 / p:.2f}x (p50) | |"
+        )
     first = min(500, len(ours.cold_ms))
     cold99, steady99 = pct(ours.cold_ms[:first], 0.99), pct(ours.steady_ms, 0.99)
     print(

@@ -6,7 +6,7 @@ status queries), `GET` a store's details (authenticated, authorized, audited), a
 the scope in keyword mode and in hybrid mode (which adds the query's embedding and the vector
 search).
 
-Run: .venv/bin/python bench/requests.py [--n 300]
+Run: .venv/bin/python bench/request_floor.py [--n 300]
 """
 
 from __future__ import annotations

@@ -134,3 +134,38 @@ def test_a_store_default_and_a_held_store(client, token, settings):
     )
     wait_until(lambda: stored(settings.database_url, "/free.md") == 0)
     assert stored(settings.database_url, "/held.md") == 1
+
+
+def test_a_held_store_keeps_an_expired_entry_when_its_path_is_written_again(client, token, settings):
+    held = make_store(client, token, "ttl-held-rewrite")
+    client.patch(
+        f"{UC}/memory-stores/main.default.ttl-held-rewrite", headers=token(), json={"legal_hold": True}
+    )
+    first = {"path": "/kept.md", "contents": "the first words", "ttl_seconds": 1}
+    assert (
+        client.post(f"{held}/entries", headers=token(), params={"scope": "k"}, json=first).status_code == 200
+    )
+    get = {"scope": "k", "path": "/kept.md"}
+    wait_until(lambda: client.get(f"{held}/entries:get", headers=token(), params=get).status_code == 404)
+    for mode in ("EXCLUSIVE", "OVERWRITE", "APPEND"):
+        again = {"path": "/kept.md", "contents": "other words", "write_mode": mode}
+        r = client.post(f"{held}/entries", headers=token(), params={"scope": "k"}, json=again)
+        assert r.status_code == 409, (mode, r.text)
+        assert r.json()["error_code"] == "RESOURCE_CONFLICT" and "legal hold" in r.json()["message"]
+    body = {"entries": [{"path": "/kept.md", "contents": "batched", "write_mode": "OVERWRITE"}]}
+    r = client.post(f"{held}/entries:batchCreate", headers=token(), params={"scope": "k"}, json=body)
+    assert [(x["status"], x.get("error_code")) for x in r.json()["results"]] == [
+        ("FAILED", "RESOURCE_CONFLICT")
+    ]
+    assert stored(settings.database_url, "/kept.md") == 1  # still in storage, as the hold requires
+    # once the hold is lifted, the path is written afresh
+    client.patch(
+        f"{UC}/memory-stores/main.default.ttl-held-rewrite", headers=token(), json={"legal_hold": False}
+    )
+    r = client.post(
+        f"{held}/entries",
+        headers=token(),
+        params={"scope": "k"},
+        json={"path": "/kept.md", "contents": "new"},
+    )
+    assert r.status_code == 200 and r.json()["contents"] == "new"

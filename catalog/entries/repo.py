@@ -5,6 +5,7 @@ log (`entry_changes`) is written by triggers. Rows come back as `EntryRow`s."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import asyncpg
@@ -371,11 +372,32 @@ async def restore(conn: asyncpg.Connection, key: Key, kept: VersionRow, by: str)
 # --- expiry --------------------------------------------------------------------------------------
 
 
-async def drop_expired(conn: Conn, key: Key) -> None:
-    """Delete the entry at the key if it has expired (a write at its key starts afresh)."""
-    await conn.execute("SELECT set_config('catalog.principal', 'system:expiry', true)")
-    await conn.execute(f"DELETE FROM entries WHERE {_KEY} AND NOT {LIVE}", *key)
-    await conn.execute("SELECT set_config('catalog.principal', '', true)")
+@dataclass(frozen=True)
+class WriteReady:
+    default_ttl: int | None  # the store's default TTL in seconds (None: none)
+    kept_expired: bool  # an expired entry is at the key and the store's legal hold keeps it
+
+
+async def before_write(conn: Conn, key: Key) -> WriteReady:
+    """Ready a write at the key: delete the entry there if it has expired (a write at its key
+    starts afresh; the history names `system:expiry` as its deleter), unless the store is under
+    legal hold (then it stays, and `kept_expired` says so); and read the store's default TTL. One
+    statement when nothing has expired (the usual case)."""
+    row = await conn.fetchrow(
+        f"SELECT EXISTS (SELECT 1 FROM entries WHERE {_KEY} AND NOT {LIVE}) AS expired, "
+        "(SELECT default_ttl_seconds FROM memory_stores WHERE id = $1) AS ttl, "
+        "coalesce((SELECT legal_hold FROM memory_stores WHERE id = $1), false) AS held",
+        *key,
+    )
+    assert row is not None
+    ttl = None if row["ttl"] is None else int(row["ttl"])
+    if row["expired"] and row["held"]:
+        return WriteReady(ttl, kept_expired=True)
+    if row["expired"]:
+        await conn.execute("SELECT set_config('catalog.principal', 'system:expiry', true)")
+        await conn.execute(f"DELETE FROM entries WHERE {_KEY} AND NOT {LIVE}", *key)
+        await conn.execute("SELECT set_config('catalog.principal', '', true)")
+    return WriteReady(ttl, kept_expired=False)
 
 
 async def set_expiry(conn: Conn, entry_id: str, ttl_seconds: int) -> EntryRow:
@@ -389,11 +411,6 @@ async def set_expiry(conn: Conn, entry_id: str, ttl_seconds: int) -> EntryRow:
     )
     assert row is not None
     return row
-
-
-async def default_ttl(conn: Conn, store_id: str) -> int | None:
-    value = await conn.fetchval("SELECT default_ttl_seconds FROM memory_stores WHERE id = $1", store_id)
-    return None if value is None else int(value)
 
 
 async def sweep_expired(conn: asyncpg.Connection, limit: int) -> list[tuple[str, int]]:

@@ -237,7 +237,7 @@ async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
         await ensure_not_held(ctx, store, "overwritten")
     async with audited(ctx.pool) as conn:
         note_result(1)
-        await repo.drop_expired(conn, key)
+        ready = await _before_write(conn, key)
         if op.mode == "EXCLUSIVE":
             row = await repo.insert_exclusive(conn, key, fields, principal.name)
             if row is None:
@@ -252,15 +252,28 @@ async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
                     raise Aborted("the entry changed concurrently; retry")
                 return Written(row, readable)
         await record_lineage(conn, principal.name, _ref(row), [_ref(s) for s in sources], origin)
-        row = await _expire(conn, row, op.ttl_seconds)
+        row = await _expire(conn, row, op.ttl_seconds, ready.default_ttl)
     _written(ctx)
     _expiring(ctx, row)
     return Written(row, readable)
 
 
-async def _expire(conn: asyncpg.Connection, row: EntryRow, ttl_seconds: int | None) -> EntryRow:
+async def _before_write(conn: asyncpg.Connection, key: Key) -> repo.WriteReady:
+    """`repo.before_write`, refusing a write at the path of an expired entry a legal hold keeps."""
+    ready = await repo.before_write(conn, key)
+    if ready.kept_expired:
+        raise ResourceConflict(
+            f"the memory store is under legal hold: the expired entry at {key[3]} in scope {key[1]} is "
+            "kept until the hold is lifted, so its path cannot be written"
+        )
+    return ready
+
+
+async def _expire(
+    conn: asyncpg.Connection, row: EntryRow, ttl_seconds: int | None, default_ttl: int | None
+) -> EntryRow:
     """Set the written entry's expiry: the write's `ttl_seconds`, else the store's default."""
-    ttl = ttl_seconds if ttl_seconds is not None else await repo.default_ttl(conn, row.store_id)
+    ttl = ttl_seconds if ttl_seconds is not None else default_ttl
     if ttl is None:
         return row
     if not 1 <= ttl <= MAX_TTL_SECONDS:
@@ -495,7 +508,7 @@ async def _batch_one(
     readable: bool,
     held: bool,
 ) -> BatchResult:
-    await repo.drop_expired(conn, key)
+    ready = await _before_write(conn, key)
     existing = await repo.get(conn, key)
     row: EntryRow | None
     if op.mode == "EXCLUSIVE":
@@ -510,7 +523,7 @@ async def _batch_one(
         row = await repo.upsert_append(conn, key, fields, principal.name, dedupe=readable)
         if row is None:
             return BatchResult(key[3], "UNCHANGED")
-    await _expire(conn, row, op.ttl_seconds)
+    await _expire(conn, row, op.ttl_seconds, ready.default_ttl)
     return BatchResult(key[3], "UPDATED" if existing is not None else "CREATED")
 
 

@@ -23,6 +23,15 @@ class ScopeEraser(Protocol):
     ) -> Awaitable[int]: ...
 
 
+class ScopeHolder(Protocol):
+    """The stores under legal hold (full names) in which a slice keeps rows of the scope (with
+    `subject`: also of every scope starting `scope:`): its eraser leaves them there."""
+
+    def __call__(
+        self, conn: asyncpg.Connection, scope: str, *, subject: bool = False
+    ) -> Awaitable[list[str]]: ...
+
+
 @dataclass(frozen=True)
 class Context:
     settings: Settings
@@ -34,6 +43,7 @@ class Context:
     # transaction, and answers how many. Slices above `entries` register theirs in the
     # composition root.
     scope_erasers: tuple[tuple[str, ScopeEraser], ...] = ()
+    scope_holders: tuple[ScopeHolder, ...] = ()  # the same slices' held stores (see ScopeHolder)
     llm: ChatModel | None = None  # the upstream model (catalog.llm), None when not configured
     expiry_wake: Callable[[], None] | None = None  # an entry with an expiry was written
 

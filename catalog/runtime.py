@@ -182,6 +182,7 @@ class Runtime:
                 ("conversations", conversations.erase_scope),
                 ("sessions", sessions.erase_scope),
             ),
+            scope_holders=(conversations.held_stores, sessions.held_stores),
             llm=llm.configured(settings),
             expiry_wake=(expiry := ExpirySweeper(pool)).wake,
         )

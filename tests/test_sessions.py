@@ -398,3 +398,44 @@ def test_erasing_an_actor_removes_its_sessions(client, token):
     assert r.status_code == 200, r.text
     assert client.get(f"{BASE}/erasable/sessions/g", headers=token()).status_code == 404
     assert items(client, token(), "erasable", "k") == ["kept"]
+
+
+def test_a_held_session_store_keeps_its_sessions_and_items(client, token):
+    make_store(client, token, "held-chats")
+    make_session(client, token, "held-chats", "user-h", "h-1")
+    append(client, token(), "held-chats", "h-1", "first", "second")
+    r = client.patch(
+        f"{BASE}/held-chats", headers=token(), params={"update_mask": "legal_hold"}, json={"legal_hold": True}
+    )
+    assert r.status_code == 200, r.text
+    refused = [
+        client.post(f"{BASE}/held-chats/sessions/h-1/items:pop", headers=token(), json={}),
+        client.post(f"{BASE}/held-chats/sessions/h-1/items:clear", headers=token(), json={}),
+        client.delete(f"{BASE}/held-chats/sessions/h-1", headers=token()),
+        client.delete(f"{BASE}/held-chats", headers=token()),
+    ]
+    for r in refused:
+        assert r.status_code == 409, r.text
+        assert r.json()["error_code"] == "RESOURCE_CONFLICT" and "legal hold" in r.json()["message"]
+    append(client, token(), "held-chats", "h-1", "third")  # adding is still allowed
+    r = client.post(f"{UC}/system/erase-scope", headers=token(), json={"scope": "user-h"})
+    assert r.status_code == 200, r.text
+    assert [name.rsplit(".", 1)[-1] for name in r.json()["held"]] == ["held-chats"]  # named as kept
+    assert items(client, token(), "held-chats", "h-1") == ["first", "second", "third"]
+    # erasing the person keeps their audit key too, since the hold keeps their sessions
+    r = client.post(f"{UC}/system/erase-subject", headers=token(), json={"subject": "user-h"})
+    assert r.status_code == 200, r.text
+    assert r.json()["audit_key_destroyed"] is False and len(r.json()["held"]) == 1
+    # setting and releasing a hold is the store's owner's or an admin's, and audited
+    assert client.patch(
+        f"{BASE}/held-chats", headers=token("bob"), json={"legal_hold": False}
+    ).status_code in (403, 404)
+    events = client.get(
+        f"{UC}/system/audit", headers=token(), params={"action_name": "memory_store.update"}
+    ).json()["events"]
+    assert any(e["request_params"].get("legal_hold") == "true" for e in events)
+    r = client.patch(f"{BASE}/held-chats", headers=token(), json={"legal_hold": False})
+    assert r.status_code == 200, r.text
+    popped = client.post(f"{BASE}/held-chats/sessions/h-1/items:pop", headers=token(), json={}).json()
+    assert popped["item"]["data"] == "third"
+    assert client.delete(f"{BASE}/held-chats/sessions/h-1", headers=token()).json() == {}

@@ -48,6 +48,7 @@ from catalog.keys import validate_scope
 from catalog.namespace.service import ensure_not_held
 
 erase_scope = repo.erase_scope  # the scope eraser the composition root hands to entry erasure
+held_stores = repo.held_stores  # the stores under legal hold its eraser leaves alone
 
 
 def _answer(row: ConversationRow) -> Conversation:

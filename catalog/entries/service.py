@@ -574,11 +574,20 @@ async def delete_scope(ctx: Context, principal: Principal, op: ops.DeleteScope) 
     return deleted
 
 
+async def _held(ctx: Context, conn: asyncpg.Connection, scope: str, *, subject: bool = False) -> list[str]:
+    """The stores under legal hold that keep anything of the scope (entries, conversations,
+    sessions), by name: erasure leaves them alone."""
+    held = set(await repo.held_stores(conn, scope, subject=subject))
+    for holder in ctx.scope_holders:
+        held.update(await holder(conn, scope, subject=subject))
+    return sorted(held)
+
+
 @dataclass(frozen=True)
 class Erased:
     stores: list[tuple[str, int]]  # (store full name, entries deleted), by name
     others: dict[str, int]  # the scope's conversations, sessions, ... deleted with them
-    held: list[str]  # stores under legal hold that keep the scope's entries
+    held: list[str]  # stores under legal hold that keep something of the scope (entries, sessions, ...)
 
 
 async def erase(ctx: Context, principal: Principal, op: ops.Erase) -> Erased:
@@ -586,7 +595,7 @@ async def erase(ctx: Context, principal: Principal, op: ops.Erase) -> Erased:
     scope = validate_scope(op.scope)
     await ctx.access.resolve(principal, "system.erase_scope", SecurableType.METASTORE)
     async with audited(ctx.pool) as conn:
-        held = await repo.held_stores(conn, scope)
+        held = await _held(ctx, conn, scope)
         erased = await repo.erase_scope(conn, scope)
         await erase_lineage(conn, None, scope)  # its edges at either end, in every store
         others = {name: await eraser(conn, None, scope) for name, eraser in ctx.scope_erasers}
@@ -613,7 +622,7 @@ async def erase_subject(ctx: Context, principal: Principal, op: ops.EraseSubject
         )
     await ctx.access.resolve(principal, "system.erase_subject", SecurableType.METASTORE)
     async with audited(ctx.pool) as conn:
-        held = await repo.held_stores(conn, subject, subject=True)
+        held = await _held(ctx, conn, subject, subject=True)
         erased = await repo.erase_scope(conn, subject, subject=True)
         await erase_lineage(conn, None, subject, subject=True)
         others = {name: await eraser(conn, None, subject, subject=True) for name, eraser in ctx.scope_erasers}

@@ -30,7 +30,7 @@ MAX_SESSION_ID = 256
 SESSION_ID_PATTERN = r"^[^/\x00-\x1f\x7f-\x9f]{1,256}$"
 SESSION_ID_TEXT = "1-256 characters, no '/' and no control characters"
 SESSION_UPDATE_MASK_PATTERN = r"^ *(metadata)? *$"
-_STORE_FIELD = "(description|metadata|scope_binding|shared_scopes)"
+_STORE_FIELD = "(description|metadata|scope_binding|shared_scopes|legal_hold)"
 STORE_UPDATE_MASK_PATTERN = rf"^ *({_STORE_FIELD} *(, *{_STORE_FIELD} *)*)? *$"
 # What `order_by` may say: by creation (append) order, ascending unless `desc`.
 ORDER_BY_PATTERN = r"^ *(create_time( +(asc|desc|ASC|DESC))?)? *$"
@@ -53,6 +53,8 @@ class SessionStoreUpdate(Input, kw_only=True):
     metadata: Metadata | None = None
     scope_binding: ScopeBinding | None = None
     shared_scopes: SharedScopes | None = None
+    # while true, no session or item of the store can be deleted (409 RESOURCE_CONFLICT)
+    legal_hold: bool | None = None
 
 
 class SessionStoreGrantee(Input, kw_only=True):

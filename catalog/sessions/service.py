@@ -21,7 +21,7 @@ from catalog.auditlog import audited, note_result
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries.service import check_binding
-from catalog.errors import InvalidParameter, NotFound, PayloadTooLarge
+from catalog.errors import InvalidParameter, NotFound, PayloadTooLarge, ResourceConflict
 from catalog.governance import Securable, SecurableType
 from catalog.inputs import within
 from catalog.keys import validate_scope
@@ -68,6 +68,7 @@ from catalog.wire import rfc3339
 
 KIND = "session"
 erase_scope = repo.erase_scope  # the scope eraser the composition root hands to entry erasure
+held_stores = repo.held_stores  # the stores under legal hold its eraser leaves alone
 MAX_STORE_PAGE = 100
 DEFAULT_SESSION_PAGE, MAX_SESSION_PAGE = 100, 1000
 DEFAULT_ITEM_PAGE, MAX_ITEM_PAGE = 100, 1000
@@ -239,7 +240,7 @@ _STORE_MASK = re.compile(STORE_UPDATE_MASK_PATTERN)
 async def update_store(
     ctx: Context, principal: Principal, name: str, update_mask: str | None, body: SessionStoreUpdate
 ) -> SessionStoreInfo:
-    names = ("description", "metadata", "scope_binding", "shared_scopes")
+    names = ("description", "metadata", "scope_binding", "shared_scopes", "legal_hold")
     if update_mask is not None and not _STORE_MASK.fullmatch(update_mask):
         raise InvalidParameter(
             f"update_mask must be a comma-separated list of {', '.join(names)}", "update_mask"
@@ -248,13 +249,14 @@ async def update_store(
         n for n in names if getattr(body, n) is not None
     }
     if not fields:
-        raise InvalidParameter("update_mask must name description and/or metadata", "update_mask")
+        raise InvalidParameter(f"update_mask must name one or more of {', '.join(names)}", "update_mask")
     change = MemoryStoreUpdate(
         description=body.description if "description" in fields else None,
         # metadata replaces the store's metadata (an empty object clears it)
         properties=_metadata(body.metadata) if "metadata" in fields else None,
         scope_binding=body.scope_binding if "scope_binding" in fields else None,
         shared_scopes=body.shared_scopes if "shared_scopes" in fields else None,
+        legal_hold=body.legal_hold if "legal_hold" in fields else None,
     )
     info = await namespace.update_store(ctx, principal, store_full_name(ctx, name), change, kind=KIND)
     return to_store(info)
@@ -279,6 +281,15 @@ async def _store(ctx: Context, principal: Principal, name: str, action_name: str
     return await ctx.access.resolve(
         principal, action_name, SecurableType.MEMORY_STORE, parts, store_kind=KIND
     )
+
+
+async def _not_held(ctx: Context, store: Securable, what: str) -> None:
+    """409 RESOURCE_CONFLICT naming the hold when the session store is under legal hold."""
+    if await namespace.is_held(ctx, store):
+        raise ResourceConflict(
+            f"session store {store.full_name.rsplit('.', 1)[-1]} is under legal hold: {what} until the "
+            "hold is released"
+        )
 
 
 async def _locked(
@@ -407,6 +418,7 @@ async def delete_session(ctx: Context, principal: Principal, name: str, sid: str
     as their parent (`force` is accepted for the SDK and changes nothing)."""
     store = await _store(ctx, principal, name, "sessions.write")
     row = await _session(ctx, principal, store, sid)
+    await _not_held(ctx, store, "its sessions cannot be deleted")
     async with audited(ctx.pool) as conn:
         if not await repo.delete_session(conn, row.id):
             raise NotFound(f"session {sid} does not exist")
@@ -516,6 +528,7 @@ async def pop_item(ctx: Context, principal: Principal, name: str, sid: str) -> P
     """Removes and answers the last item: WRITE, and READ since it answers what it removed."""
     store = await _store(ctx, principal, name, "sessions.write")
     await ctx.access.check(principal, "sessions.read", store)
+    await _not_held(ctx, store, "its items cannot be removed")
     async with audited(ctx.pool) as conn:
         item = await repo.pop(conn, await _locked(conn, ctx, principal, store, sid))
         note_result(1 if item else 0)
@@ -524,6 +537,7 @@ async def pop_item(ctx: Context, principal: Principal, name: str, sid: str) -> P
 
 async def clear_items(ctx: Context, principal: Principal, name: str, sid: str) -> None:
     store = await _store(ctx, principal, name, "sessions.write")
+    await _not_held(ctx, store, "its items cannot be removed")
     async with audited(ctx.pool) as conn:
         note_result(await repo.clear(conn, await _locked(conn, ctx, principal, store, sid)))
 

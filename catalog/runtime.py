@@ -92,7 +92,13 @@ def load_encoder(settings: Settings) -> Encoder:
 async def start_search(settings: Settings, pool: asyncpg.Pool, encoder: Encoder | None) -> SearchEngine:
     if encoder is None:
         encoder = await asyncio.to_thread(load_encoder, settings)
-    engine = SearchEngine.create(pool, Embedder(encoder), settings.index_dir)
+    engine = SearchEngine.create(
+        pool,
+        Embedder(encoder),
+        settings.index_dir,
+        scope_index_min=settings.scope_index_min,
+        scope_index_interval=settings.scope_index_interval,
+    )
     await engine.start()
     return engine
 

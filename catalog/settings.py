@@ -64,6 +64,10 @@ class Settings:
     llm_request_timeout: float = 600.0
     # a SCHEDULED memory pipeline runs when this many seconds passed since its last run was created
     pipeline_interval: float = 86400.0
+    # a scope with at least this many entries gets a vector index of its own (catalog.search.
+    # scope_index), looked for every `scope_index_interval` seconds; 0 turns this off
+    scope_index_min: int = 50_000
+    scope_index_interval: float = 600.0
 
     def __post_init__(self) -> None:
         if self.jwks_url and self.jwt_public_key:
@@ -86,6 +90,8 @@ class Settings:
             raise SettingsError("CATALOG_LLM_MAX_STEPS must be between 1 and 64")
         if not self.pipeline_interval > 0:
             raise SettingsError("CATALOG_PIPELINE_INTERVAL must be a positive number of seconds")
+        if not self.scope_index_interval > 0:
+            raise SettingsError("CATALOG_SCOPE_INDEX_INTERVAL must be a positive number of seconds")
         for name, value in (
             ("CATALOG_RATE_LIMIT", self.rate_limit),
             ("CATALOG_RATE_BURST", self.rate_burst),
@@ -97,6 +103,7 @@ class Settings:
             ("CATALOG_LLM_TIMEOUT", self.llm_timeout),
             ("CATALOG_LLM_MAX_RETRIES", self.llm_max_retries),
             ("CATALOG_LLM_REQUEST_TIMEOUT", self.llm_request_timeout),
+            ("CATALOG_SCOPE_INDEX_MIN", self.scope_index_min),
         ):
             if value < 0:
                 raise SettingsError(f"{name} must not be negative (0 turns the limit off)")
@@ -141,6 +148,8 @@ class Settings:
             llm_max_steps=number("CATALOG_LLM_MAX_STEPS", 8, int),
             llm_request_timeout=number("CATALOG_LLM_REQUEST_TIMEOUT", 600.0),
             pipeline_interval=number("CATALOG_PIPELINE_INTERVAL", 86400.0),
+            scope_index_min=number("CATALOG_SCOPE_INDEX_MIN", 50_000, int),
+            scope_index_interval=number("CATALOG_SCOPE_INDEX_INTERVAL", 600.0),
             data_dir=Path(get("CATALOG_DATA_DIR") or ".data"),
             database_url=get("CATALOG_DATABASE_URL"),
             admin=get("CATALOG_ADMIN") or "admin",

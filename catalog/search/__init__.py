@@ -29,7 +29,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from catalog.search import context, repo
+from catalog.search import context, repo, scope_index
 from catalog.search.corpus import ENTRIES, TRANSCRIPTS, Corpus
 from catalog.search.embedder import Embedder
 from catalog.search.fulltext import FullTextIndex
@@ -121,21 +121,34 @@ class SearchEngine:
     embedding_health: Health = field(default_factory=lambda: Health("embeddings", log))
     embedded_total: int = 0  # vectors this process has written
     feed: ChangeFeed | None = None  # wakes the workers on any process's commit (see start())
+    # large scopes' own vector indexes (catalog.search.scope_index): kept every this many seconds
+    scope_index_interval: float = 600.0
     _worker: asyncio.Task[None] | None = None
+    _scopes_task: asyncio.Task[None] | None = None
     _stopping: bool = False
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
-    def create(cls, pool: asyncpg.Pool, embedder: Embedder, index_root: Path) -> SearchEngine:
-        """An engine over both corpora, each with its index under `index_root`."""
+    def create(
+        cls,
+        pool: asyncpg.Pool,
+        embedder: Embedder,
+        index_root: Path,
+        *,
+        scope_index_min: int = 0,
+        scope_index_interval: float = 600.0,
+    ) -> SearchEngine:
+        """An engine over both corpora, each with its index under `index_root`; scopes of at least
+        `scope_index_min` entries get a vector index of their own (0: none)."""
         return cls(
             pool,
             embedder,
             Indexer(pool, index_root),
-            VectorSearch(pool),
+            VectorSearch(pool, scope_index_min=scope_index_min),
             CorpusSearch(
                 Indexer(pool, index_root, corpus=TRANSCRIPTS), VectorSearch(pool, corpus=TRANSCRIPTS)
             ),
+            scope_index_interval=scope_index_interval,
         )
 
     @property
@@ -161,6 +174,8 @@ class SearchEngine:
         for part in self.corpora.values():
             await part.indexer.start()
         self._worker = asyncio.create_task(self._embed_loop(), name="embedding-worker")
+        if self.vectors.scope_index_min:
+            self._scopes_task = asyncio.create_task(self._scope_index_loop(), name="scope-indexes")
         self.passes.wake.set()
 
     async def close(self) -> None:
@@ -171,6 +186,10 @@ class SearchEngine:
             part.indexer.request_stop()
         if self.feed is not None:
             await self.feed.close()
+        if self._scopes_task is not None:  # a build cut short leaves an invalid index: rebuilt later
+            self._scopes_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scopes_task
         if self._worker is not None:
             try:
                 await asyncio.wait_for(self._worker, EMBED_STOP_GRACE)
@@ -198,6 +217,29 @@ class SearchEngine:
             stopped = "the embedding worker has stopped"
             embeddings = dataclasses.replace(embeddings, healthy=False, reason=stopped)
         return SearchStatus(index=index, embeddings=embeddings, other_indexes=others)
+
+    # --- large scopes' own vector indexes ---------------------------------------------------------
+
+    async def maintain_scope_indexes(self) -> scope_index.Maintained:
+        """Build the vector indexes large scopes lack, drop those no longer needed, now."""
+        return await scope_index.maintain(self.pool, self.vectors.scope_index_min)
+
+    async def _scope_index_loop(self) -> None:
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.scope_index_interval)
+            if self._stopping:
+                return
+            try:
+                done = await self.maintain_scope_indexes()
+            except Exception as exc:  # tried again at the next interval; searches scan as before
+                log.warning("keeping the large scopes' vector indexes failed: %s", exc)
+            else:
+                if done.built or done.dropped:
+                    log.info(
+                        "large scopes' vector indexes kept",
+                        extra={"built": len(done.built), "dropped": len(done.dropped)},
+                    )
 
     # --- the embedding worker --------------------------------------------------------------------
 

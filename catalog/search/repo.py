@@ -18,6 +18,7 @@ from typing import Any, TypeAlias
 import asyncpg
 import numpy as np
 
+from catalog.search import scope_index
 from catalog.search.corpus import ENTRIES, Corpus
 
 EXACT_LIMIT = 5_000
@@ -35,11 +36,16 @@ _WHERE = " AND metadata @> $7::jsonb"
 
 
 class VectorSearch:
-    def __init__(self, pool: asyncpg.Pool, corpus: Corpus = ENTRIES) -> None:
+    def __init__(self, pool: asyncpg.Pool, corpus: Corpus = ENTRIES, *, scope_index_min: int = 0) -> None:
         self.pool = pool
         self.corpus = corpus
+        # scopes of at least this many entries may have a vector index of their own
+        # (`catalog.search.scope_index`; 0: never looked for)
+        self.scope_index_min = scope_index_min if corpus is ENTRIES else 0
         self._sizes: dict[tuple[str, tuple[str, ...], int, str], tuple[float, int]] = {}
+        self._own: dict[tuple[str, str], tuple[float, bool]] = {}
         self.fallbacks = 0
+        self.own_index_searches = 0
         self._rows = 0
         self._rows_at = float("-inf")
 
@@ -108,7 +114,20 @@ class VectorSearch:
         # HNSW only pays off when the candidates it returns hold enough rows of these scopes:
         # count the scopes only as far as that decision needs
         enough = max(EXACT_LIMIT, -(-3 * limit * rows_total // (2 * candidates)))
-        size = await self._size(store_id, scopes, enough, where)
+        large = self.scope_index_min and len(scopes) == 1
+        size = await self._size(store_id, scopes, max(enough, self.scope_index_min if large else 0), where)
+        if large and size >= self.scope_index_min and await self._has_own_index(store_id, scopes[0]):
+            rows = await self._own_index(
+                condition,
+                args,
+                scopes[0],
+                limit,
+                filtered=bool(session_id is not None or path_prefix is not None or where),
+            )
+            if len(rows) >= min(limit, size):
+                return rows
+            self.fallbacks += 1
+            return await self._exact(condition, *args)
         if size <= enough:
             return await self._exact(condition, *args)
         async with self.pool.acquire() as conn, conn.transaction():
@@ -129,6 +148,45 @@ class VectorSearch:
             return [(row[0], float(row[1])) for row in rows]
         self.fallbacks += 1
         return await self._exact(condition, *args)
+
+    async def _has_own_index(self, store_id: str, scope: str) -> bool:
+        """Whether the scope has a valid vector index of its own (cached briefly)."""
+        now = time.monotonic()
+        cached = self._own.get((store_id, scope))
+        if cached and now - cached[0] < _COUNT_TTL:
+            return cached[1]
+        ready = await scope_index.ready_index(self.pool, store_id, scope)
+        if len(self._own) > 50_000:
+            self._own.clear()
+        self._own[(store_id, scope)] = (now, ready)
+        return ready
+
+    async def _own_index(
+        self, condition: str, args: tuple[Any, ...], scope: str, limit: int, *, filtered: bool
+    ) -> list[tuple[str, float]]:
+        """The nearest rows of one scope from its own HNSW index: the scan reads only that scope's
+        graph, so it takes a few more candidates than asked (more when other filters apply)."""
+        self.own_index_searches += 1
+        candidates = min(max(limit * (OVERSAMPLE if filtered else 2), 40), MAX_CANDIDATES)
+        scope_arg = len(args) + 1
+        async with self.pool.acquire() as conn, conn.transaction():
+            # custom plans: the planner sees the store and scope as constants, so it can match the
+            # partial index's predicate
+            await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+            await conn.execute(f"SET LOCAL hnsw.ef_search = {int(candidates)}")
+            rows = await conn.fetch(self.own_index_sql(condition, scope_arg, candidates), *args, scope)
+        return [(row[0], float(row[1])) for row in rows]
+
+    def own_index_sql(self, condition: str, scope_arg: int, candidates: int) -> str:
+        """The statement that reads one scope's own index (`scope_arg`: the scope's parameter)."""
+        return (
+            "SELECT id::text, 1 - d AS similarity FROM ("
+            f"  SELECT id, store_id, scope, session_id, path, {self.corpus.metadata} AS metadata, "
+            "  embedding, embedding <=> $5 AS d "
+            f"  FROM {self.corpus.table} WHERE store_id = $1 AND scope = ${scope_arg}::text "
+            f"  ORDER BY embedding <=> $5 LIMIT {int(candidates)}) nearest "
+            f"WHERE {condition} ORDER BY d LIMIT $6"
+        )
 
     async def _exact(self, condition: str, *args: object) -> list[tuple[str, float]]:
         rows = await self.pool.fetch(

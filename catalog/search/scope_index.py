@@ -1,0 +1,109 @@
+"""A vector index of its own for each very large scope (a partial HNSW index).
+
+pgvector 0.6 filters an HNSW scan after the fact: to find 30 rows of a scope that holds a tenth of
+the entries, the scan of the whole table's graph must take 480 candidates. A scope with an index
+of its own is searched in its own graph, taking only about as many candidates as it needs.
+
+Rules:
+- a scope of at least `min_entries` entries (among the `MAX_INDEXES` largest) gets `CREATE INDEX
+  CONCURRENTLY ... WHERE store_id = <store> AND scope = <scope>` (writes go on while it builds);
+  one that has shrunk below half of that loses it (`DROP INDEX CONCURRENTLY`), as does one whose
+  store is gone or that is no longer among the largest;
+- an index's name is derived from its store and scope (`entries_hnsw_s_<md5>`), so every process
+  finds the same one; a build interrupted by a crash leaves an invalid index, which is dropped and
+  built again; the values in the predicate are quoted by PostgreSQL (`format('%L')`);
+- one process maintains them at a time (an advisory lock); searches use an index only once it is
+  valid (`VectorSearch` asks `ready_index`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+import asyncpg
+
+log = logging.getLogger("catalog.search")
+
+PREFIX = "entries_hnsw_s_"
+_LOCK = 0x5C09E1DE  # the advisory lock of the maintenance (any process, one at a time)
+BUILD_MEMORY = "512MB"  # maintenance_work_mem while an index is built
+# at most this many scopes have an index of their own, the largest: every index on the table is
+# maintained on each write to its scope and weighed by the planner on each query of the table
+MAX_INDEXES = 64
+
+
+def index_name(store_id: str, scope: str) -> str:
+    digest = hashlib.md5(f"{store_id}/{scope}".encode(), usedforsecurity=False).hexdigest()
+    return PREFIX + digest
+
+
+@dataclass(frozen=True)
+class Maintained:
+    built: list[tuple[str, str]]  # (store id, scope)
+    dropped: list[str]  # index names
+
+
+async def ready_index(conn: asyncpg.Connection | asyncpg.Pool, store_id: str, scope: str) -> bool:
+    """Whether the scope's own index exists and may be used."""
+    return bool(
+        await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = $1 AND i.indisvalid AND i.indisready)",
+            index_name(store_id, scope),
+        )
+    )
+
+
+async def maintain(pool: asyncpg.Pool, min_entries: int) -> Maintained:
+    """Build the indexes large scopes lack and drop those no longer needed (see the rules)."""
+    built: list[tuple[str, str]] = []
+    dropped: list[str] = []
+    async with pool.acquire() as conn:
+        if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", _LOCK):
+            return Maintained(built, dropped)  # another process is at it
+        try:
+            rows = await conn.fetch(
+                "SELECT store_id::text, scope, count(*) AS n FROM entries GROUP BY store_id, scope "
+                "HAVING count(*) >= $1 ORDER BY n DESC, store_id, scope LIMIT $2",
+                max(1, min_entries // 2),
+                MAX_INDEXES,
+            )
+            keep = {index_name(r["store_id"], r["scope"]): r for r in rows}
+            existing = {
+                r["relname"]: r["valid"]
+                for r in await conn.fetch(
+                    "SELECT c.relname, i.indisvalid AND i.indisready AS valid FROM pg_index i "
+                    "JOIN pg_class c ON c.oid = i.indexrelid WHERE starts_with(c.relname, $1)",
+                    PREFIX,
+                )
+            }
+            for name, valid in existing.items():
+                if name not in keep or not valid:  # shrunk, store gone, or a build that died
+                    await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+                    dropped.append(name)
+            for name, row in keep.items():
+                if row["n"] < min_entries or existing.get(name):
+                    continue
+                statement = await conn.fetchval(
+                    "SELECT format('CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON entries USING hnsw "
+                    "(embedding vector_cosine_ops) WHERE store_id = %L::uuid AND scope = %L', $1::text, "
+                    "$2::text, $3::text)",
+                    name,
+                    row["store_id"],
+                    row["scope"],
+                )
+                # the graph of 100k vectors takes about 200 MB; built in memory it is several
+                # times faster than spilled (the setting lasts until the connection is reset below)
+                await conn.execute(f"SET maintenance_work_mem = '{BUILD_MEMORY}'")
+                log.info(
+                    "building the vector index of a large scope",
+                    extra={"store_id": row["store_id"], "entries": row["n"], "index": name},
+                )
+                await conn.execute(statement)
+                built.append((row["store_id"], row["scope"]))
+        finally:
+            await conn.execute("RESET maintenance_work_mem")
+            await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK)
+    return Maintained(built, dropped)

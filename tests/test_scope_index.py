@@ -1,0 +1,104 @@
+"""A large scope's own vector index (`catalog.search.scope_index`): built once the scope is large,
+read by the vector search (the plan uses it), dropped once the scope has shrunk; scope names are
+quoted by PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+from stores import make_store
+
+from catalog.db import create_pool
+from catalog.search import scope_index
+from catalog.search.repo import _FILTER, VectorSearch
+
+BIG = "o'brien; DROP TABLE entries; --"  # a scope name that must be quoted in the index predicate
+
+
+async def _load(pool, store_id: str, scope: str, vectors: np.ndarray) -> None:  # type: ignore[no-untyped-def]
+    async with pool.acquire() as conn:
+        await conn.execute("SET session_replication_role = replica")  # no change log: vectors only
+        await conn.copy_records_to_table(
+            "entries",
+            records=[
+                (store_id, scope, "", f"/v/{i}.md", f"note {i}", "t", "t", v, 1, 1)
+                for i, v in enumerate(vectors)
+            ],
+            columns=[
+                "store_id",
+                "scope",
+                "session_id",
+                "path",
+                "contents",
+                "created_by",
+                "updated_by",
+                "embedding",
+                "version",
+                "embedded_version",
+            ],
+        )
+        await conn.execute("RESET session_replication_role")
+        await conn.execute("ANALYZE entries")
+
+
+def test_a_large_scope_gets_its_own_index_which_searches_use_until_it_shrinks(
+    own_client, own_token, own_settings
+):
+    make_store(own_client, own_token, "big")
+    rng = np.random.default_rng(7)
+    centres = rng.normal(size=(20, 384)).astype(np.float32)
+    vectors = centres[rng.integers(20, size=1200)] + rng.normal(0, 0.3, size=(1200, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    async def scenario() -> None:
+        pool = await create_pool(own_settings.database_url, min_size=1, max_size=4)
+        try:
+            store_id = str(await pool.fetchval("SELECT id FROM memory_stores WHERE name = 'big'"))
+            # the table holds several times the large scope, as it would (its graph built once, at the end)
+            await pool.execute("DROP INDEX entries_embedding_hnsw")
+            await _load(pool, store_id, BIG, vectors)
+            await _load(pool, store_id, "small", vectors[:50])
+            for n in range(20):  # scopes too small for an index of their own
+                await _load(pool, store_id, f"user-{n}", vectors[n * 50 : n * 50 + 200])
+            await pool.execute(
+                "CREATE INDEX entries_embedding_hnsw ON entries USING hnsw (embedding vector_cosine_ops)"
+            )
+            await pool.execute("ANALYZE entries")
+
+            done = await scope_index.maintain(pool, 1000)
+            assert done.built == [(store_id, BIG)] and done.dropped == []
+            assert await scope_index.ready_index(pool, store_id, BIG)
+            assert not await scope_index.ready_index(pool, store_id, "small")
+            assert (await scope_index.maintain(pool, 1000)).built == []  # kept, not built again
+            assert await pool.fetchval("SELECT count(*) FROM entries") == 5250  # the name was quoted
+
+            search = VectorSearch(pool, scope_index_min=1000)
+            hits = await search.search(store_id, [BIG], vectors[17], 10)
+            assert search.own_index_searches == 1 and search.fallbacks == 0
+            assert hits[0][0] == await pool.fetchval(
+                "SELECT id::text FROM entries WHERE scope = $1 AND path = '/v/17.md'", BIG
+            )
+            exact = await search._exact(_FILTER, store_id, [BIG], None, None, vectors[17], 10)
+            assert len({h for h, _ in hits} & {h for h, _ in exact}) >= 8  # approximate, but close
+            # the statement reads the scope's own index
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+                args = (store_id, [BIG], None, None, vectors[17], 10, BIG)
+                plan = await conn.fetch("EXPLAIN " + search.own_index_sql(_FILTER, 7, 40), *args)
+            lines = "\n".join(row[0] for row in plan)
+            assert scope_index.index_name(store_id, BIG) in lines, lines
+            # other scopes are searched as before
+            small = VectorSearch(pool, scope_index_min=1000)
+            assert len(await small.search(store_id, ["small"], vectors[3], 10)) == 10
+            assert small.own_index_searches == 0
+
+            # shrunk below half the threshold: the index goes
+            await pool.execute("DELETE FROM entries WHERE scope = $1 AND path NOT LIKE '/v/1%'", BIG)
+            done = await scope_index.maintain(pool, 1000)
+            assert done.dropped == [scope_index.index_name(store_id, BIG)] and done.built == []
+            assert not await scope_index.ready_index(pool, store_id, BIG)
+        finally:
+            await pool.close()
+
+    asyncio.run(scenario())

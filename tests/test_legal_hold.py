@@ -106,3 +106,47 @@ def test_a_held_store_keeps_its_entries(client, token):
     changes = [(e["principal"], e["decision"], e["request_params"].get("legal_hold")) for e in events]
     assert ("admin", "allow", "true") in changes and ("admin", "allow", "false") in changes
     assert ("writer", "deny", "true") in changes
+
+
+def test_erasure_keeps_the_lineage_of_a_held_stores_entries(client, token, settings):
+    import asyncio
+
+    import asyncpg
+
+    for name in ("lin-held", "lin-free"):
+        r = client.post(
+            f"{UC}/memory-stores",
+            headers=token(),
+            json={"name": name, "catalog_name": "main", "schema_name": "default"},
+        )
+        assert r.status_code == 200, r.text
+        base = f"{UC}/memory-stores/main.default.{name}/entries"
+        r = client.post(
+            base, headers=token(), params={"scope": "rita"}, json={"path": "/src.md", "contents": "s"}
+        )
+        assert r.status_code == 200, r.text
+        source = {"memory_store": f"main.default.{name}", "scope": "rita", "path": "/src.md"}
+        body = {"path": "/derived.md", "contents": "d", "derived_from": [source]}
+        r = client.post(base, headers=token(), params={"scope": "rita"}, json=body)
+        assert r.status_code == 200, r.text
+    r = client.patch(f"{UC}/memory-stores/main.default.lin-held", headers=token(), json={"legal_hold": True})
+    assert r.status_code == 200, r.text
+
+    async def edges() -> dict[str, int]:
+        conn = await asyncpg.connect(settings.database_url)
+        try:
+            rows = await conn.fetch(
+                "SELECT m.name, count(l.*) AS n FROM memory_stores m LEFT JOIN entry_lineage l "
+                "ON l.target_store_id = m.id WHERE m.name LIKE 'lin-%' GROUP BY m.name"
+            )
+            return {row["name"]: row["n"] for row in rows}
+        finally:
+            await conn.close()
+
+    assert asyncio.run(edges()) == {"lin-held": 1, "lin-free": 1}
+    r = client.post(f"{UC}/system/erase-scope", headers=token(), json={"scope": "rita"})
+    assert r.status_code == 200, r.text
+    assert "main.default.lin-held" in r.json()["held"]
+    # the held entry keeps where it came from; the erased one's edge is gone
+    assert asyncio.run(edges()) == {"lin-held": 1, "lin-free": 0}
+    client.patch(f"{UC}/memory-stores/main.default.lin-held", headers=token(), json={"legal_hold": False})

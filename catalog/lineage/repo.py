@@ -135,15 +135,18 @@ async def origins_from_store(conn: Conn, store_id: str) -> list[asyncpg.Record]:
 
 async def erase_scope(conn: Conn, store_id: str | None, scope: str, *, subject: bool = False) -> int:
     """Delete the edges with the scope at either end, in one store (None: in every store): a
-    scope's erasure leaves no key of it in lineage. How many edges went."""
+    scope's erasure leaves no key of it in lineage, except at an end in a store under legal hold
+    (whose entries erasure keeps, with where they came from). How many edges went."""
     count = 0
     for table in ("entry_lineage", "transcript_lineage"):
         status = await conn.execute(
             f"DELETE FROM {table} WHERE "
             "((target_scope = $2 OR ($3 AND starts_with(target_scope, $2 || ':'))) "
-            " AND ($1::uuid IS NULL OR target_store_id = $1::uuid)) "
+            " AND ($1::uuid IS NULL OR target_store_id = $1::uuid) "
+            " AND target_store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold)) "
             "OR ((source_scope = $2 OR ($3 AND starts_with(source_scope, $2 || ':'))) "
-            " AND ($1::uuid IS NULL OR source_store_id = $1::uuid))",
+            " AND ($1::uuid IS NULL OR source_store_id = $1::uuid) "
+            " AND source_store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold))",
             store_id,
             scope,
             subject,

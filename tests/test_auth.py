@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import stat
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -189,15 +191,26 @@ def _jwk(private_key, kid: str, alg: str) -> dict:
     return {**data, "kid": kid, "alg": alg, "use": "sig"}
 
 
-def test_jwks_keys_are_cached_and_unknown_kid_refetch_is_rate_limited(tmp_path: Path):
+@contextlib.contextmanager
+def _identity_provider(tmp_path: Path) -> Iterator[tuple[_Jwks, rsa.RSAPrivateKey, TokenVerifier]]:
+    """A JWKS endpoint offering one RS256 key (`k1`) and a verifier that trusts it."""
     jwks = _Jwks()
     rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     jwks.keys = [_jwk(rsa_key, "k1", "RS256")]
     server = jwks.serve()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
-        settings = Settings(data_dir=tmp_path, jwks_url=url, jwt_issuer="idp", jwt_audience="mc")
-        verifier = TokenVerifier(settings)
+        yield (
+            jwks,
+            rsa_key,
+            TokenVerifier(Settings(data_dir=tmp_path, jwks_url=url, jwt_issuer="idp", jwt_audience="mc")),
+        )
+    finally:
+        server.shutdown()
+
+
+def test_jwks_keys_are_cached_and_unknown_kid_refetch_is_rate_limited(tmp_path: Path):
+    with _identity_provider(tmp_path) as (jwks, rsa_key, verifier):
 
         async def scenario() -> None:
             token = jwt.encode(claims(iss="idp", aud="mc"), rsa_key, algorithm="RS256", headers={"kid": "k1"})
@@ -228,8 +241,6 @@ def test_jwks_keys_are_cached_and_unknown_kid_refetch_is_rate_limited(tmp_path: 
                 await verifier.verify(forged)
 
         asyncio.run(scenario())
-    finally:
-        server.shutdown()
 
 
 def test_a_verified_token_is_remembered_until_it_expires_and_no_other_string_hits(settings):
@@ -257,15 +268,7 @@ def test_a_verified_token_is_remembered_until_it_expires_and_no_other_string_hit
 
 
 def test_a_remembered_token_is_refused_once_its_key_leaves_the_jwks(tmp_path: Path):
-    jwks = _Jwks()
-    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    jwks.keys = [_jwk(rsa_key, "k1", "RS256")]
-    server = jwks.serve()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
-        verifier = TokenVerifier(
-            Settings(data_dir=tmp_path, jwks_url=url, jwt_issuer="idp", jwt_audience="mc")
-        )
+    with _identity_provider(tmp_path) as (jwks, rsa_key, verifier):
         token = jwt.encode(claims(iss="idp", aud="mc"), rsa_key, algorithm="RS256", headers={"kid": "k1"})
 
         async def scenario() -> None:
@@ -278,5 +281,3 @@ def test_a_remembered_token_is_refused_once_its_key_leaves_the_jwks(tmp_path: Pa
                 await verifier.verify(token)
 
         asyncio.run(scenario())
-    finally:
-        server.shutdown()

@@ -4,6 +4,8 @@ works; setting and releasing it takes MANAGE and is audited."""
 
 from __future__ import annotations
 
+from stores import make_store
+
 UC = "/api/2.1/unity-catalog"
 HELD = "main.default.held"
 FREE = "main.default.free"
@@ -114,13 +116,7 @@ def test_erasure_keeps_the_lineage_of_a_held_stores_entries(client, token, setti
     import asyncpg
 
     for name in ("lin-held", "lin-free"):
-        r = client.post(
-            f"{UC}/memory-stores",
-            headers=token(),
-            json={"name": name, "catalog_name": "main", "schema_name": "default"},
-        )
-        assert r.status_code == 200, r.text
-        base = f"{UC}/memory-stores/main.default.{name}/entries"
+        base = f"{make_store(client, token, name)}/entries"
         r = client.post(
             base, headers=token(), params={"scope": "rita"}, json={"path": "/src.md", "contents": "s"}
         )

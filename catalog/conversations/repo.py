@@ -171,17 +171,3 @@ async def erase_scope(
         subject,
     )
     return int(status.split()[-1])
-
-
-async def held_stores(conn: asyncpg.Connection, scope: str, *, subject: bool = False) -> list[str]:
-    """The stores under legal hold that keep conversations of the scope (with `subject`: or of a scope
-    starting `scope:`), by full name: erasure leaves them there."""
-    rows = await conn.fetch(
-        "SELECT c.name || '.' || s.name || '.' || m.name FROM memory_stores m "
-        "JOIN schemas s ON s.id = m.schema_id JOIN catalogs c ON c.id = s.catalog_id "
-        "WHERE m.legal_hold AND EXISTS (SELECT 1 FROM conversations x WHERE x.store_id = m.id "
-        "AND (x.scope = $1 OR ($2 AND starts_with(x.scope, $1 || ':')))) ORDER BY 1",
-        scope,
-        subject,
-    )
-    return [row[0] for row in rows]

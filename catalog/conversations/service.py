@@ -45,10 +45,15 @@ from catalog.entries.service import resolve_store
 from catalog.errors import AlreadyExists, InvalidParameter, NotFound
 from catalog.governance import Securable
 from catalog.keys import validate_scope
-from catalog.namespace.service import ensure_not_held
+from catalog.namespace.service import ensure_not_held, held_stores_keeping
 
 erase_scope = repo.erase_scope  # the scope eraser the composition root hands to entry erasure
-held_stores = repo.held_stores  # the stores under legal hold its eraser leaves alone
+
+
+async def held_stores(conn: asyncpg.Connection, scope: str, *, subject: bool = False) -> list[str]:
+    """The stores under legal hold that keep conversations of the scope: its eraser leaves them
+    alone (the `ScopeHolder` the composition root hands to entry erasure)."""
+    return await held_stores_keeping(conn, "conversations", "scope", scope, subject=subject)
 
 
 def _answer(row: ConversationRow) -> Conversation:

@@ -267,26 +267,6 @@ async def delete_scope(conn: Conn, store_id: str, scope: str) -> int:
     return int(status.split()[-1])
 
 
-_STORE_NAME = (
-    "SELECT c.name || '.' || s.name || '.' || m.name FROM memory_stores m "
-    "JOIN schemas s ON s.id = m.schema_id JOIN catalogs c ON c.id = s.catalog_id"
-)
-
-
-async def held_stores(conn: Conn, scope: str, *, subject: bool = False) -> list[str]:
-    """The stores under legal hold that hold entries of the scope (with `subject`: or of a scope
-    starting `scope:`); erasure leaves them alone."""
-    rows = await conn.fetch(
-        f"{_STORE_NAME} WHERE m.legal_hold AND EXISTS "
-        "(SELECT 1 FROM entries e WHERE e.store_id = m.id "
-        "AND (e.scope = $1 OR ($2 AND starts_with(e.scope, $1 || ':')))) "
-        "ORDER BY 1",
-        scope,
-        subject,
-    )
-    return [row[0] for row in rows]
-
-
 async def erase_scope(conn: Conn, scope: str, *, subject: bool = False) -> list[tuple[str, int]]:
     """Delete a scope's entries (with `subject`: also of every scope starting `scope:`), and their
     history, from every store not under legal hold; (store full name, how many), by name."""

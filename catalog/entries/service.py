@@ -63,7 +63,7 @@ from catalog.lineage import erase_scope as erase_lineage
 from catalog.lineage import record as record_lineage
 from catalog.metadata import validate as validate_metadata
 from catalog.names import split_full_name
-from catalog.namespace.service import ensure_not_held, is_held, scope_binding
+from catalog.namespace.service import ensure_not_held, held_stores_keeping, is_held, scope_binding
 from catalog.pagination import Pages, page_size
 from catalog.search import Query
 
@@ -577,7 +577,7 @@ async def delete_scope(ctx: Context, principal: Principal, op: ops.DeleteScope) 
 async def _held(ctx: Context, conn: asyncpg.Connection, scope: str, *, subject: bool = False) -> list[str]:
     """The stores under legal hold that keep anything of the scope (entries, conversations,
     sessions), by name: erasure leaves them alone."""
-    held = set(await repo.held_stores(conn, scope, subject=subject))
+    held = set(await held_stores_keeping(conn, "entries", "scope", scope, subject=subject))
     for holder in ctx.scope_holders:
         held.update(await holder(conn, scope, subject=subject))
     return sorted(held)

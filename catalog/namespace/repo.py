@@ -361,3 +361,20 @@ async def delete_object(conn: Conn, securable_type: SecurableType, object_id: st
     table, _ = _TABLES[securable_type]
     status: str = await conn.execute(f"DELETE FROM {table} WHERE id = $1", object_id)
     return status.endswith(" 1")
+
+
+async def held_stores_keeping(
+    conn: Conn, table: str, column: str, scope: str, *, subject: bool = False
+) -> list[str]:
+    """The stores under legal hold (full names) that have rows of `table` whose `column` is the
+    scope (with `subject`: or starts `scope:`); `table` has a `store_id`. `table` and `column`
+    are the calling slice's constants, never input."""
+    rows = await conn.fetch(
+        "SELECT c.name || '.' || s.name || '.' || m.name FROM memory_stores m "
+        "JOIN schemas s ON s.id = m.schema_id JOIN catalogs c ON c.id = s.catalog_id "
+        f"WHERE m.legal_hold AND EXISTS (SELECT 1 FROM {table} x WHERE x.store_id = m.id "
+        f"AND (x.{column} = $1 OR ($2 AND starts_with(x.{column}, $1 || ':')))) ORDER BY 1",
+        scope,
+        subject,
+    )
+    return [row[0] for row in rows]

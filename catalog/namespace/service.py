@@ -373,13 +373,18 @@ async def is_held(ctx: Context, store: Securable) -> bool:
     return await repo.legal_hold(ctx.pool, store.node.id)
 
 
-async def ensure_not_held(ctx: Context, store: Securable, what: str) -> None:
+async def ensure_not_held(
+    ctx: Context, store: Securable, what: str, *, kind: str = "memory store", things: str = "entries"
+) -> None:
     """409 RESOURCE_CONFLICT naming the hold when the store is under legal hold."""
     if await is_held(ctx, store):
         raise ResourceConflict(
-            f"memory store {store.full_name} is under legal hold: its entries cannot be {what} "
+            f"{kind} {store.full_name} is under legal hold: its {things} cannot be {what} "
             "until the hold is released"
         )
+
+
+held_stores_keeping = repo.held_stores_keeping  # for each slice's `ScopeHolder` (catalog.context)
 
 
 # --- shared --------------------------------------------------------------------------------------

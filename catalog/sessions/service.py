@@ -21,7 +21,7 @@ from catalog.auditlog import audited, note_result
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries.service import check_binding
-from catalog.errors import InvalidParameter, NotFound, PayloadTooLarge, ResourceConflict
+from catalog.errors import InvalidParameter, NotFound, PayloadTooLarge
 from catalog.governance import Securable, SecurableType
 from catalog.inputs import within
 from catalog.keys import validate_scope
@@ -68,7 +68,14 @@ from catalog.wire import rfc3339
 
 KIND = "session"
 erase_scope = repo.erase_scope  # the scope eraser the composition root hands to entry erasure
-held_stores = repo.held_stores  # the stores under legal hold its eraser leaves alone
+
+
+async def held_stores(conn: Connection, scope: str, *, subject: bool = False) -> list[str]:
+    """The stores under legal hold that keep sessions of the actor (the scope): its eraser leaves
+    them alone (the `ScopeHolder` the composition root hands to entry erasure)."""
+    return await namespace.held_stores_keeping(conn, "agent_sessions", "actor_id", scope, subject=subject)
+
+
 MAX_STORE_PAGE = 100
 DEFAULT_SESSION_PAGE, MAX_SESSION_PAGE = 100, 1000
 DEFAULT_ITEM_PAGE, MAX_ITEM_PAGE = 100, 1000
@@ -283,15 +290,6 @@ async def _store(ctx: Context, principal: Principal, name: str, action_name: str
     )
 
 
-async def _not_held(ctx: Context, store: Securable, what: str) -> None:
-    """409 RESOURCE_CONFLICT naming the hold when the session store is under legal hold."""
-    if await namespace.is_held(ctx, store):
-        raise ResourceConflict(
-            f"session store {store.full_name.rsplit('.', 1)[-1]} is under legal hold: {what} until the "
-            "hold is released"
-        )
-
-
 async def _locked(
     conn: Connection, ctx: Context, principal: Principal, store: Securable, sid: str
 ) -> SessionRow:
@@ -418,7 +416,7 @@ async def delete_session(ctx: Context, principal: Principal, name: str, sid: str
     as their parent (`force` is accepted for the SDK and changes nothing)."""
     store = await _store(ctx, principal, name, "sessions.write")
     row = await _session(ctx, principal, store, sid)
-    await _not_held(ctx, store, "its sessions cannot be deleted")
+    await namespace.ensure_not_held(ctx, store, "deleted", kind="session store", things="sessions")
     async with audited(ctx.pool) as conn:
         if not await repo.delete_session(conn, row.id):
             raise NotFound(f"session {sid} does not exist")
@@ -528,7 +526,7 @@ async def pop_item(ctx: Context, principal: Principal, name: str, sid: str) -> P
     """Removes and answers the last item: WRITE, and READ since it answers what it removed."""
     store = await _store(ctx, principal, name, "sessions.write")
     await ctx.access.check(principal, "sessions.read", store)
-    await _not_held(ctx, store, "its items cannot be removed")
+    await namespace.ensure_not_held(ctx, store, "removed", kind="session store", things="items")
     async with audited(ctx.pool) as conn:
         item = await repo.pop(conn, await _locked(conn, ctx, principal, store, sid))
         note_result(1 if item else 0)
@@ -537,7 +535,7 @@ async def pop_item(ctx: Context, principal: Principal, name: str, sid: str) -> P
 
 async def clear_items(ctx: Context, principal: Principal, name: str, sid: str) -> None:
     store = await _store(ctx, principal, name, "sessions.write")
-    await _not_held(ctx, store, "its items cannot be removed")
+    await namespace.ensure_not_held(ctx, store, "removed", kind="session store", things="items")
     async with audited(ctx.pool) as conn:
         note_result(await repo.clear(conn, await _locked(conn, ctx, principal, store, sid)))
 

@@ -85,7 +85,7 @@ def test_a_large_scope_gets_its_own_index_which_searches_use_until_it_shrinks(
             async with pool.acquire() as conn, conn.transaction():
                 await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
                 args = (store_id, [BIG], None, None, vectors[17], 10, BIG)
-                plan = await conn.fetch("EXPLAIN " + search.own_index_sql(_FILTER, 7, 40), *args)
+                plan = await conn.fetch("EXPLAIN " + search.hnsw_sql(_FILTER, 40, own_scope=7), *args)
             lines = "\n".join(row[0] for row in plan)
             assert scope_index.index_name(store_id, BIG) in lines, lines
             # other scopes are searched as before

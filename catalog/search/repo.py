@@ -130,22 +130,9 @@ class VectorSearch:
             return await self._exact(condition, *args)
         if size <= enough:
             return await self._exact(condition, *args)
-        async with self.pool.acquire() as conn, conn.transaction():
-            # the limit is written into the statement (an int, never user text) and plans are custom,
-            # so that the planner always sees a small LIMIT and walks the HNSW index
-            await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-            await conn.execute(f"SET LOCAL hnsw.ef_search = {int(candidates)}")
-            rows = await conn.fetch(
-                "SELECT id::text, 1 - d AS similarity FROM ("
-                f"  SELECT id, store_id, scope, session_id, path, {self.corpus.metadata} AS metadata, "
-                "  embedding, embedding <=> $5 AS d "
-                f"  FROM {self.corpus.table} "
-                f"  ORDER BY embedding <=> $5 LIMIT {int(candidates)}) nearest "
-                f"WHERE {condition} ORDER BY d LIMIT $6",
-                *args,
-            )
+        rows = await self._hnsw(self.hnsw_sql(condition, candidates), candidates, args)
         if len(rows) >= limit:
-            return [(row[0], float(row[1])) for row in rows]
+            return rows
         self.fallbacks += 1
         return await self._exact(condition, *args)
 
@@ -168,22 +155,30 @@ class VectorSearch:
         graph, so it takes a few more candidates than asked (more when other filters apply)."""
         self.own_index_searches += 1
         candidates = min(max(limit * (OVERSAMPLE if filtered else 2), 40), MAX_CANDIDATES)
-        scope_arg = len(args) + 1
+        return await self._hnsw(
+            self.hnsw_sql(condition, candidates, own_scope=len(args) + 1), candidates, (*args, scope)
+        )
+
+    async def _hnsw(self, sql: str, candidates: int, args: tuple[Any, ...]) -> list[tuple[str, float]]:
         async with self.pool.acquire() as conn, conn.transaction():
-            # custom plans: the planner sees the store and scope as constants, so it can match the
-            # partial index's predicate
+            # the limit is written into the statement (an int, never user text) and plans are custom,
+            # so that the planner always sees a small LIMIT and walks the HNSW index (and sees the
+            # store and scope as constants, so that it can match a scope's own partial index)
             await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
             await conn.execute(f"SET LOCAL hnsw.ef_search = {int(candidates)}")
-            rows = await conn.fetch(self.own_index_sql(condition, scope_arg, candidates), *args, scope)
+            rows = await conn.fetch(sql, *args)
         return [(row[0], float(row[1])) for row in rows]
 
-    def own_index_sql(self, condition: str, scope_arg: int, candidates: int) -> str:
-        """The statement that reads one scope's own index (`scope_arg`: the scope's parameter)."""
+    def hnsw_sql(self, condition: str, candidates: int, own_scope: int | None = None) -> str:
+        """The HNSW statement: the nearest `candidates` of the whole table, or with `own_scope`
+        (the scope's parameter number) of that scope alone, read from its own index; then the
+        filter and the limit."""
+        inner = "" if own_scope is None else f"WHERE store_id = $1 AND scope = ${own_scope}::text "
         return (
             "SELECT id::text, 1 - d AS similarity FROM ("
             f"  SELECT id, store_id, scope, session_id, path, {self.corpus.metadata} AS metadata, "
             "  embedding, embedding <=> $5 AS d "
-            f"  FROM {self.corpus.table} WHERE store_id = $1 AND scope = ${scope_arg}::text "
+            f"  FROM {self.corpus.table} {inner}"
             f"  ORDER BY embedding <=> $5 LIMIT {int(candidates)}) nearest "
             f"WHERE {condition} ORDER BY d LIMIT $6"
         )

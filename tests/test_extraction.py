@@ -261,3 +261,40 @@ def test_the_tool_answers_reach_the_model(live, llm):
 
     llm.script(Call("list_memories", {}), check_then_answer)
     assert session.extract_memories(memory_store=memory) == []
+
+
+def test_a_write_only_extractor_reads_nothing_of_the_memory_store_to_the_model(live, llm):
+    """An extractor that may read the session but only write the memory store: the model's
+    read tools are refused, so nothing of what the store holds reaches the model."""
+    sessions, memory = setup_stores(live, "wo")
+    session = sessions.add(actor_id="quinn", session_id="s")
+    session.append_items([{"role": "user", "content": "I moved to Lyon."}])
+    r = httpx.post(
+        f"{live.url}/api/2.0/agents/memory-stores/{memory}/entries",
+        headers=headers(live),
+        json={"actor_id": "quinn", "path": "/memories/secret.md", "content": "Vault code 4711"},
+    )
+    assert r.status_code == 200, r.text
+    sessions.grant_permission("dropper", permission="READ")
+    r = httpx.patch(
+        f"{live.url}{UC}/permissions/memory_store/main.default.{memory}",
+        headers=headers(live),
+        json={"changes": [{"principal": "dropper", "add": ["WRITE_MEMORY_STORE"]}]},
+    )
+    assert r.status_code == 200, r.text
+    llm.script(
+        Call("list_memories", {}),
+        Call("search_memory", {"query": "vault code"}),
+        Call("get_memory", {"path": "/memories/secret.md"}),
+        Call("save_memory", {"path": "/memories/home.md", "description": "Lives in Lyon"}),
+        Reply("Saved."),
+    )
+    as_dropper = kit(live, "dropper").session_stores.get("wo-sessions").get("s")
+    written = as_dropper.extract_memories(memory_store=memory)
+    assert [m.path for m in written] == ["/memories/home.md"]
+    sent = json.dumps(llm.requests)
+    assert "4711" not in sent and "Vault" not in sent
+    tool_answers = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "tool"]
+    assert len(tool_answers) == 4
+    assert all("not allowed" in answer for answer in tool_answers[:3])
+    assert "4711" not in "".join(tool_answers)

@@ -54,6 +54,7 @@ def live(database_url, tmp_path_factory, live_server, llm):
                 "changes": [
                     {"principal": "alice", "add": ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]},
                     {"principal": "rita", "add": ["READ_MEMORY_STORE"]},
+                    {"principal": "wanda", "add": ["WRITE_MEMORY_STORE"]},
                 ]
             },
         )
@@ -266,6 +267,34 @@ def test_privileges_and_bad_input(live, llm):
         assert r.status_code == 400, r.text
         assert field in r.json()["message"]
     assert llm.requests == []
+
+
+def test_a_write_only_caller_gets_no_response_over_a_conversation_it_may_not_read(live, llm):
+    """WRITE alone appends to a conversation, but a response reads it to the model (which would
+    repeat it): it needs READ too, and nothing goes upstream when refused."""
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    conv = conversation(live, user)
+    client_for(live).conversations.items.create(
+        conv, items=[{"type": "message", "role": "user", "content": "My PIN is 4711."}]
+    )
+    llm.script(Reply("You said: My PIN is 4711."))
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        client_for(live, "wanda").responses.create(
+            model="m", input="Repeat this conversation word for word.", conversation=conv
+        )
+    assert "READ" in refused.value.body["message"] or "read" in refused.value.body["message"]
+    with pytest.raises(openai.PermissionDeniedError):
+        client_for(live, "wanda").responses.create(model="m", input="Repeat it.", conversation=conv, stream=True)
+    assert llm.requests == []
+    assert [item["content"][0]["text"] for item in items(live, conv)] == ["My PIN is 4711."]
+    # the refusal is audited as the read it needed
+    r = httpx.get(
+        f"{live.url}{UC}/system/audit",
+        headers=headers(live),
+        params={"principal": "wanda", "decision": "deny", "page_size": 100},
+    )
+    assert r.status_code == 200, r.text
+    assert {event["action_name"] for event in r.json()["events"]} == {"conversations.read"}
 
 
 def test_tool_rounds_are_bounded_and_the_last_call_must_answer(live, llm):

@@ -199,8 +199,11 @@ async def _converse(
             messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": done.answer})
             if done.result is None:
                 continue
-            if tool_call.name in WRITES and isinstance(done.result.get("memory"), dict):
-                memory = done.result["memory"]
+            # a caller who may write but not read is answered the path alone
+            memory = done.result.get("memory") or (
+                {"path": done.result["path"]} if isinstance(done.result.get("path"), str) else None
+            )
+            if tool_call.name in WRITES and isinstance(memory, dict):
                 path = str(memory["path"])
                 outcome.written[path] = _dry_entry(memory_sid, bound.scope, memory, len(outcome.written))
                 if path in outcome.deleted:

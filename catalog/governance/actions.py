@@ -169,8 +169,9 @@ ACTIONS: dict[str, Action] = {
             "responses.create",
             _S.MEMORY_STORE,
             (_P.WRITE_MEMORY_STORE,),
-            "answer a response over a conversation of the store (reads it, appends the turn); "
-            "each memory tool call the model makes is then authorized as its entry operation",
+            "answer a response over a conversation of the store (appends the turn; reading the "
+            "conversation for the model also needs `conversations.read`); each memory tool call "
+            "the model makes is then authorized as its entry operation",
         ),
         _a(
             "responses.create_stateless",

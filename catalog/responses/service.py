@@ -2,7 +2,9 @@
 
 Rules:
 - a response over a conversation needs WRITE_MEMORY_STORE on the conversation's store (action
-  `responses.create`: it reads the conversation and appends to it); the model gets the memory
+  `responses.create`: it appends to the conversation) and READ_MEMORY_STORE too
+  (`conversations.read`: the conversation's items are sent to the model, and nothing a caller may
+  not read reaches a model on its behalf); the model gets the memory
   tools (`catalog.toolkit`) bound to that store and the conversation's scope, never a scope it
   chose; without a conversation the model answers alone (no tools, nothing kept; action
   `responses.create_stateless`, any authenticated principal);
@@ -123,6 +125,9 @@ async def prepare(ctx: Context, principal: Principal, request: ResponseCreate) -
         row, store = await conversations.open_conversation(
             ctx, principal, conversation_id, "responses.create"
         )
+        # the model reads the conversation on the caller's behalf: a write-only caller may append
+        # to it but never have it read to a model (which would repeat it)
+        await ctx.access.check(principal, "conversations.read", store)
         origin = ops.TranscriptSource(
             kind="conversation",
             store=store.full_name,

@@ -6,6 +6,7 @@ A store under legal hold keeps what it holds, and then the subject's audit key i
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -182,3 +183,63 @@ def test_a_held_store_keeps_the_subject_and_its_audit_key(client, token):
     )
     assert r.status_code == 200
     assert audit(client, token, "zqh:case")  # still found by auditors while the hold keeps the data
+
+
+async def _count(url: str, sql: str) -> int:
+    conn = await asyncpg.connect(url)
+    try:
+        return int(await conn.fetchval(sql))
+    finally:
+        await conn.close()
+
+
+def test_every_form_of_a_scope_or_a_filter_in_the_audit_log_goes_with_its_subject(client, token, settings):
+    """Scopes given once in `scopes`, several `scopes`, an actor id, a metadata filter naming the
+    subject: none is kept in clear text in the audit log, nor is the subject in the key table;
+    after the erasure an auditor looking for the subject leaves nothing that names it."""
+    subject = "zqforms"
+    store = make_store(client, token, "es-forms")
+    write(client, token, store, subject, "/profile.md", "likes tea", metadata={"owner": subject})
+    write(client, token, store, f"{subject}:work", "/desk.md", "standing desk")
+    queries = [
+        {"scopes": subject},  # given once: a string in the event, not a list
+        [("scopes", subject), ("scopes", f"{subject}:work")],
+        {"scopes": f"{subject}:work,{subject}:home"},  # one scope with a comma in it
+        {"scope": subject, "filter": json.dumps({"owner": subject})},
+        {"scopes": subject, "filter": json.dumps({"owner": subject})},
+    ]
+    for params in queries:
+        r = client.get(f"{store}/entries", headers=token(), params=params)
+        assert r.status_code == 200, r.text
+    r = client.get(
+        "/api/2.0/agents/memory-stores/es-forms/entries", headers=token(), params={"actor_id": subject}
+    )
+    assert r.status_code == 200, r.text
+    r = client.get(f"{UC}/system/audit", headers=token(), params={"scope": f"{subject}:work"})
+    assert r.status_code == 200 and r.json()["events"], r.text
+
+    before = asyncio.run(tables_holding(settings.database_url, [subject]))
+    assert "public.entries.scope" in before
+    assert not any(place.startswith(("public.audit_events", "public.subject_keys")) for place in before), before
+
+    r = client.post(f"{UC}/system/erase-subject", headers=token(), json={"subject": subject})
+    assert r.status_code == 200, r.text
+    assert r.json()["audit_key_destroyed"] is True
+    keys = asyncio.run(_count(settings.database_url, "SELECT count(*) FROM subject_keys"))
+    # an auditor looks for the erased subject: nothing is found, and the search creates no key
+    for scope in (subject, f"{subject}:work"):
+        assert audit(client, token, scope) == []
+    assert asyncio.run(_count(settings.database_url, "SELECT count(*) FROM subject_keys")) == keys
+    assert asyncio.run(tables_holding(settings.database_url, [subject])) == []
+    assert client.get(f"{UC}/system/audit:verify", headers=token()).json()["ok"] is True
+
+
+def test_a_filter_in_an_event_without_a_scope_is_not_kept(client, token):
+    """A filter that reaches the audit log with no scope to key it by (a refused request) is
+    kept as `[redacted]`, never in clear text."""
+    store = make_store(client, token, "es-nofilter")
+    r = client.get(f"{store}/entries", headers=token(), params={"filter": json.dumps({"owner": "zqnobody"})})
+    assert r.status_code == 400  # no scope
+    r = client.get(f"{UC}/system/audit", headers=token(), params={"page_size": 1})
+    event = r.json()["events"][0]
+    assert event["request_params"]["filter"] == "[redacted]", event

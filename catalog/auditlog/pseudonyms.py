@@ -1,14 +1,22 @@
-"""Pseudonyms for the audit log: scopes, entry paths and end users are kept in events as keyed
-hashes, so that erasing a data subject can unlink them without touching the hash chain.
+"""Pseudonyms for the audit log: scopes, entry paths, filter values and end users are kept in
+events as keyed hashes, so that erasing a data subject can unlink them without touching the hash
+chain. This module is the one place where any of them is turned into what an event holds.
 
 Rules:
 - a scope's subject is what comes before its first `:` (`alice` for `alice` and `alice:project-x`);
   each subject has a random key in `subject_keys`, created with its first event, outside the
-  chain (the auditor role cannot read it);
-- in an event, the values of `scope`, `actor_id`, `scopes`, `actor_ids` (request parameters) and
-  the `on_behalf_of` column become `ps_<hex>` = HMAC-SHA256(key of their subject, kind, value);
-  `path` and `path_prefix` are keyed with the subject of the event's (first) scope, or of its end
-  user, and stay as they are when the event names neither;
+  chain (the auditor role cannot read it). The table holds no clear-text subject: a key is found
+  by the subject's keyed hash, sha256(pepper || subject), the pepper being one random value of
+  the database (`audit_pepper`, also unreadable to auditors), computed in SQL;
+- in an event, the values of `scope`, `actor_id`, `scopes`, `actor_ids` (request parameters: a
+  list, or one string when given once) and the `on_behalf_of` column become `ps_<hex>` =
+  HMAC-SHA256(key of their subject, kind, value);
+- `path`, `path_prefix` and `filter` (a metadata filter, whose values may name anyone) are keyed
+  with the subject of the event's (first) scope, or of its end user; an event that names neither
+  keeps its paths as they are and its filter as `[redacted]` (no subject's key could ever unlink it);
+- an auditors' search for a scope (`audit.read`) names the scope it looks for without creating a
+  key: a subject never seen, or erased, gets a throwaway key, so looking for an erased subject
+  leaves nothing that names it;
 - the server recomputes a scope's pseudonym to answer `GET /system/audit?scope=` while the key
   exists; erasing the subject deletes the key (crypto-shredding): the events stay and the chain
   verifies, but nothing left can tie them to the subject again.
@@ -27,7 +35,13 @@ import asyncpg
 SCOPE_KEYS = ("scope", "actor_id")
 SCOPE_LISTS = ("scopes", "actor_ids")
 PATH_KEYS = ("path", "path_prefix")
+FILTER_KEYS = ("filter",)
 PREFIX = "ps_"
+REDACTED = "[redacted]"
+# actions whose scope parameters look a scope up rather than act on it: they create no key
+LOOKUPS = frozenset({"audit.read"})
+# the subject's keyed hash, in SQL: `{subject}` is the SQL text of the subject
+_SUBJECT_ID = "sha256((SELECT pepper FROM audit_pepper) || convert_to({subject}, 'UTF8'))"
 
 
 def subject_of(scope: str) -> str:
@@ -39,56 +53,88 @@ def pseudonym(key: bytes, kind: str, value: str) -> str:
     return PREFIX + digest[:40]
 
 
+def _listed(value: Any) -> list[str]:
+    """A list parameter's scopes: a list, or one string (the parameter given once)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
 def _scopes_of(event: dict[str, Any]) -> list[str]:
     params = event.get("request_params") or {}
     found = [params[k] for k in SCOPE_KEYS if isinstance(params.get(k), str)]
     for key in SCOPE_LISTS:
-        values = params.get(key)
-        if isinstance(values, list):
-            found += [v for v in values if isinstance(v, str)]
+        found += _listed(params.get(key))
     if isinstance(event.get("on_behalf_of"), str):
         found.append(event["on_behalf_of"])
     return found
 
 
-async def keys_for(conn: asyncpg.Connection | asyncpg.Pool, subjects: Iterable[str]) -> dict[str, bytes]:
+async def keys_for(
+    conn: asyncpg.Connection | asyncpg.Pool, subjects: Iterable[str], *, create: bool = True
+) -> dict[str, bytes]:
     """The subjects' keys, created for those that have none (in the caller's transaction, so a
-    key exists exactly when an event made with it does)."""
+    key exists exactly when an event made with it does); with `create=False`, only the existing
+    ones."""
     wanted = sorted(set(subjects))
     if not wanted:
         return {}
+    if not create:
+        rows = await conn.fetch(
+            "SELECT t.subject, k.key FROM unnest($1::text[]) AS t(subject) "
+            f"JOIN subject_keys k ON k.subject_id = {_SUBJECT_ID.format(subject='t.subject')}",
+            wanted,
+        )
+        return {row["subject"]: bytes(row["key"]) for row in rows}
     fresh = [secrets.token_bytes(32) for _ in wanted]
     for _ in range(3):  # a concurrent first event of the same subject: read what it committed
         rows = await conn.fetch(
-            "WITH new AS (INSERT INTO subject_keys (subject, key) "
-            "SELECT * FROM unnest($1::text[], $2::bytea[]) "
-            "ON CONFLICT (subject) DO NOTHING RETURNING subject, key) "
-            "SELECT subject, key FROM new UNION ALL "
-            "SELECT subject, key FROM subject_keys WHERE subject = ANY($1::text[])",
+            "WITH wanted AS ("
+            f"  SELECT t.subject, {_SUBJECT_ID.format(subject='t.subject')} AS subject_id, t.key "
+            "  FROM unnest($1::text[], $2::bytea[]) AS t(subject, key)), "
+            "new AS (INSERT INTO subject_keys (subject_id, key) SELECT subject_id, key FROM wanted "
+            "  ON CONFLICT (subject_id) DO NOTHING RETURNING subject_id, key), "
+            "found AS (SELECT subject_id, key FROM new UNION ALL "
+            "  SELECT k.subject_id, k.key FROM subject_keys k JOIN wanted w USING (subject_id)) "
+            "SELECT w.subject, f.key FROM wanted w JOIN found f USING (subject_id)",
             wanted,
             fresh,
         )
         keys = {row["subject"]: bytes(row["key"]) for row in rows}
         if len(keys) == len(wanted):
             return keys
-    raise RuntimeError("could not read or create the audit keys of " + ", ".join(wanted))
+    raise RuntimeError(f"could not read or create the audit keys of {len(wanted)} subjects")
 
 
 DONE = "_pseudonymized"  # marks an event already rewritten (an append retried after a failure)
 
 
 async def pseudonymize(conn: asyncpg.Connection | asyncpg.Pool, events: Sequence[dict[str, Any]]) -> None:
-    """Replace, in place, the scopes, paths and end users of the events by their pseudonyms (once:
-    an event appended again keeps the pseudonyms it got)."""
+    """Replace, in place, the scopes, paths, filters and end users of the events by their
+    pseudonyms (once: an event appended again keeps the pseudonyms it got)."""
     todo = [event for event in events if not event.get(DONE)]
-    subjects = {subject_of(scope) for event in todo for scope in _scopes_of(event)}
+    lookups = {id(event) for event in todo if event.get("action_name") in LOOKUPS}
+    subjects = {
+        subject_of(scope) for event in todo if id(event) not in lookups for scope in _scopes_of(event)
+    }
     keys = await keys_for(conn, subjects) if subjects else {}
+    looked_up = {subject_of(scope) for event in todo if id(event) in lookups for scope in _scopes_of(event)}
+    if looked_up - keys.keys():
+        keys.update(await keys_for(conn, looked_up - keys.keys(), create=False))
     for event in todo:
         event[DONE] = True
+        params = dict(event.get("request_params") or {})
         scopes = _scopes_of(event)
         if not scopes:
+            for key in FILTER_KEYS:
+                if key in params:
+                    params[key] = REDACTED
+            event["request_params"] = params
             continue
-        params = dict(event.get("request_params") or {})
+        for subject in {subject_of(scope) for scope in scopes} - keys.keys():
+            keys[subject] = secrets.token_bytes(32)  # a lookup of a subject without a key: unlinkable
 
         def hide(value: str, kind: str = "scope") -> str:
             return pseudonym(keys[subject_of(value)], kind, value)
@@ -97,12 +143,16 @@ async def pseudonymize(conn: asyncpg.Connection | asyncpg.Pool, events: Sequence
             if isinstance(params.get(key), str):
                 params[key] = hide(params[key])
         for key in SCOPE_LISTS:
-            if isinstance(params.get(key), list):
+            if isinstance(params.get(key), str):
+                params[key] = hide(params[key])
+            elif isinstance(params.get(key), list):
                 params[key] = [hide(v) if isinstance(v, str) else v for v in params[key]]
         owner = keys[subject_of(scopes[0])]
-        for key in PATH_KEYS:
+        for key in (*PATH_KEYS, *FILTER_KEYS):
             if isinstance(params.get(key), str):
-                params[key] = pseudonym(owner, "path", params[key])
+                params[key] = pseudonym(owner, key if key in FILTER_KEYS else "path", params[key])
+            elif isinstance(params.get(key), list):  # a single-valued parameter repeated
+                params[key] = [REDACTED for _ in params[key]]
         if isinstance(event.get("on_behalf_of"), str):
             event["on_behalf_of"] = hide(event["on_behalf_of"])
         event["request_params"] = params
@@ -110,11 +160,16 @@ async def pseudonymize(conn: asyncpg.Connection | asyncpg.Pool, events: Sequence
 
 async def scope_pseudonym(conn: asyncpg.Connection | asyncpg.Pool, scope: str) -> str | None:
     """What events hold for `scope`, or None when its subject has no key (never seen, or erased)."""
-    key = await conn.fetchval("SELECT key FROM subject_keys WHERE subject = $1", subject_of(scope))
+    key = await conn.fetchval(
+        f"SELECT key FROM subject_keys WHERE subject_id = {_SUBJECT_ID.format(subject='$1::text')}",
+        subject_of(scope),
+    )
     return None if key is None else pseudonym(bytes(key), "scope", scope)
 
 
 async def forget(conn: asyncpg.Connection, subject: str) -> bool:
     """Destroy the subject's key (crypto-shredding); whether there was one."""
-    status: str = await conn.execute("DELETE FROM subject_keys WHERE subject = $1", subject)
+    status: str = await conn.execute(
+        f"DELETE FROM subject_keys WHERE subject_id = {_SUBJECT_ID.format(subject='$1::text')}", subject
+    )
     return status.endswith(" 1")

@@ -12,6 +12,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
@@ -324,7 +325,6 @@ async def test_bad_input_is_a_tool_error(live, store):
                 },
                 "one of",
             ),
-            ("no_such_tool", {}, "search_memory"),
         ]
         for name, arguments, needle in cases:
             result = await client.call_tool(name, arguments)
@@ -394,3 +394,150 @@ async def test_the_modern_protocol_too(live, store):
         ("entries.write", "save_memory"),
         ("entries.read", "get_memory"),
     ]
+
+
+def traces_since(live: Any, offset: int) -> list[str]:
+    """What the server logged above the level of a request line since `offset` (a byte offset
+    in its log), with the start of any trace."""
+    found = []
+    for line in live.log_path.read_bytes()[offset:].decode().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            found.append(line[:300])  # a line that is not a log record: a bare trace
+            continue
+        if record.get("exception") or record.get("level") not in ("debug", "info"):
+            found.append(
+                f"{record.get('logger')}: {record.get('message')} {record.get('exception', '')[:300]}"
+            )
+    return found
+
+
+@asynccontextmanager
+async def modern_session(live: Any, bearer: str) -> AsyncIterator[ClientSession]:
+    """A client of the stateless protocol revision: `discover` instead of the handshake."""
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {bearer}"})
+    async with (
+        http,
+        streamable_http_client(f"{live.url}/mcp/memory-stores/{STORE}", http_client=http) as (read, write),
+        ClientSession(read, write) as client,
+    ):
+        await client.discover()
+        yield client
+
+
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+async def test_unknown_names_are_invalid_params_and_log_no_trace(live, store, era):
+    """An unknown prompt or tool is JSON-RPC's invalid params (-32602) naming it, an unknown
+    resource is a method the server does not offer (-32601); none of them logs a trace."""
+    offset = live.log_path.stat().st_size
+    opened = session if era == "handshake" else modern_session
+    async with opened(live, token(live, "alice", on_behalf_of="ivan")) as client:
+        for _ in range(3):  # per request: a trace each time was the fault
+            with pytest.raises(MCPError) as refused:
+                await client.get_prompt("no_such_prompt")
+            assert refused.value.code == -32602, refused.value
+            assert (
+                "no_such_prompt" in refused.value.message and "memory_instructions" in refused.value.message
+            )
+
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("no_such_tool", {})
+        assert refused.value.code == -32602 and "unknown tool 'no_such_tool'" in refused.value.message
+        assert all(name in refused.value.message for name in TOOLS)
+
+        with pytest.raises(MCPError) as refused:
+            await client.read_resource("memory://main.default.assistant/ivan")
+        assert refused.value.code == -32601, refused.value
+
+        # a bad argument is the model's to correct: a tool error it reads, not a protocol error
+        bad = await client.call_tool("get_memory", {"path": 7})
+        assert bad.is_error and "path" in text(bad)
+        assert await client.get_prompt("memory_instructions")  # the session still works
+    assert traces_since(live, offset) == []
+
+
+def test_bad_requests_are_json_rpc_errors_audited_without_a_trace(live, store):
+    offset = live.log_path.stat().st_size
+    headers = {
+        "Authorization": f"Bearer {token(live, 'alice', on_behalf_of='jude')}",
+        "Accept": "application/json, text/event-stream",
+    }
+    url = f"{live.url}/mcp/memory-stores/{STORE}"
+
+    def rpc(method: str, params: Any = None) -> dict[str, Any]:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": 7, "method": method}
+        if params is not None:
+            message["params"] = params
+        r = httpx.post(url, headers=headers, json=message)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/json"), r.text
+        reply: dict[str, Any] = r.json()
+        assert reply["id"] == 7 and "result" not in reply, reply
+        return {**reply["error"], "request_id": r.headers["x-request-id"]}
+
+    cases = [
+        ("prompts/get", {"name": "nope"}, -32602, "unknown prompt 'nope'"),
+        ("prompts/get", {}, -32602, None),
+        ("prompts/get", {"name": "memory_instructions", "arguments": {"n": 1}}, -32602, None),
+        ("tools/call", {"name": "nope", "arguments": {}}, -32602, "unknown tool 'nope'"),
+        ("tools/call", {"name": "get_memory", "arguments": "not an object"}, -32602, None),
+        ("tools/call", {"arguments": {}}, -32602, None),
+        ("resources/read", {"uri": "memory://x"}, -32601, None),
+        ("resources/list", None, -32601, None),
+        ("no/such/method", None, -32601, None),
+    ]
+    errors = {}
+    for method, params, code, needle in cases:
+        error = rpc(method, params)
+        assert error["code"] == code, (method, params, error)
+        if needle is not None:
+            assert needle in error["message"], (method, error)
+        errors[(method, str(params))] = error
+    assert traces_since(live, offset) == []
+
+    # the unknown tool is recorded on the request's event: connecting to the store, refused as
+    # invalid (no entry operation was run)
+    request_id = errors[("tools/call", str({"name": "nope", "arguments": {}}))]["request_id"]
+    (event,) = [e for e in audit(live, principal="alice") if e["request_id"] == request_id]
+    assert (event["action_name"], event["securable_full_name"], event["decision"]) == (
+        "mcp.connect",
+        STORE,
+        "allow",
+    )
+    assert (event["status_code"], event["error_code"], event["request_params"]["tool"]) == (
+        400,
+        "INVALID_PARAMETER_VALUE",
+        "nope",
+    )
+
+
+def test_a_body_that_is_not_json_is_refused_with_json(live, store):
+    """The transport answers a plain-text 400 to a body of another media type; the route
+    refuses it first with the server's error shape, naming the header."""
+    url = f"{live.url}/mcp/memory-stores/{STORE}"
+    message = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    base = {
+        "Authorization": f"Bearer {token(live, 'alice')}",
+        "Accept": "application/json, text/event-stream",
+    }
+    for content_type in (
+        "text/plain",
+        "text/plain; charset=utf-8",
+        "application/x-www-form-urlencoded",
+        None,
+    ):
+        headers = dict(base) if content_type is None else {**base, "Content-Type": content_type}
+        r = httpx.post(url, headers=headers, content=message)
+        assert r.status_code == 400, (content_type, r.status_code, r.text)
+        assert r.headers["content-type"].startswith("application/json"), (content_type, r.text)
+        body = r.json()
+        assert body["error_code"] == "INVALID_PARAMETER_VALUE" and set(body) == {
+            "error_code",
+            "message",
+            "details",
+        }
+        assert body["details"] == [{"@type": "field_violation", "field": "Content-Type"}]
+        assert "application/json" in body["message"]
+    # JSON with parameters is JSON
+    r = httpx.post(url, headers={**base, "Content-Type": "application/json; charset=utf-8"}, content=message)
+    assert r.status_code == 200 and [t["name"] for t in r.json()["result"]["tools"]] == TOOLS

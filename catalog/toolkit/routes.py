@@ -5,7 +5,8 @@ every route), `mcp.connect` is authorized on the store (any privilege on it: wha
 then do is decided per call), and the scope is bound: the verified end user (the token's
 `on_behalf_of`, else its subject), or one of the store's shared scopes named with `?scope=`.
 Refusals here are the server's usual JSON errors (401, 403, 404 `NOT_FOUND` as on every
-memory-store route, 400).
+memory-store route, 400), also where the MCP transport would answer plain text (a body that is not
+`application/json`).
 """
 
 from __future__ import annotations
@@ -81,12 +82,28 @@ async def memory_mcp(scope: Scope, receive: Receive, send: Send) -> None:
     app: Any = scope["app"]
     runtime = app.state.runtime
     bound = await bind(runtime.context, scope["user"], full_name, _requested_scope(scope))
+    _ensure_json(scope)
     state: Any = scope["state"]
     state[STATE_KEY] = Binding(runtime.context, bound, current.get(), state.get("request_id", ""))
     body = await _body(receive, runtime.settings.mcp_max_body_bytes)
     if body is None:
         return  # the client went away before its message arrived: nothing was done, nothing to answer
     await app.state.mcp.handle_request(scope, _replay(body, receive), send)
+
+
+def _ensure_json(scope: Scope) -> None:
+    """A message is JSON. The transport answers any other body with a plain-text 400; this route
+    refuses it first with the contract's error shape, as it refuses everything else before the
+    message is read (401, 403, 404, 413): no JSON-RPC request has been read yet, so there is no id
+    a JSON-RPC error could answer, and an MCP client treats a refusal with no JSON-RPC error in it
+    by its status, as it does the other refusals of this route."""
+    raw = next((value for key, value in scope["headers"] if key == b"content-type"), b"")
+    media_type = raw.decode("latin-1").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        sent = f"not {media_type[:100]!r}" if media_type else "the request has none"
+        raise InvalidParameter(
+            f"an MCP message is JSON: Content-Type must be application/json ({sent})", "Content-Type"
+        )
 
 
 async def _options(send: Send) -> None:

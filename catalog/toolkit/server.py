@@ -7,6 +7,15 @@ its message was handled and records what it did. `catalog.toolkit.routes` authen
 authorizes `mcp.connect` on the store and binds the scope before the message reaches this server;
 each tool call is then authorized again, by the entry operation it runs, and audited as that
 operation (the tool named in the event's parameters).
+
+Errors, as the MCP specification sorts them:
+- a request the server cannot act on is a JSON-RPC error: `-32602` invalid params for an unknown
+  tool or prompt (the message names it; the request's audit event records a 400) and for params of
+  the wrong shape, `-32601` for a method the server does not offer (resources). These are expected
+  refusals: nothing is logged but the request line;
+- a tool call the model can correct (bad arguments, a missing memory, a privilege it lacks) is a
+  tool result with `isError`, its message written for the model;
+- only a fault of the server is logged with its trace (once, with the request id).
 """
 
 from __future__ import annotations
@@ -20,16 +29,18 @@ from typing import Any
 import mcp_types as types
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
 
 from catalog import __version__
-from catalog.auditlog import AuditContext, begin_operation, current, note_outcome
+from catalog.auditlog import AuditContext, begin_operation, current, note_outcome, note_params
 from catalog.context import Context
-from catalog.errors import RetryLater, is_unavailable, log_unexpected
+from catalog.errors import InvalidParameter, RetryLater, is_unavailable, log_unexpected
 from catalog.toolkit.instructions import MEMORY_INSTRUCTIONS
 from catalog.toolkit.tools import TOOLS, Bound, ToolError, call
 
 STATE_KEY = "memory_tools"  # where the route leaves the `Binding` in the ASGI scope's state
 PROMPT = "memory_instructions"
+TOOL_NAMES = tuple(tool.name for tool in TOOLS)
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,17 @@ def _binding(request_context: Any) -> Binding:
     binding = request.scope["state"].get(STATE_KEY) if request is not None else None
     if not isinstance(binding, Binding):  # only the route reaches this server
         raise RuntimeError("an MCP request without its binding")
+    if binding.audit is not None:
+        current.set(binding.audit)  # this task's context: the request's audit event
     return binding
+
+
+def _invalid_params(message: str) -> MCPError:
+    """The JSON-RPC error of a request naming something this server does not have. An `MCPError`
+    is answered as it is and logged by nobody; any other exception a handler raised would be
+    answered with code 0 and logged with its whole trace, once per request."""
+    note_outcome(InvalidParameter.status_code, InvalidParameter.error_code)
+    return MCPError(code=types.INVALID_PARAMS, message=message)
 
 
 def _tool(tool: Any) -> types.Tool:
@@ -78,8 +99,10 @@ def _failed(message: str) -> types.CallToolResult:
 
 async def _call_tool(request_context: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
     binding = _binding(request_context)
-    if binding.audit is not None:
-        current.set(binding.audit)  # this task's context: the request's audit event
+    if params.name not in TOOL_NAMES:
+        # no operation to authorize or record: the event stays the request's `mcp.connect`
+        note_params({"tool": params.name[:64]})
+        raise _invalid_params(f"unknown tool {params.name[:64]!r}; the tools are {', '.join(TOOL_NAMES)}")
     arguments = dict(params.arguments or {})
     begin_operation(_audited_arguments(params.name, arguments, binding.bound))
     try:
@@ -129,7 +152,7 @@ async def _list_prompts(request_context: Any, params: Any) -> types.ListPromptsR
 async def _get_prompt(request_context: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
     _binding(request_context)
     if params.name != PROMPT:
-        raise ValueError(f"no prompt named {params.name!r}; the prompt is {PROMPT!r}")
+        raise _invalid_params(f"unknown prompt {params.name[:64]!r}; the prompt is {PROMPT!r}")
     return types.GetPromptResult(
         description="How to use memory",
         messages=[

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -230,3 +230,156 @@ def test_the_mapping_to_scopes_paths_and_ttl(pair, admin, client, settings):
         ours.put(("alice",), "", {"n": 1})
     with pytest.raises(ValueError):
         ours.put(("alice.x",), "k", {"n": 1})
+
+
+# --- index=False, and the fields of index=[...] ---------------------------------------------------
+
+
+def keys(results) -> list[str]:  # type: ignore[no-untyped-def]
+    return sorted(r.key for r in results)
+
+
+def test_an_item_put_with_index_false_is_left_out_of_query_searches(pair):
+    ours, _ = pair
+    namespace = ("alice", "animals")
+    zebra = {"text": "zebra stripes on the savanna"}
+    ours.put(namespace, "hidden", zebra, index=False)
+    ours.put(namespace, "no_text_in_fields", zebra, index=["title", "tags[*]"])  # fields it lacks
+    ours.put(namespace, "shown", {"text": "a zebra crossing in town"})
+    ours.put(namespace, "by_field", {"text": "zebra stripes", "title": "stripes"}, index=["title"])
+
+    hits = ours.search(("alice",), query="zebra stripes savanna", limit=10)
+    assert keys(hits) == ["by_field", "shown"] and all(h.score is not None for h in hits)
+    assert keys(ours.search(namespace, query="zebra", filter={"text": zebra["text"]})) == []
+    # still read, and listed (with and without a filter) by a search without a query
+    assert ours.get(namespace, "hidden").value == zebra
+    assert keys(ours.search(namespace)) == ["by_field", "hidden", "no_text_in_fields", "shown"]
+    assert keys(ours.search(namespace, filter={"text": zebra["text"]})) == ["hidden", "no_text_in_fields"]
+
+    # a later put with the store's indexing (index=None) makes it found again
+    ours.put(namespace, "hidden", zebra)
+    assert "hidden" in keys(ours.search(("alice",), query="zebra stripes savanna", limit=10))
+
+
+def test_unindexed_items_that_rank_first_do_not_shorten_a_page(pair):
+    ours, _ = pair
+    for i in range(3):
+        ours.put(("bob", "n"), f"loud{i}", {"text": f"quokka quokka quokka {i}"}, index=False)
+    ours.put(("bob", "n"), "quiet", {"text": "one quokka, and then the weather"})
+    hits = ours.search(("bob",), query="quokka quokka quokka", limit=1)
+    assert [h.key for h in hits] == ["quiet"]
+
+
+# --- refresh_ttl -----------------------------------------------------------------------------------
+
+
+def expiry(admin, ours, scope: str, path: str):  # type: ignore[no-untyped-def]
+    """(etag, ms from the last write to the expiry) of the entry."""
+    entry = admin.store(ours.store).get(scope, path)
+    return entry.etag, entry.expires_at - entry.updated_at
+
+
+def shorten(admin, ours, scope: str, path: str) -> None:  # type: ignore[no-untyped-def]
+    """Write the entry again (its metadata kept) to expire 30 s after now: about to expire."""
+    store = admin.store(ours.store)
+    store.write(scope, path, store.get(scope, path).contents, write_mode="OVERWRITE", ttl_seconds=30)
+
+
+def test_reads_with_refresh_ttl_set_the_puts_ttl_again(pair, admin):
+    ours, _ = pair
+    namespace = ("alice", "ttl")
+    ours.put(namespace, "k", {"topic": "otters"}, ttl=2)  # minutes
+    ours.put(namespace, "forever", {"topic": "otters too"})
+    two_minutes = pytest.approx(120_000, abs=5_000)
+
+    for read in [
+        lambda refresh: ours.get(namespace, "k", refresh_ttl=refresh),
+        lambda refresh: ours.search(namespace, refresh_ttl=refresh),
+        lambda refresh: ours.search(namespace, query="otters", refresh_ttl=refresh),
+        lambda refresh: asyncio.run(ours.aget(namespace, "k", refresh_ttl=refresh)),
+    ]:
+        shorten(admin, ours, "alice", "/ttl/k")
+        before = expiry(admin, ours, "alice", "/ttl/k")
+        assert before[1] == pytest.approx(30_000, abs=5_000)
+        read(False)
+        assert expiry(admin, ours, "alice", "/ttl/k") == before  # not written
+        read(None)  # the default: refresh
+        etag, left = expiry(admin, ours, "alice", "/ttl/k")
+        assert etag != before[0] and left == two_minutes
+    assert ours.get(namespace, "k").value == {"topic": "otters"}
+
+    # an item put without a ttl is not written by a read
+    untouched = admin.store(ours.store).get("alice", "/ttl/forever")
+    ours.get(namespace, "forever")
+    ours.search(namespace, query="otters")
+    after = admin.store(ours.store).get("alice", "/ttl/forever")
+    assert (after.etag, after.expires_at) == (untouched.etag, None)
+
+    # TTLConfig(refresh_on_read=False) turns the default off
+    lazy = CatalogStore(ours.store, client=admin, ttl={"refresh_on_read": False})
+    shorten(admin, ours, "alice", "/ttl/k")
+    before = expiry(admin, ours, "alice", "/ttl/k")
+    lazy.get(namespace, "k")
+    assert expiry(admin, ours, "alice", "/ttl/k") == before
+    lazy.get(namespace, "k", refresh_ttl=True)
+    assert expiry(admin, ours, "alice", "/ttl/k")[1] == two_minutes
+
+
+def test_a_reader_without_write_reads_and_leaves_the_expiry(pair, admin, client, settings):
+    ours, _ = pair
+    ours.put(("alice", "ttl"), "k", {"n": 1}, ttl=2)
+    admin.grants.update("catalog", "main", "rita", add=["USE_CATALOG"])
+    admin.grants.update("schema", "main.default", "rita", add=["USE_SCHEMA"])
+    admin.grants.update("memory_store", ours.store, "rita", add=["READ_MEMORY_STORE"])
+    reader = CatalogStore(ours.store, client=Client(BASE, mint_dev_token(settings, "rita"), http=client))
+    before = expiry(admin, ours, "alice", "/ttl/k")
+    assert reader.get(("alice", "ttl"), "k").value == {"n": 1}
+    assert [r.key for r in reader.search(("alice",))] == ["k"]
+    assert expiry(admin, ours, "alice", "/ttl/k") == before
+
+
+class BeforeTheNextWrite(httpx.BaseTransport):
+    """Requests sent through the module's TestClient; `then(action)` runs the action once, just
+    before the next entry write is sent (another writer that comes in between)."""
+
+    def __init__(self, app: httpx.Client) -> None:
+        self.app = app
+        self.action: Callable[[], None] | None = None
+
+    def then(self, action: Callable[[], None]) -> None:
+        self.action = action
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and request.url.path.endswith("/entries") and self.action:
+            action, self.action = self.action, None
+            action()
+        body = request.read()
+        forward = httpx.Request(request.method, request.url, headers=request.headers, content=body)
+        answer = self.app.send(forward)
+        headers = [
+            (k, v) for k, v in answer.headers.items() if k not in ("content-length", "content-encoding")
+        ]
+        return httpx.Response(answer.status_code, headers=headers, content=answer.content)
+
+
+def test_a_refresh_keeps_a_write_that_came_between_the_read_and_it(pair, admin, client, settings):
+    ours, _ = pair
+    namespace = ("alice", "race")
+    hook = BeforeTheNextWrite(client)
+    token = mint_dev_token(settings, "admin")
+    reading = CatalogStore(ours.store, client=Client(BASE, token, http=httpx.Client(transport=hook)))
+
+    ours.put(namespace, "k", {"v": "old"}, ttl=2)
+    hook.then(lambda: ours.put(namespace, "k", {"v": "new"}, ttl=3))
+    assert reading.get(namespace, "k").value == {"v": "old"}  # what it read
+    assert ours.get(namespace, "k", refresh_ttl=False).value == {"v": "new"}  # not lost
+    assert expiry(admin, ours, "alice", "/race/k")[1] == pytest.approx(180_000, abs=5_000)  # its ttl
+
+    hook.then(lambda: ours.delete(namespace, "k"))
+    assert reading.get(namespace, "k").value == {"v": "new"}
+    assert ours.get(namespace, "k") is None  # not brought back
+
+    ours.put(namespace, "k", {"v": "searched"}, ttl=2)
+    hook.then(lambda: ours.put(namespace, "k", {"v": "newer"}))
+    assert [r.value for r in reading.search(namespace)] == [{"v": "searched"}]
+    assert ours.get(namespace, "k").value == {"v": "newer"}

@@ -10,10 +10,26 @@ The mapping, for a namespace `(n0, n1, ..., nk)` and a key:
   "prefs")` + `"food"` is scope `alice`, path `/prefs/food`; `("alice",)` + `"food"` is `/food`;
 - the value (a JSON object) is the entry's contents, as JSON. An entry that does not hold a JSON
   object (one written through another API) reads as `{"contents": <its text>}`;
-- `put` is an `OVERWRITE` write, `put(..., None)` and `delete` a delete; `ttl` (minutes) is the
-  write's `ttl_seconds`, so the entry expires that long after the write. The server does not
-  extend an expiry on reads (`refresh_ttl` has no effect), and a later put without `ttl` keeps
-  the expiry an earlier put set (the server keeps `expires_at` on a write without one);
+- `put` is an `OVERWRITE` write, `put(..., None)` and `delete` a delete. A put replaces the whole
+  entry: its contents, its description (none) and its metadata, which then holds only the
+  adapter's own keys below (metadata given to the entry through another API is replaced);
+- `ttl` (minutes) is the write's `ttl_seconds`, so the entry expires that long after the write,
+  and the entry's metadata keeps it as `langgraph.ttl_seconds`. A read with `refresh_ttl` (the
+  default; `TTLConfig(refresh_on_read=False)` changes it) of an entry that has it writes the
+  entry again as it was read, with that `ttl_seconds`: the server re-sets an expiry only on a
+  write. So that refresh is a new version of the entry (its `updated_at`, history and audit log
+  show it), needs WRITE as well as READ (without it, or under a legal hold, the read is answered
+  and the expiry left as it is), and when the entry changed between the read and the refresh
+  (seen from its version and creation time) the change is written again (a delete is done
+  again). A put without `ttl` keeps the expiry an earlier put set (the server keeps
+  `expires_at` on a write without one), and the entry then no longer refreshes;
+- `index=False` marks the entry `langgraph.index: false` in its metadata, and a search with a
+  `query` leaves it out (it is still read by `get` and listed by a search without a query, with
+  or without a filter), as LangGraph's stores give no vector to such an item. The server indexes
+  every entry (it has no per-entry switch), so the marked ones are dropped from its answer on the
+  client: the search asks again for the server's best 100 when dropping left a page short.
+  `index=[fields]`: when none of the fields holds text, as `index=False` (LangGraph embeds
+  nothing for the item then); otherwise the whole value is indexed, as with `index=None`;
 - `search` with a `query` is the server's search (`search_mode`, hybrid by default) in the scope
   and under the path of the namespace prefix, with the server's relevance as `score`; without a
   query it lists the entries under the prefix in path order (and reads each one). `filter`
@@ -26,14 +42,14 @@ The mapping, for a namespace `(n0, n1, ..., nk)` and a key:
 
 Within one `batch`, every read sees the store as it was before the batch, and the puts are
 applied after the reads in order (the last put of a key wins), as LangGraph's `InMemoryStore`
-does. A put's `index` is ignored: the server indexes every entry's whole contents.
+does (a read's refresh writes the value it read, so later reads of the batch see the same).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
@@ -54,6 +70,7 @@ from langgraph.store.base import (
     SearchOp,
     TTLConfig,
 )
+from langgraph.store.base.embed import get_text_at_path
 
 from catalog.client import _calls as calls
 from catalog.client._async import AsyncClient
@@ -71,6 +88,10 @@ Plan = Generator[Call, httpx.Response, T]
 MAX_SCOPES = 20  # a search names at most 20 scopes
 MAX_TOP_K = 100
 PAGE = 1000  # the server's page cap
+
+# The adapter's keys in the metadata of the entries it writes (a put writes these and no other).
+INDEX_KEY = "langgraph.index"  # False: the item is left out of query searches
+TTL_KEY = "langgraph.ttl_seconds"  # the put's ttl: what a read with refresh_ttl sets again
 
 
 # --- the mapping ---------------------------------------------------------------------------------
@@ -111,6 +132,28 @@ def _check_labels(labels: tuple[str, ...]) -> None:
             raise InvalidNamespaceError(f"namespace labels are non-empty strings: {labels!r}")
         if "." in label:
             raise InvalidNamespaceError(f"namespace labels cannot contain periods: {labels!r}")
+
+
+def indexed(value: Mapping[str, Any], index: Any) -> bool:
+    """Whether a put's item is found by query searches. `index=False` keeps it out, and so does a
+    list of fields none of which holds text in the value (LangGraph embeds nothing for it then);
+    otherwise it is found by its whole value (the server indexes an entry's whole contents, it
+    cannot index some fields only)."""
+    if index is None:
+        return True
+    if index is False:
+        return False
+    return any(get_text_at_path(value, field) for field in index)
+
+
+def is_indexed(entry: Entry) -> bool:
+    return (entry.metadata or {}).get(INDEX_KEY) is not False
+
+
+def ttl_of(metadata: dict[str, Any] | None) -> int | None:
+    """The ttl (seconds) a put gave the entry, from its metadata (None: none)."""
+    ttl = (metadata or {}).get(TTL_KEY)
+    return ttl if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl >= 1 else None
 
 
 def to_value(contents: str | None) -> dict[str, Any]:
@@ -319,7 +362,10 @@ class CatalogStore(BaseStore):
             if exc.status == 404 and exc.error_code == "NOT_FOUND":
                 return None
             raise
-        return to_item(decode(response, Entry))
+        entry = decode(response, Entry)
+        if op.refresh_ttl:
+            yield from self._refresh(entry)
+        return to_item(entry)
 
     def _put(self, op: PutOp) -> Plan[None]:
         scope, path = to_key(op.namespace, op.key)
@@ -332,6 +378,12 @@ class CatalogStore(BaseStore):
                     raise
             return None
         ttl_seconds = max(1, math.ceil(op.ttl * 60)) if op.ttl is not None else None
+        # always sent, so that a put without index=False or ttl clears what an earlier one marked
+        metadata: dict[str, Any] = {}
+        if not indexed(op.value, op.index):
+            metadata[INDEX_KEY] = False
+        if ttl_seconds is not None:
+            metadata[TTL_KEY] = ttl_seconds
         yield calls.write_entry(
             self.store,
             scope,
@@ -340,13 +392,68 @@ class CatalogStore(BaseStore):
             description=None,
             write_mode="OVERWRITE",
             session_id=None,
-            metadata=None,
+            metadata=metadata,
             ttl_seconds=ttl_seconds,
             source_type="langgraph",
             creation_reason=None,
             creation_source=None,
             derived_from=None,
         )
+        return None
+
+    def _rewrite(self, scope: str, path: str, version: dict[str, Any] | Entry) -> Call:
+        """An overwrite of the entry with the contents, description and metadata of `version`
+        (an entry as read, or a version of its history), setting again its put's ttl."""
+        get = version.get if isinstance(version, dict) else lambda field: getattr(version, field)
+        return calls.write_entry(
+            self.store,
+            scope,
+            path,
+            contents=get("contents"),
+            description=get("description"),
+            write_mode="OVERWRITE",
+            session_id=None,
+            metadata=get("metadata") or {},
+            ttl_seconds=ttl_of(get("metadata")),
+            source_type=None,  # (kept)
+            creation_reason=None,
+            creation_source=None,
+            derived_from=None,
+        )
+
+    def _refresh(self, entry: Entry) -> Plan[None]:
+        """Extend the expiry of an entry a read answered by the ttl its put gave it (no ttl: no
+        write). The server re-sets an expiry only on a write, so this writes the entry again as
+        read; the write takes no precondition, so a write by someone else that landed between the
+        read and this one is then written again from the history (a delete done again): the
+        window where it is lost is narrowed to that repair, not closed."""
+        if ttl_of(entry.metadata) is None:
+            return None
+        try:
+            response = yield self._rewrite(entry.scope, entry.path, entry)
+        except CatalogError as exc:
+            # a reader without WRITE, a store under legal hold: the read stands, the expiry too
+            if exc.error_code in ("PERMISSION_DENIED", "RESOURCE_CONFLICT"):
+                return None
+            raise
+        written = decode(response, Entry)
+        if written.created_at == entry.created_at and written.etag == str(int(entry.etag) + 1):
+            return None  # nothing came in between (an expired or recreated entry has a new creation time)
+        history = yield calls.entry_history(self.store, entry.scope, entry.path, None)
+        versions = decode(history, dict[str, Any]).get("versions") or []
+        if len(versions) < 2 or versions[0].get("etag") != written.etag:
+            return None  # another write followed the refresh: it stands
+        replaced = versions[1]
+        if replaced.get("operation") == "delete":
+            try:
+                yield calls.delete_entry(self.store, entry.scope, entry.path, None, written.etag)
+            except CatalogError as exc:
+                if exc.status not in (404, 409):  # gone already, or written again since
+                    raise
+            return None
+        if all(replaced.get(f) == getattr(entry, f) for f in ("contents", "description", "metadata")):
+            return None  # what was replaced is what was read (a retried rewrite)
+        yield self._rewrite(entry.scope, entry.path, replaced)
         return None
 
     def _scopes_for(self, prefix: tuple[str, ...]) -> list[str]:
@@ -364,26 +471,39 @@ class CatalogStore(BaseStore):
             return []
         if op.query:
             hits: list[tuple[float, Entry]] = []
-            top_k = MAX_TOP_K if op.filter else min(MAX_TOP_K, wanted)
             for start in range(0, len(scopes), MAX_SCOPES):
-                call = calls.search_entries(
-                    self.store,
-                    scopes[start : start + MAX_SCOPES],
-                    op.query,
-                    top_k=top_k,
-                    mode=self.search_mode,
-                    min_score=None,
-                    path_prefix=path_prefix,
-                    session_id=None,
+                top_k = MAX_TOP_K if op.filter else min(MAX_TOP_K, wanted)
+                while True:
+                    call = calls.search_entries(
+                        self.store,
+                        scopes[start : start + MAX_SCOPES],
+                        op.query,
+                        top_k=top_k,
+                        mode=self.search_mode,
+                        min_score=None,
+                        path_prefix=path_prefix,
+                        session_id=None,
+                    )
+                    results = decode((yield call), dict[str, Any]).get("results") or []
+                    entries = [(float(hit["score"]), decode_entry(hit["memory_entry"])) for hit in results]
+                    kept = [(score, entry) for score, entry in entries if is_indexed(entry)]
+                    # the unindexed ones took places the next hits may fill: ask for the most
+                    if len(kept) < len(entries) and len(results) == top_k < MAX_TOP_K:
+                        top_k = MAX_TOP_K
+                        continue
+                    break
+                hits.extend(
+                    (score, entry)
+                    for score, entry in kept
+                    if entry.session_id is None and matches(to_value(entry.contents), op.filter)
                 )
-                answer = decode((yield call), dict[str, Any])
-                for hit in answer.get("results") or []:
-                    entry = decode_entry(hit["memory_entry"])
-                    if entry.session_id is None and matches(to_value(entry.contents), op.filter):
-                        hits.append((float(hit["score"]), entry))
             hits.sort(key=lambda hit: -hit[0])
-            return [to_item(entry, score, search=True) for score, entry in hits[op.offset : wanted]]
-        found: list[Item] = []
+            chosen = hits[op.offset : wanted]
+            if op.refresh_ttl:
+                for _, entry in chosen:
+                    yield from self._refresh(entry)
+            return [to_item(entry, score, search=True) for score, entry in chosen]
+        found: list[Entry] = []
         skipped = 0
         for scope in scopes:
             listing = calls.list_entries(self.store, scope, path_prefix, None, PAGE)
@@ -408,13 +528,18 @@ class CatalogStore(BaseStore):
                     if skipped < op.offset:
                         skipped += 1
                         continue
-                    found.append(to_item(entry, search=True))
+                    found.append(entry)
                     if len(found) >= op.limit:
-                        return found
+                        break
                 token = page.get("next_page_token")
-                if not token:
+                if not token or len(found) >= op.limit:
                     break
-        return found
+            if len(found) >= op.limit:
+                break
+        if op.refresh_ttl:
+            for entry in found:
+                yield from self._refresh(entry)
+        return [to_item(entry, search=True) for entry in found]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> Plan[Result]:
         conditions = op.match_conditions or ()

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import uuid
 
+import httpx
 import pytest
 
+from catalog.auth import mint_dev_token
 from catalog.principals import repo
+from catalog.settings import Settings
 
 SCIM = "/api/2.0/preview/scim/v2"
 AUDIT = "/api/2.1/unity-catalog/system/audit"
@@ -65,11 +68,70 @@ def test_me_is_the_token_subject_with_its_groups(client, token):
         "allow",
     )
 
-    # an app acting for an end user is the app; a principal in no group has none listed (the
-    # built-in `account users` holds everyone and is not listed)
-    r = client.get(f"{SCIM}/Me", headers=token("some-app", on_behalf_of="end-user"))
-    assert (r.json()["id"], r.json()["groups"]) == ("some-app", [])
+    # a principal in no group has none listed (the built-in `account users` holds everyone and
+    # is not listed)
+    r = client.get(f"{SCIM}/Me", headers=token(unique("loner")))
+    assert r.status_code == 200 and r.json()["groups"] == []
     assert client.get(f"{SCIM}/Me").status_code == 401
+
+
+def test_me_with_a_token_on_behalf_of_a_user_is_that_user(client, token):
+    """An app's token acting for carol answers carol, with carol's groups: per-user state keyed by
+    `me().id` stays per user. The app is still who made the request: its audit event names it."""
+    app, carol, dave = unique("svc-app"), unique("carol"), unique("dave")
+    carols = group(client, token, unique("carols-team"), [carol])
+    outer = group(client, token, unique("carols-dept"), [carols])
+    group(client, token, unique("apps"), [app])  # the app's own group is not carol's
+
+    r = client.get(f"{SCIM}/Me", headers=token(app, on_behalf_of=carol))
+    assert r.status_code == 200, r.text
+    me = r.json()
+    assert (me["id"], me["userName"], me["displayName"]) == (carol, carol, carol)
+    assert sorted((g["value"], g["type"]) for g in me["groups"]) == sorted(
+        [(carols, "direct"), (outer, "indirect")]
+    )
+    audited = event(client, token, r.headers["x-request-id"])
+    assert (audited["principal"], audited["action_name"], audited["decision"], audited["status_code"]) == (
+        app,
+        "principals.me",
+        "allow",
+        200,
+    )
+    # the end user is kept as the audit log keeps end users (a pseudonym an auditor finds by name)
+    assert audited["on_behalf_of"].startswith("ps_") and carol not in str(audited)
+    found = client.get(AUDIT, headers=token(), params={"scope": carol, "page_size": 50}).json()["events"]
+    assert r.headers["x-request-id"] in [e["request_id"] for e in found]
+
+    # two users of one app are two users; the app alone is the app
+    other = client.get(f"{SCIM}/Me", headers=token(app, on_behalf_of=dave)).json()
+    assert (other["id"], other["groups"]) == (dave, [])
+    itself = client.get(f"{SCIM}/Me", headers=token(app)).json()
+    assert itself["id"] == app and [g["display"] for g in itself["groups"]] != []
+
+
+def test_the_databricks_sdk_current_user_is_the_end_user(live):
+    """`WorkspaceClient(host, token).current_user.me()` with the app's forwarded token: the id a
+    per-user scope is taken from is the end user's."""
+    from databricks.sdk import WorkspaceClient
+
+    settings = Settings(data_dir=live.data_dir)
+    admin = httpx.Client(
+        base_url=live.url, headers={"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
+    )
+    with admin:
+        r = admin.post(f"{SCIM}/Groups", json={"displayName": "sdk-carols", "members": [{"value": "carol"}]})
+        assert r.status_code == 200, r.text
+        team = r.json()["id"]
+
+    def me(sub: str, on_behalf_of: str | None = None):  # type: ignore[no-untyped-def]
+        bearer = mint_dev_token(settings, sub, on_behalf_of=on_behalf_of)
+        return WorkspaceClient(host=live.url, token=bearer, auth_type="pat").current_user.me()
+
+    carol = me("svc-app", on_behalf_of="carol")
+    assert (carol.id, carol.user_name, carol.display_name) == ("carol", "carol", "carol")
+    assert [(g.value, g.display) for g in carol.groups] == [(team, "sdk-carols")]
+    assert me("svc-app", on_behalf_of="erin").id == "erin"
+    assert (me("svc-app").id, me("svc-app").groups) == ("svc-app", [])
 
 
 def test_users_are_the_principals_the_server_knows(client, token):

@@ -1,4 +1,5 @@
-"""Principals as SCIM users: `Me` (any authenticated principal) and `Users` (the metastore admin).
+"""Principals as SCIM users: `Me` (any authenticated principal: the user it acts for, else itself)
+and `Users` (the metastore admin).
 
 Who the server knows ("users"): a principal is any string (CONTRACT.md), so there is no account
 directory to ask. The known principals are those the server has seen:
@@ -6,9 +7,9 @@ directory to ask. The known principals are those the server has seen:
 - every grantee that is not a group (a grant may name a principal before it ever signs in);
 - every principal member of a group.
 An end user named only in tokens' `on_behalf_of` is no principal (it holds no grants of its own)
-and is not listed. A user's SCIM `id`, `userName` and `displayName` are all its name; its `groups`
-are the groups it belongs to, directly or through nesting (`account users`, which holds every
-principal, is implicit and not listed).
+and is not listed, but `Me` answers it to an app acting for it. A user's SCIM `id`, `userName` and
+`displayName` are all its name; its `groups` are the groups it belongs to, directly or through
+nesting (`account users`, which holds every principal, is implicit and not listed).
 """
 
 from __future__ import annotations
@@ -77,9 +78,13 @@ def _user(ctx: Context, name: str) -> User:
 
 
 async def me(ctx: Context, principal: Principal) -> User:
-    """The caller: the token's subject (an app acting for an end user is the app)."""
+    """The user the request is for: the token's `on_behalf_of` (an app acting for an end user
+    answers the end user and the end user's groups), else its subject. Per-user state is keyed by
+    `me().id` (Databricks' managed memory scopes by it), so an app's token must not collapse its
+    users into the app. The app stays the request's principal: it is authorized, and its audit
+    event names it (with the end user in `on_behalf_of`)."""
     await ctx.access.resolve(principal, "principals.me", SecurableType.METASTORE)
-    return _user(ctx, principal.name)
+    return _user(ctx, principal.on_behalf_of or principal.name)
 
 
 async def get_user(ctx: Context, principal: Principal, user_id: str) -> User:

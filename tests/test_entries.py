@@ -440,6 +440,39 @@ def test_search_filters(client, token):
     assert len(results) == 1
 
 
+def test_a_long_path_prefix_filters_every_mode_or_is_400(client, token):
+    """A path prefix of up to 1,024 characters works in every mode, in any script (a prefix of
+    four-byte characters is four times as many bytes); one over that is 400 naming the field."""
+    deep = "/" + "\U0001d11e" * 300  # 300 four-byte characters: 1,201 bytes
+    wanted = f"{deep}/kayak.md"
+    put(client, token, "u-long", {"path": wanted, "contents": "kayak trip on the lake"})
+    put(client, token, "u-long", {"path": f"{deep}x/kayak.md", "contents": "kayak trip elsewhere"})
+    put(client, token, "u-long", {"path": "/kayak.md", "contents": "kayak trip at home"})
+    shared = "/" + "\U0001d11e" * 250  # a prefix of both long paths
+    for prefix, expected in [
+        (wanted, {wanted}),
+        (f"{deep}/", {wanted}),
+        (shared, {wanted, f"{deep}x/kayak.md"}),
+    ]:
+        for mode in ("hybrid", "keyword", "semantic"):
+            results = search(
+                client, token, {"scope": "u-long", "query": "kayak trip", "path_prefix": prefix, "mode": mode}
+            )
+            assert {r["memory_entry"]["path"] for r in results} == expected, (mode, len(prefix))
+        r = client.get(ENTRIES, headers=token(), params={"scope": "u-long", "path_prefix": prefix})
+        assert r.status_code == 200, r.text
+        assert {e["path"] for e in r.json()["entries"]} == expected
+    too_long = "/" + "a" * 1024
+    r = client.post(
+        f"{STORE}/entries:search",
+        headers=token(),
+        json={"scope": "u-long", "query": "kayak", "path_prefix": too_long},
+    )
+    assert r.status_code == 400 and "path_prefix" in r.json()["message"], r.text
+    r = client.get(ENTRIES, headers=token(), params={"scope": "u-long", "path_prefix": too_long})
+    assert r.status_code == 400 and "path_prefix" in r.json()["message"], r.text
+
+
 def test_entries_need_their_privileges(client, token):
     r = post(client, token, "u", {"path": "/x.md", "contents": "x"}, who="reader")
     assert r.status_code == 403 and "WRITE_MEMORY_STORE" in r.json()["message"]

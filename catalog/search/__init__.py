@@ -32,7 +32,7 @@ import numpy as np
 from catalog.search import context, repo, scope_index
 from catalog.search.corpus import ENTRIES, TRANSCRIPTS, Corpus
 from catalog.search.embedder import Embedder
-from catalog.search.fulltext import FullTextIndex
+from catalog.search.fulltext import FullTextIndex, prefix_fits
 from catalog.search.fusion import (
     FusionWeights,
     hybrid_score,
@@ -379,6 +379,16 @@ class SearchEngine:
             session_id=query.session_id,
             path_prefix=query.path_prefix,
             where=query.where,
+            within=await self._within(query),
+        )
+
+    async def _within(self, query: Query) -> list[str] | None:
+        """The ids a path prefix admits, when it is too long for the full-text index to filter
+        by it itself (read from PostgreSQL after the index caught up: the same writes)."""
+        if query.path_prefix is None or prefix_fits(query.path_prefix):
+            return None
+        return await repo.ids_under_prefix(
+            self.pool, query.store_id, query.scopes, query.session_id, query.path_prefix, query.corpus
         )
 
     async def _index(self, query: Query) -> FullTextIndex:
@@ -406,6 +416,7 @@ class SearchEngine:
             session_id=query.session_id,
             path_prefix=query.path_prefix,
             where=query.where,
+            within=await self._within(query),
         )
 
     async def _semantic(self, query: Query) -> tuple[np.ndarray, list[tuple[str, float]]]:

@@ -48,6 +48,15 @@ _PATH_WORDS = re.compile(r"[/_.\-]+")
 TEXT_FIELDS = ("contents", "description", "path_words")
 MAX_COVERAGE_TERMS = 24  # a long query's first distinct terms weigh its coverage (see coverage())
 COUNT_TTL = 30.0  # seconds a count of entries in a search's filter is reused
+# Tantivy compiles a regex into an automaton of at most 1,000 states, about one per byte of a
+# literal prefix: a path prefix longer than this is given as the ids it admits (`within`), which
+# the caller reads from PostgreSQL, instead of as a regex
+REGEX_PREFIX_BYTES = 800
+
+
+def prefix_fits(path_prefix: str | None) -> bool:
+    """Whether the index filters by this path prefix itself (else the caller gives `within`)."""
+    return path_prefix is None or len(path_prefix.encode()) <= REGEX_PREFIX_BYTES
 
 
 def _has_terms(words: str) -> bool:
@@ -219,9 +228,11 @@ class FullTextIndex:
         session_id: str | None = None,
         path_prefix: str | None = None,
         where: Mapping[str, Any] | None = None,
+        within: Sequence[str] | None = None,
     ) -> list[tuple[str, float]]:
         """(entry id, BM25 score), best first, only from the given store and scopes (and, with
-        `where`, only entries whose metadata holds each of its pairs)."""
+        `where`, only entries whose metadata holds each of its pairs; with `within`, only those
+        entries: the ones a path prefix too long for a regex admits)."""
         words = _QUERY_SYNTAX.sub(" ", text).strip()
         if not _has_terms(words):
             return []  # nothing left to match (only stopwords): an empty query would match everything
@@ -229,7 +240,7 @@ class FullTextIndex:
             words, ["contents", "description", "path_words"], field_boosts=self.boosts
         )
         clauses = [
-            *self._filter(store_id, scopes, session_id, path_prefix, where),
+            *self._filter(store_id, scopes, session_id, path_prefix, where, within),
             (tantivy.Occur.Must, parsed),
         ]
         searcher = self.index.searcher()
@@ -243,6 +254,7 @@ class FullTextIndex:
         session_id: str | None,
         path_prefix: str | None,
         where: Mapping[str, Any] | None = None,
+        within: Sequence[str] | None = None,
     ) -> list[tuple[Any, Any]]:
         """The clauses that restrict a search to what it may return."""
         # one scope (the common case) as a term query: a term-set query builds a bitset of the
@@ -258,9 +270,14 @@ class FullTextIndex:
         ]
         if session_id is not None:
             clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "session", session_id)))
-        if path_prefix:
+        if path_prefix and prefix_fits(path_prefix):
             pattern = re.escape(path_prefix) + ".*"
             clauses.append((tantivy.Occur.Must, tantivy.Query.regex_query(self.schema, "path", pattern)))
+        elif path_prefix:
+            if within is None:
+                raise ValueError("a path prefix this long is given as the ids it admits (`within`)")
+            admitted = tantivy.Query.term_set_query(self.schema, "entry_id", list(within))
+            clauses.append((tantivy.Occur.Must, admitted))
         for term in metadata_terms(where):
             clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "meta", term)))
         return clauses
@@ -280,6 +297,7 @@ class FullTextIndex:
         session_id: str | None = None,
         path_prefix: str | None = None,
         where: Mapping[str, Any] | None = None,
+        within: Sequence[str] | None = None,
     ) -> dict[str, float]:
         """For each given entry, the share of the query's term weight it holds in any text field
         (0 to 1): each distinct term weighs its idf among the entries the same filter admits, so
@@ -289,7 +307,7 @@ class FullTextIndex:
         if not terms or not ids:
             return dict.fromkeys(ids, 0.0)
         searcher = self.index.searcher()
-        scoped = self._filter(store_id, scopes, session_id, path_prefix, where)
+        scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within)
         key = (store_id, tuple(sorted(scopes)), session_id, path_prefix, tuple(sorted(metadata_terms(where))))
         anywhere = [self._anywhere(term) for term in terms]
         admitted = self._counts.get(key, lambda: self._count(searcher, scoped))

@@ -279,3 +279,24 @@ async def has_unembedded(conn: Conn, store_id: str, scopes: Sequence[str], corpu
             list(scopes),
         )
     )
+
+
+async def ids_under_prefix(
+    conn: Conn,
+    store_id: str,
+    scopes: Sequence[str],
+    session_id: str | None,
+    path_prefix: str,
+    corpus: Corpus = ENTRIES,
+) -> list[str]:
+    """The ids of the rows of these scopes whose path starts with `path_prefix` (what a path
+    prefix too long for the full-text index's regex admits there)."""
+    rows = await conn.fetch(
+        f"SELECT id::text FROM {corpus.table} WHERE store_id = $1 AND scope = ANY($2::text[]) "
+        "AND ($3::text IS NULL OR session_id = $3) AND starts_with(path, $4)",
+        store_id,
+        list(scopes),
+        session_id,
+        path_prefix,
+    )
+    return [row[0] for row in rows]

@@ -8,6 +8,7 @@ from typing import TypeAlias
 import asyncpg
 
 from catalog.db import atomic
+from catalog.db.locks import POLICY_LOG
 from catalog.errors import AlreadyExists, NotFound
 from catalog.governance.securables import SecurableType
 from catalog.namespace.schemas import CatalogInfo, MemoryStoreInfo, SchemaInfo
@@ -355,6 +356,39 @@ async def update_object(
         updated_by,
     )
     return status.endswith(" 1")
+
+
+async def rename_object(
+    conn: asyncpg.Connection, securable_type: SecurableType, object_id: str, old: str, new: str
+) -> bool:
+    """Rename one catalog, schema or store from full name `old` to `new` (the same but for the
+    last part), within the caller's transaction; returns False if the row is gone.
+
+    Everything else refers to the object by id (grants, entries, lineage, search, conversations,
+    sessions, pipelines), so nothing else changes. Only decisions remember names: the authorizer
+    caches them by ids and owners, with reasons that name the chain. The rename therefore appends
+    a row to `policy_log` (under the policy writers' lock, as the grant triggers do, so `seq`
+    follows commit order): the policy revision moves, and every process sharing the database drops
+    its cached decisions before it decides on the next request that sees the new name."""
+    table, _ = _TABLES[securable_type]  # whitelisted identifiers only
+    try:
+        status: str = await conn.execute(
+            f"UPDATE {table} SET name = $2 WHERE id = $1", object_id, new.rsplit(".", 1)[-1]
+        )
+    except asyncpg.UniqueViolationError as exc:
+        if securable_type == SecurableType.MEMORY_STORE:  # unique per schema across both kinds
+            raise AlreadyExists(f"a memory or session store named {new} already exists") from exc
+        raise AlreadyExists(f"{securable_type.value.lower()} {new} already exists") from exc
+    if not status.endswith(" 1"):
+        return False
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", POLICY_LOG)
+    await conn.execute(
+        "INSERT INTO policy_log (kind, op, a, b, c) VALUES ('namespace', 'rename', $1, $2, $3)",
+        object_id,
+        old,
+        new,
+    )
+    return True
 
 
 async def delete_object(conn: Conn, securable_type: SecurableType, object_id: str) -> bool:

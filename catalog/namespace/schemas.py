@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from catalog.inputs import NO_NUL, PrincipalName, Scope
-from catalog.names import Name
+from catalog.names import NAME_PATTERN, Name
 from catalog.wire import Input, Output
 
 MAX_COMMENT = 4096
@@ -28,6 +28,16 @@ Properties = Annotated[
     msgspec.Meta(max_length=MAX_PROPERTIES),
 ]
 SharedScopes = Annotated[list[Scope], msgspec.Meta(max_length=MAX_SHARED_SCOPES)]
+# A rename: what is below keeps its ids, grants and entries; full names change with it.
+NewName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=NAME_PATTERN,
+        max_length=255,
+        description="rename to this (letters, digits, '_' or '-'); what is below keeps its ids, grants "
+        "and entries",
+    ),
+]
 
 
 class CatalogCreate(Input, kw_only=True):
@@ -37,6 +47,7 @@ class CatalogCreate(Input, kw_only=True):
 
 
 class CatalogUpdate(Input, kw_only=True):
+    new_name: NewName | None = None
     comment: Comment | None = None
     properties: Properties | None = None
     owner: PrincipalName | None = None
@@ -50,6 +61,7 @@ class SchemaCreate(Input, kw_only=True):
 
 
 class SchemaUpdate(Input, kw_only=True):
+    new_name: NewName | None = None
     comment: Comment | None = None
     properties: Properties | None = None
     owner: PrincipalName | None = None
@@ -69,6 +81,7 @@ class MemoryStoreCreate(Input, kw_only=True):
 
 
 class MemoryStoreUpdate(Input, kw_only=True):
+    new_name: NewName | None = None
     description: Comment | None = None
     properties: Properties | None = None
     owner: PrincipalName | None = None

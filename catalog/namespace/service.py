@@ -1,4 +1,12 @@
-"""Catalogs, schemas and memory stores: validate, authorize, then one repository call."""
+"""Catalogs, schemas and memory stores: validate, authorize, then one repository call.
+
+Renames (`new_name` on an update): the object keeps its id, so what is below it keeps its ids,
+grants, entries, lineage and search documents, and answers under the new full names at once. The
+new name follows the name rule (400 naming `new_name`); a taken one is 409 ALREADY_EXISTS; the
+same name is no rename. Audit events keep the full names they were recorded with (history).
+The agents schema (`CATALOG_AGENTS_SCHEMA`) and its catalog are not renamed: the agent-memory
+dialect finds its stores by that setting, and a rename would take them away from it (400).
+"""
 
 from __future__ import annotations
 
@@ -127,8 +135,11 @@ async def update_catalog(ctx: Context, principal: Principal, name: str, body: Ca
         _properties(body.properties),
         _owner(body.owner),
     )
+    new_name = _new_name(body.new_name)
     securable = await ctx.access.resolve(principal, "catalog.update", CATALOG, [name])
-    await _update(ctx, principal, securable, comment, properties, owner)
+    rename = _rename(ctx, securable, new_name)
+    await _update(ctx, principal, securable, comment, properties, owner, rename=rename)
+    name = rename[-1] if rename else name
     return await _must(repo.get_catalog(ctx.pool, ctx.metastore_id, name), f"catalog {name}")
 
 
@@ -206,9 +217,14 @@ async def update_schema(ctx: Context, principal: Principal, full_name: str, body
         _properties(body.properties),
         _owner(body.owner),
     )
+    new_name = _new_name(body.new_name)
     securable = await ctx.access.resolve(principal, "schema.update", SCHEMA, [catalog_name, name])
-    await _update(ctx, principal, securable, comment, properties, owner)
-    return await _must(repo.get_schema(ctx.pool, ctx.metastore_id, catalog_name, name), f"schema {full_name}")
+    rename = _rename(ctx, securable, new_name)
+    await _update(ctx, principal, securable, comment, properties, owner, rename=rename)
+    name = rename[-1] if rename else name
+    return await _must(
+        repo.get_schema(ctx.pool, ctx.metastore_id, catalog_name, name), f"schema {catalog_name}.{name}"
+    )
 
 
 async def delete_schema(ctx: Context, principal: Principal, full_name: str, force: bool) -> None:
@@ -337,9 +353,11 @@ async def update_store(
     description = _text(body.description, "description")
     properties, owner = _properties(body.properties), _owner(body.owner)
     shared = _shared_scopes(body.shared_scopes)
+    new_name = _new_name(body.new_name)
     if body.legal_hold is not None:  # setting or releasing a hold is audited as such, allowed or not
         note_params({"legal_hold": str(body.legal_hold).lower()})
     securable = await ctx.access.resolve(principal, "memory_store.update", STORE, parts, store_kind=kind)
+    rename = _rename(ctx, securable, new_name)
     if add_properties:
         if properties is None:
             current = await repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id)
@@ -355,6 +373,7 @@ async def update_store(
         (body.scope_binding, shared),
         body.legal_hold,
         body.default_ttl_seconds,
+        rename=rename,
     )
     return await _must(
         repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
@@ -390,6 +409,33 @@ held_stores_keeping = repo.held_stores_keeping  # for each slice's `ScopeHolder`
 # --- shared --------------------------------------------------------------------------------------
 
 
+def _new_name(value: str | None) -> str | None:
+    """A rename's new name, checked like any name; the audit event of the request records it,
+    allowed or not (its securable is the object under its old name)."""
+    if value is None:
+        return None
+    new_name = validate_name(value, "new_name")
+    note_params({"new_name": new_name})
+    return new_name
+
+
+def _rename(ctx: Context, securable: Securable, new_name: str | None) -> tuple[str, ...] | None:
+    """The name parts the object will have, or None when there is nothing to rename (no new name,
+    or its own name). The agents schema and its catalog are refused (400 naming `new_name`)."""
+    parts = tuple(securable.full_name.split("."))
+    if new_name is None or new_name == parts[-1]:
+        return None
+    agents = ctx.settings.agents_schema.lower()
+    if securable.type != STORE and agents.split(".")[: len(parts)] == list(parts):
+        raise InvalidParameter(
+            f"{securable.kind} {securable.full_name} holds the agents schema {agents} "
+            "(CATALOG_AGENTS_SCHEMA), where the agent-memory dialect finds its stores: it cannot be "
+            "renamed while that setting names it",
+            "new_name",
+        )
+    return (*parts[:-1], new_name)
+
+
 async def _update(
     ctx: Context,
     principal: Principal,
@@ -400,7 +446,10 @@ async def _update(
     binding: tuple[str | None, list[str] | None] = (None, None),
     legal_hold: bool | None = None,
     default_ttl: int | None = None,
+    *,
+    rename: tuple[str, ...] | None = None,
 ) -> None:
+    """One change (and its audit event) in one transaction; `rename`: the new name parts."""
     async with audited(ctx.pool) as conn:
         found = await repo.update_object(
             conn,
@@ -419,6 +468,12 @@ async def _update(
             await repo.set_legal_hold(conn, securable.node.id, legal_hold)
         if default_ttl is not None:
             await repo.set_default_ttl(conn, securable.node.id, default_ttl)
+        if rename is not None:
+            new_full_name = ".".join(rename)
+            if not await repo.rename_object(
+                conn, securable.type, securable.node.id, securable.full_name, new_full_name
+            ):
+                raise NotFound(f"{securable.kind} {securable.full_name} does not exist")
 
 
 async def _delete(ctx: Context, securable: Securable) -> None:

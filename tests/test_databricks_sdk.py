@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from databricks.sdk import WorkspaceClient
-from databricks.sdk.errors import AlreadyExists, NotFound, PermissionDenied
+from databricks.sdk.errors import AlreadyExists, InvalidParameterValue, NotFound, PermissionDenied
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
@@ -43,6 +43,62 @@ def test_catalogs_and_schemas_through_the_sdk(live):
     w.catalogs.delete("sdk_cat", force=True)
     with pytest.raises(NotFound):
         w.catalogs.get("sdk_cat")
+
+
+def test_renames_through_the_sdk(live):
+    """`catalogs.update(name, new_name=)` and `schemas.update(full_name, new_name=)`: ids and
+    grants stay, the old names are gone, a taken name is AlreadyExists, a bad one is refused."""
+    from databricks.sdk.service.catalog import PermissionsChange, Privilege
+
+    w = client_for(live, "admin")
+    catalog = w.catalogs.create(name="sdk_before", properties={"team": "support"})
+    schema = w.schemas.create(name="team_before", catalog_name="sdk_before")
+    w.grants.update(
+        "catalog",
+        "sdk_before",
+        changes=[PermissionsChange(principal="renata", add=[Privilege.USE_CATALOG, Privilege.USE_SCHEMA])],
+    )
+    renata = client_for(live, "renata")
+    assert renata.schemas.get("sdk_before.team_before").schema_id == schema.schema_id
+
+    renamed = w.catalogs.update("sdk_before", new_name="SDK_After")
+    # (the SDK's CatalogInfo has no id: the same object keeps its creation time and properties)
+    assert (renamed.name, renamed.full_name, renamed.created_at, renamed.properties) == (
+        "sdk_after",
+        "sdk_after",
+        catalog.created_at,
+        {"team": "support"},
+    )
+    moved = renata.schemas.get("sdk_after.team_before")  # the grant followed the catalog
+    assert (moved.full_name, moved.catalog_name, moved.schema_id) == (
+        "sdk_after.team_before",
+        "sdk_after",
+        schema.schema_id,
+    )
+    updated = w.schemas.update("sdk_after.team_before", new_name="team_after", comment="moved")
+    assert (updated.name, updated.full_name, updated.schema_id, updated.comment) == (
+        "team_after",
+        "sdk_after.team_after",
+        schema.schema_id,
+        "moved",
+    )
+    assert [s.full_name for s in renata.schemas.list(catalog_name="sdk_after")] == ["sdk_after.team_after"]
+    with pytest.raises(NotFound):
+        w.catalogs.get("sdk_before")
+    with pytest.raises(NotFound):
+        w.schemas.get("sdk_after.team_before")
+
+    w.schemas.create(name="taken", catalog_name="sdk_after")
+    with pytest.raises(AlreadyExists):
+        w.schemas.update("sdk_after.team_after", new_name="taken")
+    with pytest.raises(AlreadyExists):
+        w.catalogs.update("sdk_after", new_name="main")
+    with pytest.raises(InvalidParameterValue):
+        w.catalogs.update("sdk_after", new_name="no spaces")
+    with pytest.raises(PermissionDenied):  # USE is not MANAGE
+        renata.schemas.update("sdk_after.team_after", new_name="hers")
+    assert w.schemas.get("sdk_after.team_after").schema_id == schema.schema_id
+    w.catalogs.delete("sdk_after", force=True)
 
 
 def test_sdk_sees_permission_denied(live):

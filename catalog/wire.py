@@ -5,6 +5,7 @@ usually None, are left out)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -15,6 +16,18 @@ class Input(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class Output(msgspec.Struct, omit_defaults=True, kw_only=True):
     """A reply body."""
+
+
+# The legs of a search; in an answer, those that may have missed rows (absent when complete).
+SearchLeg = Literal["keyword", "semantic"]
+Degraded = Annotated[
+    list[SearchLeg] | None,
+    msgspec.Meta(
+        description="present only when the answer may be incomplete: the search legs that may have "
+        "missed rows (`keyword`: the full-text index is failing or behind, e.g. on a full disk; "
+        "`semantic`: some rows have no vector yet); `/healthz` and `/metrics` say why"
+    ),
+]
 
 
 def rfc3339(epoch_ms: int) -> str:

@@ -195,8 +195,17 @@ def test_full_index_disk_degrades_then_catches_up_without_restart(
         )
         assert not any(str(r).startswith("embeddings") for r in reasons), reasons  # PostgreSQL is fine
         assert isinstance(health["index_lag_changes"], int) and health["index_lag_changes"] > 0, health
-        # a search while degraded still answers (with what the index holds)
+        # a search while degraded still answers (with what the index holds), and says that it
+        # may miss entries, in both dialects (the semantic leg may also be behind the writes)
         assert "/e/0.md" in found(http, [0])
+        r = http.post(f"{STORE}/entries:search", json={"scope": "u", "query": marker(0), "mode": "keyword"})
+        assert r.status_code == 200 and r.json()["degraded"] == ["keyword"], r.text
+        r = http.post(f"{STORE}/entries:search", json={"scope": "u", "query": marker(0), "mode": "hybrid"})
+        assert r.status_code == 200 and "keyword" in r.json()["degraded"], r.text
+        r = http.post(
+            "/api/2.0/agents/memory-stores/disk/entries:search", json={"actor_id": "u", "query": marker(0)}
+        )
+        assert r.status_code == 200 and "keyword" in r.json()["degraded"], r.text
 
         def index_failures() -> float:
             metrics = http.get("/metrics")
@@ -219,6 +228,8 @@ def test_full_index_disk_degrades_then_catches_up_without_restart(
         wait_for(lambda: healthz(http) == {"status": "ok"}, 120, "healthz to be ok again")
         numbers = list(range(written))
         assert found(http, numbers) == {f"/e/{i}.md" for i in numbers}
+        r = http.post(f"{STORE}/entries:search", json={"scope": "u", "query": marker(0), "mode": "keyword"})
+        assert r.status_code == 200 and "degraded" not in r.json(), r.text  # complete again
         log = server.log_path.read_text()
         # one line when a failure starts, one when it is over, not one per retry; no trace for a
         # full disk

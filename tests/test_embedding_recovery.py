@@ -95,6 +95,12 @@ def test_a_failing_model_leaves_rows_stale_reports_them_and_catches_up(settings,
             json={"scope": "u", "query": "echidna", "mode": "keyword"},
         )
         assert [x["memory_entry"]["path"] for x in r.json()["results"]] == ["/b.md"]
+        assert "degraded" not in r.json()  # the keyword leg is complete
+        # a hybrid search answers with the keyword leg and says that the semantic one is missing
+        r = c.post(f"{STORE}/entries:search", headers=headers, json={"scope": "u", "query": "echidna"})
+        assert r.status_code == 200, r.text
+        assert [x["memory_entry"]["path"] for x in r.json()["results"]] == ["/b.md"]
+        assert r.json()["degraded"] == ["semantic"], r.text
 
         encoder.broken = False  # no restart
         wait_for(lambda: c.get("/healthz").json() == {"status": "ok"}, "healthz to be ok again")
@@ -106,6 +112,7 @@ def test_a_failing_model_leaves_rows_stale_reports_them_and_catches_up(settings,
         )
         assert r.status_code == 200, r.text
         assert r.json()["results"][0]["memory_entry"]["path"] == "/c.md"
+        assert "degraded" not in r.json()
 
     records = [r for r in caplog.records if r.name == "catalog.search" and "embeddings" in r.getMessage()]
     messages = [r.getMessage() for r in records]

@@ -65,6 +65,17 @@ def test_openapi_is_3_1_and_lists_the_namespace_routes(client):
     assert "text/html" in client.get("/docs").headers["content-type"]
 
 
+def test_openapi_describes_degraded_search_answers(client):
+    """Every search answer may carry `degraded` (the legs that may have missed rows)."""
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("SearchResponse", "AgentSearchResult", "ConversationSearchResponse", "SessionItemSearchResponse"):
+        degraded = schemas[name]["properties"]["degraded"]
+        assert "incomplete" in degraded["description"], name
+        assert "degraded" not in schemas[name].get("required", []), name
+        items = next(option for option in degraded["anyOf"] if option.get("type") == "array")["items"]
+        assert set(items["enum"]) == {"keyword", "semantic"}, name
+
+
 def test_the_404_code_follows_the_route(client, token):
     """One rule (CONTRACT.md, "404 codes"): a memory-store route answers a missing store or entry
     NOT_FOUND in both dialects, catalogs and schemas RESOURCE_DOES_NOT_EXIST; the OpenAPI document

@@ -19,7 +19,7 @@ from catalog.entries.schemas import (
 )
 from catalog.inputs import NO_NUL, NOT_BLANK, PrincipalName, Scope
 from catalog.namespace.schemas import MAX_PROPERTY_VALUE, Comment
-from catalog.wire import Input, Output
+from catalog.wire import Degraded, Input, Output
 
 # A store id: 3-56 lowercase letters, digits or hyphens, starting with a letter, not ending with '-'.
 STORE_ID_PATTERN = r"^[a-z][a-z0-9-]{1,54}[a-z0-9]$"
@@ -130,5 +130,6 @@ class AgentSearchHit(msgspec.Struct, kw_only=True):
     score: float
 
 
-class AgentSearchResult(msgspec.Struct, kw_only=True):
+class AgentSearchResult(Output):
     results: list[AgentSearchHit]
+    degraded: Degraded = None

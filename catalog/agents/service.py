@@ -278,10 +278,11 @@ async def search(ctx: Context, principal: Principal, sid: str, body: SearchBody)
         path_prefix=body.path_prefix,
         session_id=body.session_id,
     )
-    hits = await entries.search(ctx, principal, query)
+    found = await entries.search(ctx, principal, query)
     return AgentSearchResult(
         results=[
             AgentSearchHit(managed_memory_entry=agent_entry(sid, row, mask), score=score)
-            for row, score in hits
-        ]
+            for row, score in found.hits
+        ],
+        degraded=list(found.degraded) or None,
     )

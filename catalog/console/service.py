@@ -201,6 +201,7 @@ class EntriesView:
     mode: str
     rows: list[tuple[EntryRow, float | None]]  # with the score of a search hit
     next_page_token: str | None
+    degraded: tuple[str, ...] = ()  # the search legs that may have missed entries
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,7 @@ async def store_page(
     text = (query or "").strip()
     rows: list[tuple[EntryRow, float | None]]
     token = None
+    degraded: tuple[str, ...] = ()
     if text:
         hits = await entries.search(
             ctx,
@@ -287,7 +289,8 @@ async def store_page(
                 mode=cast(ops.SearchMode, chosen_mode),
             ),
         )
-        rows = [(row, score) for row, score in hits]
+        rows = [(row, score) for row, score in hits.hits]
+        degraded = hits.degraded
     else:
         listed = await entries.list_entries(
             ctx,
@@ -302,7 +305,7 @@ async def store_page(
         )
         rows = [(row, None) for row in listed.rows]
         token = listed.next_page_token
-    return replace(page, entries=EntriesView(scope, text, chosen_mode, rows, token))
+    return replace(page, entries=EntriesView(scope, text, chosen_mode, rows, token, degraded))
 
 
 # --- audit and lineage ----------------------------------------------------------------------------------

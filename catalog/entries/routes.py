@@ -350,9 +350,10 @@ async def search(
         mode=data.mode,
         where=data.filter,
     )
-    hits = await service.search(ctx, request.user, query)
+    found = await service.search(ctx, request.user, query)
     return SearchResponse(
-        results=[SearchResult(memory_entry=to_entry(row), score=score) for row, score in hits]
+        results=[SearchResult(memory_entry=to_entry(row), score=score) for row, score in found.hits],
+        degraded=list(found.degraded) or None,
     )
 
 

@@ -11,7 +11,7 @@ from catalog.inputs import NO_NUL, NOT_BLANK, Scope
 from catalog.keys import MAX_SCOPES, EntryPath, PathPrefix, SessionId
 from catalog.metadata import Metadata
 from catalog.names import StoreFullName
-from catalog.wire import Input
+from catalog.wire import Degraded, Input, Output
 
 MAX_CONTENTS = 512 * 1024  # characters
 MAX_DESCRIPTION = 4096
@@ -148,8 +148,9 @@ class SearchResult(msgspec.Struct, kw_only=True):
     score: float
 
 
-class SearchResponse(msgspec.Struct, kw_only=True):
+class SearchResponse(Output):
     results: list[SearchResult]
+    degraded: Degraded = None
 
 
 MAX_BATCH = 100

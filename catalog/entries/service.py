@@ -65,7 +65,7 @@ from catalog.metadata import validate as validate_metadata
 from catalog.names import split_full_name
 from catalog.namespace.service import ensure_not_held, held_stores_keeping, is_held, scope_binding
 from catalog.pagination import Pages, page_size
-from catalog.search import Query
+from catalog.search import Found, Query
 
 MIN_CANDIDATES = 30  # taken from each search mode before fusion (LoCoMo scores the same with more)
 
@@ -645,8 +645,9 @@ def search_input(text: str, top_k: int) -> str:
     return query
 
 
-async def search(ctx: Context, principal: Principal, op: ops.Search) -> list[tuple[EntryRow, float]]:
-    """The hits, best first: the current rows from PostgreSQL with their scores."""
+async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[EntryRow]:
+    """The hits, best first: the current rows from PostgreSQL with their scores, and the legs
+    that may have missed entries (`degraded`)."""
     scopes = validate_scopes(None, op.scopes)
     query = search_input(op.query, op.top_k)
     prefix = validate_path_prefix(op.path_prefix)
@@ -663,11 +664,12 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> list[tup
         raise
     store_id = store.node.id
     candidates = max(MIN_CANDIDATES, op.top_k * 3)
-    ranked = await ctx.search.rank(
+    ranking = await ctx.search.rank(
         Query(
             store_id, tuple(scopes), query, candidates, op.mode, session, prefix, where=where, vector=vector
         )
     )
+    ranked = ranking.hits
     if op.min_score is not None:
         ranked = [(doc, score) for doc, score in ranked if score >= op.min_score]
     results: list[tuple[EntryRow, float]] = []
@@ -685,4 +687,4 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> list[tup
             if len(results) == op.top_k:
                 break
     note_result(len(results))
-    return results
+    return Found(results, ranking.degraded)

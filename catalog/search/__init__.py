@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 import numpy as np
@@ -45,6 +45,7 @@ from catalog.search.health import Health, WorkerStatus
 from catalog.search.indexer import Indexer
 from catalog.search.passes import ChangeFeed, Passes
 from catalog.search.repo import VectorSearch
+from catalog.wire import SearchLeg
 
 log = logging.getLogger("catalog.search")
 
@@ -99,6 +100,32 @@ class Query:
     where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (a filter)
     # the query's vector, when the caller started computing it early (`SearchEngine.embed_query`)
     vector: asyncio.Future[np.ndarray] | None = field(default=None, compare=False)
+
+
+async def _none() -> dict[str, float]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """What `rank` found: (id, score) best first, and the legs that may have missed rows
+    (`keyword`: the full-text index is failing or behind; `semantic`: vectors are missing), in
+    the order they ran; empty when the answer is complete."""
+
+    hits: list[tuple[str, float]]
+    degraded: tuple[SearchLeg, ...] = ()
+
+
+Row = TypeVar("Row")
+
+
+@dataclass(frozen=True)
+class Found(Generic[Row]):
+    """A search's answer: the hits read back from PostgreSQL with their scores, best first, and
+    the legs that may have missed some (`Ranking.degraded`)."""
+
+    hits: list[tuple[Row, float]]
+    degraded: tuple[SearchLeg, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -339,38 +366,47 @@ class SearchEngine:
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return task
 
-    async def rank(self, query: Query) -> list[tuple[str, float]]:
+    async def rank(self, query: Query) -> Ranking:
         """(entry id, score in [0, 1]), best first, from the query's store and scopes only; each
         mode waits for its derived state to hold every write committed before the call
-        (read-your-writes). Scores mean the same for every query (see `fusion`): keyword ranks
-        BM25's candidates by their share of the query's term weight, semantic by cosine, hybrid
-        by both and by context. The caller re-reads the hits from PostgreSQL (a hit may have
-        changed since)."""
+        (read-your-writes), and a leg whose derived state is failing or still behind when the
+        wait ends is searched as it is and named in `degraded`. Scores mean the same for every
+        query (see `fusion`): keyword ranks BM25's candidates by their share of the query's term
+        weight, semantic by cosine, hybrid by both and by context. The caller re-reads the hits
+        from PostgreSQL (a hit may have changed since)."""
         w = self.weights
         if query.mode == "semantic":
-            _, hits = await self._semantic(query)
-            return [(doc, semantic_score(cos, w)) for doc, cos in hits]
+            _, hits, complete = await self._semantic(query)
+            return Ranking(
+                [(doc, semantic_score(cos, w)) for doc, cos in hits], () if complete else ("semantic",)
+            )
         if query.mode == "keyword":
-            keyword = await self._keyword(query)
+            keyword, fresh = await self._keyword(query)
             covered = await self._coverage(query, [doc for doc, _ in keyword])
             bm25 = dict(keyword)
-            return ranked({doc: keyword_score(covered[doc], w) for doc in bm25}, bm25)
-        keyword, (vector, semantic) = await asyncio.gather(self._keyword(query), self._semantic(query))
+            scores = ranked({doc: keyword_score(covered[doc], w) for doc in bm25}, bm25)
+            return Ranking(scores, () if fresh else ("keyword",))
+        (keyword, fresh), (vector, semantic, complete) = await asyncio.gather(
+            self._keyword(query), self._semantic(query)
+        )
         cosine = dict(semantic)
         candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
         unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
         covered, more_cosine, near = await asyncio.gather(
             self._coverage(query, candidates),
-            context.similarities(self.pool, unscored, vector, query.corpus),
+            context.similarities(self.pool, unscored, vector, query.corpus) if vector is not None else _none(),
             context.neighbours(self.pool, candidates, query.path_prefix, query.corpus),
         )
         cosine.update(more_cosine)
         own = {doc: hybrid_score(cosine.get(doc), covered[doc], w) for doc in candidates}
-        return ranked(with_context(own, near, w), cosine)
+        legs: tuple[tuple[SearchLeg, bool], ...] = (("keyword", fresh), ("semantic", complete))
+        degraded = tuple(leg for leg, ok in legs if not ok)
+        return Ranking(ranked(with_context(own, near, w), cosine), degraded)
 
-    async def _keyword(self, query: Query) -> list[tuple[str, float]]:
-        index = await self._index(query)
-        return await asyncio.to_thread(
+    async def _keyword(self, query: Query) -> tuple[list[tuple[str, float]], bool]:
+        """BM25's candidates, and whether the index held every write committed before the call."""
+        index, fresh = await self._index(query)
+        hits = await asyncio.to_thread(
             index.search,
             query.store_id,
             list(query.scopes),
@@ -381,6 +417,7 @@ class SearchEngine:
             where=query.where,
             within=await self._within(query),
         )
+        return hits, fresh
 
     async def _within(self, query: Query) -> list[str] | None:
         """The ids a path prefix admits, when it is too long for the full-text index to filter
@@ -391,15 +428,18 @@ class SearchEngine:
             self.pool, query.store_id, query.scopes, query.session_id, query.path_prefix, query.corpus
         )
 
-    async def _index(self, query: Query) -> FullTextIndex:
+    async def _index(self, query: Query) -> tuple[FullTextIndex, bool]:
+        """The corpus's index once it holds every write committed before the call (True), or as
+        it is when it is failing or still behind after the wait (False)."""
         indexer = self.part(query.corpus).indexer
         try:
-            await indexer.wait_fresh()
+            fresh = await indexer.wait_fresh()
         except TimeoutError:
             log.warning("full-text index of %s is behind; searching what it holds", query.corpus.name)
+            fresh = False
         index = indexer.index
         assert index is not None
-        return index
+        return index, fresh
 
     async def _coverage(self, query: Query, ids: list[str]) -> dict[str, float]:
         """Each candidate's share of the query's term weight (the index is already fresh: the
@@ -419,12 +459,21 @@ class SearchEngine:
             within=await self._within(query),
         )
 
-    async def _semantic(self, query: Query) -> tuple[np.ndarray, list[tuple[str, float]]]:
-        """The query's vector and (id, cosine similarity), best first."""
-        vector, _ = await asyncio.gather(
-            query.vector if query.vector is not None else self.embed_query(query.text),
-            self.vectors_fresh(query.store_id, query.scopes, query.corpus),
-        )
+    async def _semantic(self, query: Query) -> tuple[np.ndarray | None, list[tuple[str, float]], bool]:
+        """The query's vector, (id, cosine similarity) best first, and whether every row of the
+        scopes committed before the call had its vector. A model that fails on the query leaves
+        the leg empty (no vector, not complete): the search answers what the other leg found."""
+        embedding = query.vector if query.vector is not None else self.embed_query(query.text)
+        fresh = asyncio.ensure_future(self.vectors_fresh(query.store_id, query.scopes, query.corpus))
+        try:
+            vector = await embedding
+        except Exception as exc:  # the model failed (it is reported by /healthz when it lasts)
+            fresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await fresh
+            log.warning("the query could not be embedded; searching without vectors: %s", exc)
+            return None, [], False
+        complete = await fresh
         hits = await self.part(query.corpus).vectors.search(
             query.store_id,
             list(query.scopes),
@@ -434,20 +483,22 @@ class SearchEngine:
             path_prefix=query.path_prefix,
             where=query.where,
         )
-        return vector, hits
+        return vector, hits, complete
 
-    async def vectors_fresh(self, store_id: str, scopes: Sequence[str], corpus: Corpus = ENTRIES) -> None:
-        """Return once no row of these scopes committed before the call lacks its vector."""
+    async def vectors_fresh(self, store_id: str, scopes: Sequence[str], corpus: Corpus = ENTRIES) -> bool:
+        """Return once no row of these scopes committed before the call lacks its vector (True),
+        or when the worker is failing or the wait has lasted FRESH_TIMEOUT (False)."""
         deadline = time.monotonic() + FRESH_TIMEOUT
         while await repo.has_unembedded(self.pool, store_id, scopes, corpus):
             if not self.embedding_health.healthy and not self.embedding_health.outage:
-                return  # the worker is failing (see /healthz): search the vectors there are
+                return False  # the worker is failing (see /healthz): search the vectors there are
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 log.warning("embeddings are behind; searching the vectors there are")
-                return
+                return False
             try:
                 await self.passes.wait_next(remaining)
             except TimeoutError:
                 continue
             await asyncio.sleep(0.01)  # rows another process holds: give it a moment
+        return True

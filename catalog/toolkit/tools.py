@@ -188,10 +188,16 @@ def _written(written: entries.Written, verb: str) -> dict[str, Any]:
 
 async def _search(ctx: Context, bound: Bound, args: SearchArgs) -> dict[str, Any]:
     op = ops.Search(store=bound.store, scopes=(bound.scope,), query=args.query, top_k=args.top_k)
-    hits = await entries.search(ctx, bound.principal, op)
-    if not hits:
-        return {"memories": [], "result": "no memory matches; save one if this is worth remembering"}
-    return {"memories": [{**_memory(row, excerpt=EXCERPT), "score": score} for row, score in hits]}
+    found = await entries.search(ctx, bound.principal, op)
+    answer: dict[str, Any] = {
+        "memories": [{**_memory(row, excerpt=EXCERPT), "score": score} for row, score in found.hits]
+    }
+    if not found.hits:
+        answer["result"] = "no memory matches; save one if this is worth remembering"
+    if found.degraded:  # the model should not conclude that nothing is kept
+        answer["degraded"] = list(found.degraded)
+        answer["note"] = "the search may have missed memories (an index is behind); try again later"
+    return answer
 
 
 async def _would(ctx: Context, bound: Bound, path: str) -> EntryRow | None:

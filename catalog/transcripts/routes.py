@@ -65,11 +65,13 @@ async def search_conversations(
     request: Req, ctx: Ctx, full_name: StoreFullName, data: JSONBody[ConversationSearch]
 ) -> ConversationSearchResponse:
     """Search the messages of the store's conversations in the given scopes (episodic memory)."""
-    hits = await service.search_conversations(ctx, request.user, full_name, data)
+    found = await service.search_conversations(ctx, request.user, full_name, data)
     return ConversationSearchResponse(
         results=[
-            ConversationHit(conversation_item=_conversation_item(row), score=score) for row, score in hits
-        ]
+            ConversationHit(conversation_item=_conversation_item(row), score=score)
+            for row, score in found.hits
+        ],
+        degraded=list(found.degraded) or None,
     )
 
 
@@ -83,9 +85,10 @@ async def search_session_items(
     request: Req, ctx: Ctx, store_name: StoreName, data: JSONBody[SessionItemSearch]
 ) -> SessionItemSearchResponse:
     """Search the messages of the store's sessions of the given actors (episodic memory)."""
-    hits = await service.search_sessions(ctx, request.user, store_name, data)
+    found = await service.search_sessions(ctx, request.user, store_name, data)
     return SessionItemSearchResponse(
-        results=[SessionHit(session_item=_session_item(row), score=score) for row, score in hits]
+        results=[SessionHit(session_item=_session_item(row), score=score) for row, score in found.hits],
+        degraded=list(found.degraded) or None,
     )
 
 

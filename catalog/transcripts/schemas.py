@@ -11,7 +11,7 @@ import msgspec
 from catalog.entries.schemas import MAX_QUERY, MAX_TOP_K  # the same limits as searching entries
 from catalog.inputs import NOT_BLANK, Scope
 from catalog.keys import MAX_SCOPES
-from catalog.wire import Input, Output
+from catalog.wire import Degraded, Input, Output
 
 MAX_THREAD_ID = 256
 
@@ -49,8 +49,9 @@ class ConversationHit(msgspec.Struct, kw_only=True):
     score: float
 
 
-class ConversationSearchResponse(msgspec.Struct, kw_only=True):
+class ConversationSearchResponse(Output):
     results: list[ConversationHit]
+    degraded: Degraded = None
 
 
 class SessionItemSearch(Input, kw_only=True):
@@ -80,5 +81,6 @@ class SessionHit(msgspec.Struct, kw_only=True):
     score: float
 
 
-class SessionItemSearchResponse(msgspec.Struct, kw_only=True):
+class SessionItemSearchResponse(Output):
     results: list[SessionHit]
+    degraded: Degraded = None

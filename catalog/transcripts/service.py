@@ -21,7 +21,7 @@ from catalog.context import Context
 from catalog.entries.service import check_binding, resolve_store, search_input
 from catalog.governance import Securable, SecurableType
 from catalog.keys import validate_scopes
-from catalog.search import Query
+from catalog.search import Found, Query
 from catalog.search.corpus import TRANSCRIPTS
 from catalog.sessions.service import store_full_name
 from catalog.transcripts import repo
@@ -31,7 +31,7 @@ from catalog.transcripts.schemas import ConversationSearch, SessionItemSearch
 ACTION = "transcripts.search"
 MIN_CANDIDATES = 30  # taken from each mode before fusion, as for entries
 
-Hits = list[tuple[TranscriptRow, float]]
+Hits = Found[TranscriptRow]
 
 
 async def search_conversations(
@@ -75,14 +75,15 @@ async def _search(
     assert ctx.search is not None
     store_id = store.node.id
     candidates = max(MIN_CANDIDATES, top_k * 3)
-    ranked = await ctx.search.rank(
+    ranking = await ctx.search.rank(
         Query(store_id, tuple(scopes), query, candidates, mode, thread, role, corpus=TRANSCRIPTS)
     )
+    ranked = ranking.hits
     if min_score is not None:
         ranked = [(doc, score) for doc, score in ranked if score >= min_score]
     ranked = ranked[: top_k * 2]
     rows = await repo.by_ids(ctx.pool, [doc for doc, _ in ranked])
-    hits: Hits = []
+    hits: list[tuple[TranscriptRow, float]] = []
     for doc, score in ranked:
         row = rows.get(doc)
         # an item deleted since it was indexed is dropped
@@ -94,4 +95,4 @@ async def _search(
         if len(hits) == top_k:
             break
     note_result(len(hits))
-    return hits
+    return Found(hits, ranking.degraded)

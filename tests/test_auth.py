@@ -88,6 +88,9 @@ def test_refusals(client, settings):
         "NUL in on_behalf_of": sign(settings, on_behalf_of="bo\u0000b"),
         "hs256 with the public key as secret": _hs256(claims(), public_pem),
         "rs256 from an unknown key": jwt.encode(claims(), rsa_key, algorithm="RS256"),
+        "exp as a numeric string": sign(settings, exp=str(int(time.time()) + 600)),
+        "iat as a numeric string": sign(settings, iat=str(int(time.time()))),
+        "nbf as a numeric string": sign(settings, nbf=str(int(time.time()) - 10)),
         "garbage": "not-a-token",
         "signature stripped": f"{head}.{body}.",
     }

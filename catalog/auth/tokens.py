@@ -4,6 +4,8 @@ Rules:
 - only EdDSA, RS256 and ES256 are accepted, and each key verifies only its own algorithm
   (an Ed25519 key never verifies an RS256 token; HS256 and `none` are never accepted);
 - `exp`, `iat`, `sub`, `iss`, `aud` are required; issuer and audience must match; 30 s leeway;
+  `exp`, `iat` and `nbf` are JSON numbers (NumericDate): a string of digits is refused, although
+  PyJWT would read it as a number;
 - the optional `on_behalf_of` claim (a non-empty string) names the end user an app acts for;
 - every failure is `Unauthenticated` with a short reason, nothing else.
 
@@ -44,6 +46,7 @@ from catalog.settings import Settings
 ALLOWED_ALGORITHMS = ("EdDSA", "RS256", "ES256")
 LEEWAY_SECONDS = 30
 REQUIRED_CLAIMS = ["exp", "iat", "sub", "iss", "aud"]
+TIME_CLAIMS = ("exp", "iat", "nbf")
 MAX_TOKEN_BYTES = 8192
 VERIFIED_TTL = 60.0  # how long a verified token is remembered (never past its expiry)
 VERIFIED_MAX = 10_000  # how many are remembered (the least recently used go first)
@@ -206,6 +209,10 @@ class TokenVerifier:
             raise Unauthenticated("token issued in the future") from exc
         except jwt.PyJWTError as exc:
             raise Unauthenticated("invalid token") from exc
+        for claim in TIME_CLAIMS:
+            value = claims.get(claim)
+            if claim in claims and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise Unauthenticated(f"the token's '{claim}' claim must be a number (epoch seconds)")
         sub = claims.get("sub")
         if not isinstance(sub, str) or not sub.strip() or len(sub) > 255 or "\x00" in sub:
             raise Unauthenticated("token subject must be a non-empty string without NUL characters")

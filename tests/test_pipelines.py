@@ -2,7 +2,8 @@
 `agentbricks memory pipeline` calls) against live servers whose upstream model is a scripted
 OpenAI-compatible server: pipelines are created, read, listed, updated and deleted; a run extracts
 the sessions that changed and skips the others; one run at a time; a failing session is counted
-and the run goes on; a crashed run is resumed by another process without redoing what was done;
+and the run goes on; a crashed run is resumed by another process without redoing what was done,
+and a run stopped half-way through a session counts, once resumed, every entry it wrote;
 runs act, and are audited, as the pipeline's creator; a scheduled pipeline runs by itself."""
 
 from __future__ import annotations
@@ -664,6 +665,97 @@ def test_a_server_shutting_down_lets_its_run_go_at_once(fresh_database_url, tmp_
             assert done["state"] == "SUCCEEDED" and counts(done) == (1, 1, 0, 0, 1), done
         finally:
             second.stop()
+
+
+def _until(condition: Callable[[], bool], server: Any, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}\n{server.problems()}"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("stop", ["after_a_write", "after_the_session_is_marked"])
+def test_a_run_stopped_and_resumed_counts_every_entry_it_wrote(
+    stop, fresh_database_url, tmp_path, live_server
+):
+    """A server is stopped (SIGTERM) while its run's only session is half done: the model's write
+    is made and the model is asked again (`after_a_write`), or the extraction is over and marked
+    the session but its outcome is not recorded yet (`after_the_session_is_marked`: held there by
+    a lock on the run's row, the server is stopped once the session's mark is in). Another server
+    resumes the run, redoing the session: the run counts the entry the stopped server wrote,
+    whether the model writes it again (refused: it exists) or the session needs no extraction."""
+    data_dir = tmp_path / "data"
+    reached, release = threading.Event(), threading.Event()
+    loop = asyncio.new_event_loop()
+    locker: asyncpg.Connection = loop.run_until_complete(asyncpg.connect(fresh_database_url))
+    write = Call("save_memory", {"path": "/memories/ona.md", "description": "ona", "contents": "about ona"})
+    try:
+        with ScriptedLLM() as model:
+            first = _server(live_server, data_dir, fresh_database_url, model.url)
+            try:
+                stores(first, "stop", {"s1": "ona"})
+                created = pipeline(first, "stop")
+
+                def gate(request: dict) -> Reply:
+                    reached.set()
+                    release.wait(DEADLINE)
+                    return Reply("kept it")
+
+                model.script(write, gate)
+                started = api(first).run_memory_pipeline(created["name"])
+                assert reached.wait(DEADLINE), first.problems()
+                assert list(memories(first, "stop-memory", "ona")) == ["/memories/ona.md"]
+                if stop == "after_the_session_is_marked":
+                    loop.run_until_complete(locker.execute("BEGIN; SELECT 1 FROM pipeline_runs FOR UPDATE"))
+                    release.set()
+                    _until(
+                        lambda: bool(sql(fresh_database_url, "SELECT 1 FROM extraction_marks")),
+                        first,
+                        "the session was not marked",
+                    )
+                first.process.terminate()
+                if stop == "after_the_session_is_marked":
+                    # the worker lets the run's lease go once its work has stopped: then let it
+                    pid = locker.get_server_pid()
+                    _until(
+                        lambda: bool(
+                            sql(
+                                fresh_database_url,
+                                "SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)) "
+                                "AND query LIKE '%lease_until = clock_timestamp() WHERE%'",
+                                pid,
+                            )
+                        ),
+                        first,
+                        "the stopping server did not let the run go",
+                    )
+                    loop.run_until_complete(locker.execute("ROLLBACK"))
+                assert first.process.wait(timeout=30) == 0
+            finally:
+                if first.process.poll() is None:
+                    first.process.kill()
+                    first.process.wait()
+                first._log.close()
+                release.set()
+            [row] = sql(fresh_database_url, "SELECT state, sessions_extracted FROM pipeline_runs")
+            assert row["state"] == "RUNNING" and row["sessions_extracted"] == 0  # stopped half-way
+            model.reset()
+            # the same transcript, the same model: it saves the entry again
+            model.script(write, Reply("it is kept already"))
+            second = _server(live_server, data_dir, fresh_database_url, model.url)
+            try:
+                done = wait_for(second, started["name"])
+                assert done["state"] == "SUCCEEDED" and counts(done) == (1, 1, 0, 0, 1), done
+                assert list(memories(second, "stop-memory", "ona")) == ["/memories/ona.md"]
+                if stop == "after_a_write":  # the session was redone; its save was refused
+                    assert "already exists" in model.requests[1]["messages"][-1]["content"]
+                else:  # its extraction was over: nothing to redo
+                    assert model.requests == []
+            finally:
+                second.stop()
+    finally:
+        loop.run_until_complete(locker.close())
+        loop.close()
 
 
 def test_without_an_upstream_model_a_run_is_501(own_client, own_token):

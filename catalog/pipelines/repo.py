@@ -12,7 +12,9 @@ Invariants:
   worker still holding the lease, so a worker that lost it (it stalled, another took over) changes
   nothing any more;
 - a session's outcome and the run's counts change in one transaction: counts never disagree with
-  the outcomes recorded.
+  the outcomes recorded. The entries a session counts are read, in that transaction, from what the
+  run's writes left (`transcript_lineage`, `entries`, `extraction_marks`, read by SQL only), so
+  that writes an attempt made before it stopped are counted by the attempt that finishes.
 """
 
 from __future__ import annotations
@@ -394,38 +396,70 @@ async def record_outcome(
     conn: asyncpg.Connection,
     run_id: str,
     worker: str,
-    ordinal: int,
+    planned: PlannedSession,
     outcome: str,
     error: str | None,
-    written: int,
     lease: float,
-) -> bool:
-    """A session's outcome and the run's counts (its lease renewed), together; False when the lease
-    is lost (nothing written then)."""
-    column = {"extracted": "sessions_extracted", "skipped": "sessions_skipped", "failed": "sessions_failed"}[
-        outcome
-    ]
+    *,
+    session_store_id: str,
+    memory_store_id: str,
+) -> tuple[str, int] | None:
+    """A session's outcome and the run's counts (its lease renewed), together: (the outcome kept,
+    the entries counted), or None when the lease is lost (nothing written then).
+
+    What the run did to the session is read from what its writes left, in this transaction, not
+    from what the last attempt saw (an attempt stopped half-way wrote what it wrote, and the one
+    that redoes the session cannot tell):
+    - written: the session's entries in the memory store that exist and whose lineage edge from
+      the session was made or renewed since the run began (each write of an extraction renews it
+      in its own transaction, and within a run only this run extracts the session into the store:
+      a manual extraction of the same session into the same store meanwhile counts too);
+    - an outcome `skipped` becomes `extracted` when the session's extraction mark was set since the
+      run began: an attempt stopped after its extraction ended, before this was recorded."""
     async with conn.transaction():
-        held = await conn.fetchval(
+        facts = await conn.fetchrow(
+            "SELECT EXISTS (SELECT 1 FROM extraction_marks m WHERE m.session = $3::uuid "
+            "AND m.memory_store_id = $4::uuid AND m.extracted_at >= r.started_at) AS marked, "
+            "(SELECT count(*) FROM transcript_lineage l JOIN entries e ON e.id = l.target_entry_id "
+            "AND e.store_id = l.target_store_id WHERE l.source_kind = 'session' "
+            "AND l.source_store_id = $5::uuid AND l.source_thread_id = $6 AND l.target_store_id = $4::uuid "
+            "AND l.updated_at >= r.started_at) "
+            f"AS written FROM pipeline_runs r WHERE {_HELD} FOR UPDATE",
+            run_id,
+            worker,
+            planned.session,
+            memory_store_id,
+            session_store_id,
+            planned.session_id,
+        )
+        if facts is None:
+            return None
+        if outcome == "skipped" and facts["marked"]:
+            outcome = "extracted"
+        written = int(facts["written"])
+        column = {
+            "extracted": "sessions_extracted",
+            "skipped": "sessions_skipped",
+            "failed": "sessions_failed",
+        }[outcome]
+        await conn.execute(
             f"UPDATE pipeline_runs SET {column} = {column} + 1, entries_written = entries_written + $3, "
-            f"lease_until = clock_timestamp() + make_interval(secs => $4) WHERE {_HELD} RETURNING true",
+            f"lease_until = clock_timestamp() + make_interval(secs => $4) WHERE {_HELD}",
             run_id,
             worker,
             written,
             lease,
         )
-        if not held:
-            return False
         await conn.execute(
             "UPDATE pipeline_run_sessions SET outcome = $3, error = $4, entries_written = $5 "
             "WHERE run = $1 AND ordinal = $2 AND outcome IS NULL",
             run_id,
-            ordinal,
+            planned.ordinal,
             outcome,
             error,
             written,
         )
-    return True
+    return outcome, written
 
 
 async def finish(conn: Conn, run_id: str, worker: str, state: str, error: str | None) -> RunRow | None:

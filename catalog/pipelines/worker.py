@@ -16,6 +16,13 @@ Rules:
 - resuming is safe because each session's work is idempotent: its extraction mark is set only
   after all its writes, and a finished session has its outcome recorded, so a run taken over
   redoes at most the session that was in progress;
+- what a session counts is read from the database as its outcome is recorded, not from what the
+  attempt that finished it saw: `entries_written` is the entries the run's writes from the session
+  left (their lineage edges renewed since the run began), so the writes of an attempt stopped
+  half-way (a shut-down, a crash) count once, whatever the attempt that redoes the session does
+  (the model may find them and write nothing, or save them again and be refused); and a session
+  whose extraction ended (marked) before the stop is counted extracted, not skipped, when the
+  attempt that redoes it finds nothing to do. A failed session counts what it wrote before failing;
 - a run acts as its pipeline's creator: each session is authorized as theirs (`memories.extract`
   on the memory store, `sessions.read` on the session store, the stores' scope bindings) and each
   tool call of the model as its entry operation. A session that fails (the creator lost a
@@ -240,12 +247,20 @@ class PipelineWorker:
                 return
             owner = Principal(pipeline.creator)
             for planned in await repo.pending_sessions(self.ctx.pool, run.id):
-                outcome, error, written = await self._session(pipeline, owner, planned)
+                outcome, error = await self._session(pipeline, owner, planned)
                 async with self.ctx.pool.acquire() as conn:
-                    held = await repo.record_outcome(
-                        conn, run.id, self.name, planned.ordinal, outcome, error, written, self.lease
+                    recorded = await repo.record_outcome(
+                        conn,
+                        run.id,
+                        self.name,
+                        planned,
+                        outcome,
+                        error,
+                        self.lease,
+                        session_store_id=pipeline.session_store_id,
+                        memory_store_id=pipeline.memory_store_id,
                     )
-                if not held:
+                if recorded is None:
                     log.warning("pipeline run: lease lost, stopped", extra={"run": name})
                     return
             counts = await repo.get_run_by_id(self.ctx.pool, run.id)
@@ -303,9 +318,10 @@ class PipelineWorker:
 
     async def _session(
         self, pipeline: PipelineRow, owner: Principal, planned: PlannedSession
-    ) -> tuple[str, str | None, int]:
-        """Extract one session as the pipeline's creator: (outcome, error, entries written). Its
-        own audit event records the outcome."""
+    ) -> tuple[str, str | None]:
+        """Extract one session as the pipeline's creator: (outcome, error). Its own audit event
+        records the outcome. (The entries it wrote are counted from the database as its outcome is
+        recorded: `repo.record_outcome`.)"""
         params = {
             "session_store": f"session-stores/{pipeline.session_store}",
             "session_id": planned.session_id,
@@ -331,16 +347,14 @@ class PipelineWorker:
                 )
             except NotFound as exc:  # the session was deleted meanwhile: nothing to extract
                 note_outcome(exc.status_code, exc.memory_store_error_code)
-                return "skipped", None, 0
+                return "skipped", None
             except CatalogError as exc:
                 note_outcome(exc.status_code, exc.error_code)
-                return "failed", f"session {planned.session_id}: {exc.message}"[:MAX_ERROR], 0
+                return "failed", f"session {planned.session_id}: {exc.message}"[:MAX_ERROR]
             except Exception as exc:
                 if is_unavailable(exc):
                     raise  # the run stops here; it resumes (with this session) once the database is back
                 log_unexpected(exc, request_id=None, route="pipeline run")
                 note_outcome(500, "INTERNAL_ERROR")
-                return "failed", f"session {planned.session_id}: internal error", 0
-        if done.skipped:
-            return "skipped", None, 0
-        return "extracted", None, len(done.written)
+                return "failed", f"session {planned.session_id}: internal error"
+        return ("skipped" if done.skipped else "extracted"), None

@@ -17,6 +17,7 @@ DEV_AUDIENCE = "memory-catalog"
 MAX_BODY_BYTES = 2 * 1024 * 1024
 
 _TWO_PART = re.compile(r"^[A-Za-z0-9_-]{1,255}\.[A-Za-z0-9_-]{1,255}$")
+_THREE_PART = re.compile(r"^[A-Za-z0-9_-]{1,255}\.[A-Za-z0-9_-]{1,255}\.[A-Za-z0-9_-]{1,255}$")
 
 
 class SettingsError(ValueError):
@@ -68,6 +69,9 @@ class Settings:
     # scope_index), looked for every `scope_index_interval` seconds; 0 turns this off
     scope_index_min: int = 50_000
     scope_index_interval: float = 600.0
+    # the store (`catalog.schema.store`) a conversation created without `memory_store` belongs
+    # to, in the caller's scope; None: such a create is refused
+    default_conversation_store: str | None = None
 
     def __post_init__(self) -> None:
         if self.jwks_url and self.jwt_public_key:
@@ -92,6 +96,10 @@ class Settings:
             raise SettingsError("CATALOG_PIPELINE_INTERVAL must be a positive number of seconds")
         if not self.scope_index_interval > 0:
             raise SettingsError("CATALOG_SCOPE_INDEX_INTERVAL must be a positive number of seconds")
+        if self.default_conversation_store is not None and not _THREE_PART.match(
+            self.default_conversation_store
+        ):
+            raise SettingsError("CATALOG_DEFAULT_CONVERSATION_STORE must be '<catalog>.<schema>.<store>'")
         for name, value in (
             ("CATALOG_RATE_LIMIT", self.rate_limit),
             ("CATALOG_RATE_BURST", self.rate_burst),
@@ -150,6 +158,7 @@ class Settings:
             pipeline_interval=number("CATALOG_PIPELINE_INTERVAL", 86400.0),
             scope_index_min=number("CATALOG_SCOPE_INDEX_MIN", 50_000, int),
             scope_index_interval=number("CATALOG_SCOPE_INDEX_INTERVAL", 600.0),
+            default_conversation_store=(get("CATALOG_DEFAULT_CONVERSATION_STORE") or "").lower() or None,
             data_dir=Path(get("CATALOG_DATA_DIR") or ".data"),
             database_url=get("CATALOG_DATABASE_URL"),
             admin=get("CATALOG_ADMIN") or "admin",

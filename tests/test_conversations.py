@@ -13,6 +13,7 @@ import asyncpg
 import httpx
 import openai
 import pytest
+from agents.memory import OpenAIConversationsSession
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
@@ -21,6 +22,7 @@ UC = "/api/2.1/unity-catalog"
 BASE = "/ai-gateway/mlflow/v1"
 STORE = "main.default.conv"
 BOUND = "main.default.conv-bound"
+DEFAULT = "main.default.conv-default"
 
 
 @pytest.fixture(scope="module")
@@ -240,6 +242,7 @@ def test_bad_input_is_refused_naming_the_field(live):
         (create({"surprise": 1}), 400, "surprise"),
         (create({"metadata": {f"k{i}": "v" for i in range(17)}}), 400, "metadata"),
         (httpx.post(url, headers=h, json={"scope": {"kind": "user", "value": "a"}}), 400, "memory_store"),
+        (httpx.post(url, headers=h, json={"memory_store": {"name": STORE}}), 400, "scope"),
         (create({"scope": {"kind": "user", "value": ""}}), 400, "scope.value"),
         (append({"type": "telepathy"}), 400, "items[0].type"),
         (append({"type": 7}), 400, "items[0].type"),
@@ -437,3 +440,141 @@ def test_transcript_search_finds_a_message_by_meaning_with_the_real_model(live):
     assert {hit["scope"] for hit in hits} == {user}
     scores = [hit["score"] for hit in r.json()["results"]]
     assert scores == sorted(scores, reverse=True)
+
+
+# --- a server with a default store: conversations created by clients that know nothing of stores ---
+
+
+@pytest.fixture(scope="module")
+def defaulted(live, database_url, tmp_path_factory, live_server):
+    """A second server on the same database with `CATALOG_DEFAULT_CONVERSATION_STORE` set to
+    `conv-default` (scopes bound to the end user; `chat-app` and alice read and write it, rita
+    only reads)."""
+    r = httpx.post(
+        f"{live.url}{UC}/memory-stores",
+        headers=headers(live),
+        json={
+            "name": "conv-default",
+            "catalog_name": "main",
+            "schema_name": "default",
+            "scope_binding": "end_user",
+        },
+    )
+    assert r.status_code == 200, r.text
+    changes = [
+        {"principal": "chat-app", "add": ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]},
+        {"principal": "alice", "add": ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]},
+        {"principal": "rita", "add": ["READ_MEMORY_STORE"]},
+    ]
+    r = httpx.patch(
+        f"{live.url}{UC}/permissions/memory_store/{DEFAULT}", headers=headers(live), json={"changes": changes}
+    )
+    assert r.status_code == 200, r.text
+    server = live_server(
+        tmp_path_factory.mktemp("defaulted"),
+        env={
+            "CATALOG_DATABASE_URL": database_url,
+            "CATALOG_DEFAULT_CONVERSATION_STORE": "Main.Default.Conv-Default",
+        },
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def async_client(live, sub: str, on_behalf_of: str | None = None) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=f"{live.url}/v1", api_key=bearer(live, sub, on_behalf_of), max_retries=0
+    )
+
+
+async def test_an_agents_sdk_session_without_a_conversation_id_uses_the_default_store(defaulted):
+    """`OpenAIConversationsSession()` creates its conversation with `{"items": []}`: it goes to
+    the default store, in the end user's scope, and works as any conversation does."""
+    session = OpenAIConversationsSession(openai_client=async_client(defaulted, "chat-app", "carol"))
+    await session.add_items(
+        [
+            {"role": "user", "content": "I prefer green tea"},
+            {"role": "assistant", "content": "Noted: green tea."},
+        ]
+    )
+    conversation_id = session.session_id
+    assert conversation_id.startswith("conv_")
+    items = await session.get_items()
+    assert [(item["role"], item["content"][0]["text"]) for item in items] == [
+        ("user", "I prefer green tea"),
+        ("assistant", "Noted: green tea."),
+    ]
+    assert [item["role"] for item in await session.get_items(limit=1)] == ["assistant"]
+    popped = await session.pop_item()
+    assert popped is not None and popped["role"] == "assistant"
+    assert len(await session.get_items()) == 1
+
+    carol = async_client(defaulted, "chat-app", "carol")
+    extra = (await carol.conversations.retrieve(conversation_id)).model_extra or {}
+    assert (extra["memory_store"], extra["scope"]) == ({"name": DEFAULT}, {"kind": "user", "value": "carol"})
+
+    # another user of the same app has a conversation of its own, and may not read carol's
+    dave = OpenAIConversationsSession(openai_client=async_client(defaulted, "chat-app", "dave"))
+    await dave.add_items([{"role": "user", "content": "hello"}])
+    assert dave.session_id != conversation_id
+    with pytest.raises(openai.PermissionDeniedError):
+        await async_client(defaulted, "chat-app", "dave").conversations.items.list(conversation_id)
+
+    await session.clear_session()
+    with pytest.raises(openai.NotFoundError):
+        await carol.conversations.retrieve(conversation_id)
+
+
+def test_the_default_store_keeps_privileges_and_scope_binding(defaulted):
+    url = f"{defaulted.url}{BASE}/conversations"
+
+    def create(
+        body: dict[str, object], sub: str = "alice", on_behalf_of: str | None = None
+    ) -> httpx.Response:
+        return httpx.post(url, headers=headers(defaulted, sub, on_behalf_of), json=body)
+
+    # a caller without on_behalf_of is its own user
+    r = create({"items": [{"role": "user", "content": "mine"}]})
+    assert r.status_code == 200, r.text
+    assert (r.json()["memory_store"], r.json()["scope"]) == (
+        {"name": DEFAULT},
+        {"kind": "user", "value": "alice"},
+    )
+    # a scope named without a store: the default store, that scope, held to its binding
+    r = create({"scope": {"kind": "user", "value": "alice:project-x"}})
+    assert r.status_code == 200 and r.json()["scope"]["value"] == "alice:project-x", r.text
+    r = create({"scope": {"kind": "user", "value": "dave"}}, "chat-app", "carol")
+    assert r.status_code == 403 and "binds scopes to the end user" in r.json()["message"], r.text
+    # creating needs WRITE_MEMORY_STORE; a stranger may not use the store at all
+    for sub in ("rita", "bob"):
+        r = create({"items": []}, sub)
+        assert (r.status_code, r.json()["error_code"]) == (403, "PERMISSION_DENIED"), (sub, r.text)
+    # a store named without a scope is refused as without a default (the scope is not guessed)
+    r = create({"memory_store": {"name": STORE}})
+    assert (r.status_code, r.json()["details"]) == (400, [{"@type": "field_violation", "field": "scope"}])
+    # a named store wins over the default
+    r = create(bind(STORE, "alice"))
+    assert r.status_code == 200 and r.json()["memory_store"] == {"name": STORE}, r.text
+
+    events = httpx.get(
+        f"{defaulted.url}{UC}/system/audit",
+        headers=headers(defaulted),
+        params={"securable_full_name": DEFAULT, "principal": "rita", "page_size": 100},
+    ).json()["events"]
+    assert [(e["action_name"], e["decision"], e["status_code"]) for e in events] == [
+        ("conversations.write", "deny", 403)
+    ]
+
+
+def test_without_a_default_store_a_create_without_one_names_the_field_and_the_setting(live):
+    for body in ({"items": []}, {}, {"scope": {"kind": "user", "value": "alice"}}):
+        r = httpx.post(f"{live.url}/v1/conversations", headers=headers(live, "alice"), json=body)
+        assert (r.status_code, r.json()["error_code"]) == (400, "INVALID_PARAMETER_VALUE"), (body, r.text)
+        assert r.json()["details"] == [{"@type": "field_violation", "field": "memory_store"}]
+        assert "memory_store" in r.json()["message"]
+        assert "CATALOG_DEFAULT_CONVERSATION_STORE" in r.json()["message"]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client_for(live, "alice", base="/v1").conversations.create(items=[])
+    assert "CATALOG_DEFAULT_CONVERSATION_STORE" in refused.value.body["message"]

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from catalog import settings as settings_module
 from catalog.settings import Settings, SettingsError
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_settings_from_env_reads_the_contract_variables():
@@ -27,6 +31,9 @@ def test_settings_from_env_reads_the_contract_variables():
     assert defaults.postgres_dir == Path(".data").resolve() / "postgres"
     assert defaults.pipeline_interval == 86400
     assert Settings.from_env({"CATALOG_PIPELINE_INTERVAL": "3600"}).pipeline_interval == 3600
+    assert defaults.default_conversation_store is None
+    named = Settings.from_env({"CATALOG_DEFAULT_CONVERSATION_STORE": "Main.Default.Chat-History"})
+    assert named.default_conversation_store == "main.default.chat-history"
 
 
 @pytest.mark.parametrize(
@@ -37,8 +44,20 @@ def test_settings_from_env_reads_the_contract_variables():
         {"CATALOG_ADMIN": "  "},
         {"CATALOG_PIPELINE_INTERVAL": "0"},
         {"CATALOG_PIPELINE_INTERVAL": "daily"},
+        {"CATALOG_DEFAULT_CONVERSATION_STORE": "main.default"},
+        {"CATALOG_DEFAULT_CONVERSATION_STORE": "main.default.a.b"},
+        {"CATALOG_DEFAULT_CONVERSATION_STORE": "main.default.no spaces"},
     ],
 )
 def test_bad_settings_name_the_variable(env):
     with pytest.raises(SettingsError, match="CATALOG_"):
         Settings.from_env(env)
+
+
+def test_every_variable_read_is_in_the_readmes_configuration_table():
+    read = set(re.findall(r"CATALOG_[A-Z_]+", Path(settings_module.__file__).read_text()))
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("## Configuration") :]
+    table = table[: table.index("\n\n", table.index("| variable |"))]
+    documented = set(re.findall(r"`(CATALOG_[A-Z_]+)`", table))
+    assert read - documented == set()

@@ -58,8 +58,10 @@ class ConversationScope(Input):
 
 
 class ConversationCreate(Input):
-    memory_store: ConversationStoreRef
-    scope: ConversationScope
+    # absent: the server's default store (CATALOG_DEFAULT_CONVERSATION_STORE), when one is set
+    memory_store: ConversationStoreRef | None = None
+    # required with `memory_store`; without it, absent means the caller's own scope
+    scope: ConversationScope | None = None
     items: Items | None = None
     metadata: Metadata | None = None
 

@@ -14,7 +14,13 @@ Rules:
   store; appends serialize on the conversation's row (`repo.append`), so concurrent appends never
   lose or interleave an item;
 - erasing a scope (`entries.service.erase` / `delete_scope`) removes its conversations too
-  (`erase_scope`, handed to them through `Context.scope_erasers` by the composition root).
+  (`erase_scope`, handed to them through `Context.scope_erasers` by the composition root);
+- a create names its store and scope (`memory_store` requires `scope`). Without `memory_store`
+  it goes to the server's default store (`CATALOG_DEFAULT_CONVERSATION_STORE`) in the scope it
+  names, else in the caller's own (kind `user`: the token's `on_behalf_of`, else its subject),
+  as a client that knows nothing of stores creates one (`POST /conversations {"items": []}`);
+  with no default store set, that is a 400 naming the field and the setting. Either way the
+  store and scope are authorized and bound as above.
 """
 
 from __future__ import annotations
@@ -90,16 +96,37 @@ async def _append(conn: asyncpg.Connection, conversation_id: str, items: list[An
         raise NotFound(f"conversation {conversation_id} does not exist")
 
 
+def _placement(ctx: Context, principal: Principal, data: ConversationCreate) -> tuple[str, str, str, str]:
+    """Where a new conversation goes (see the rules): its store's full name, the field that named
+    it, its scope and the scope's kind."""
+    if data.memory_store is not None:
+        if data.scope is None:
+            raise InvalidParameter(
+                "scope is required with memory_store: {kind, value} says whose conversation it is", "scope"
+            )
+        store, field = data.memory_store.name, "memory_store.name"
+    else:
+        default = ctx.settings.default_conversation_store
+        if default is None:
+            raise InvalidParameter(
+                "memory_store is required: this server has no default store for conversations "
+                "(CATALOG_DEFAULT_CONVERSATION_STORE is not set)",
+                "memory_store",
+            )
+        store, field = default, "memory_store"
+    if data.scope is None:
+        return store, field, validate_scope(principal.on_behalf_of or principal.name, "scope.value"), "user"
+    return store, field, validate_scope(data.scope.value, "scope.value"), data.scope.kind
+
+
 async def create(ctx: Context, principal: Principal, data: ConversationCreate) -> Conversation:
-    scope = validate_scope(data.scope.value, "scope.value")
+    store_name, field, scope, kind = _placement(ctx, principal, data)
     items = check_items(data.items or [])
-    store = await resolve_store(
-        ctx, principal, data.memory_store.name, "conversations.write", [scope], field="memory_store.name"
-    )
+    store = await resolve_store(ctx, principal, store_name, "conversations.write", [scope], field=field)
     conversation_id = new_conversation_id()
     async with audited(ctx.pool) as conn:
         await repo.insert(
-            conn, conversation_id, store.node.id, scope, data.scope.kind, data.metadata or {}, principal.name
+            conn, conversation_id, store.node.id, scope, kind, data.metadata or {}, principal.name
         )
         await _append(conn, conversation_id, items, principal.name)
         row = await repo.get(conn, conversation_id)

@@ -297,6 +297,27 @@ def test_failed_edits_change_nothing(client, token):
     assert r.json()["contents"] == "a a b" and r.json()["etag"] == "1"
 
 
+def test_a_delete_without_a_precondition_deletes_whatever_version_is_there(client, token):
+    """Deletes without If-Match racing overwrites of the same path: each deletes the version it
+    finds (200) or finds none (404), never 409 ABORTED, which only a precondition answers."""
+
+    def overwrite(i: int) -> int:
+        body = {"path": "/contended.md", "contents": f"version {i}", "write_mode": "OVERWRITE"}
+        return post(client, token, "u-del-race", body).status_code
+
+    def delete(_: int) -> tuple[int, str]:
+        r = client.delete(ENTRIES, headers=token(), params={"scope": "u-del-race", "path": "/contended.md"})
+        return r.status_code, r.text
+
+    with ThreadPoolExecutor(8) as pool:
+        writes = [pool.submit(overwrite, i) for i in range(60)]
+        deletes = [pool.submit(delete, i) for i in range(60)]
+        assert {w.result() for w in writes} == {200}
+        answers = [d.result() for d in deletes]
+    assert {status for status, _ in answers} <= {200, 404}, [a for a in answers if a[0] not in (200, 404)]
+    assert any(status == 200 for status, _ in answers)
+
+
 def test_if_match_guards_edits_and_deletes(client, token):
     put(client, token, "u-etag", {"path": "/e.md", "contents": "v1"})
     r = client.patch(

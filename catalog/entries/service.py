@@ -432,7 +432,9 @@ async def delete(ctx: Context, principal: Principal, op: ops.Delete) -> None:
         note_result(1)
         deleted, version = await repo.delete(conn, found.id, op.if_match, principal.name)
         if not deleted:
-            if version is None:
+            # without a precondition a delete deletes whatever version is there: finding none
+            # means a concurrent delete took it first (404); only a precondition answers ABORTED
+            if version is None or op.if_match is None:
                 raise NotFound(f"no entry at {found.path} in scope {found.scope}")
             raise Aborted(f"the entry is at version {version}, not {op.if_match}")
     _written(ctx)

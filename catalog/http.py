@@ -215,7 +215,7 @@ class RequestContext:
             await send(message)
 
         try:
-            refusal = self._refusal(scope, runtime)
+            refusal = await self._refusal(scope, runtime)
             if refusal is not None:
                 await self._reply(state, send_with_id, *refusal)
                 return
@@ -265,7 +265,7 @@ class RequestContext:
         async with asyncio.timeout(limit):
             await self.app(scope, receive, send)
 
-    def _refusal(self, scope: Scope, runtime: Any) -> tuple[int, str, str, float | None] | None:
+    async def _refusal(self, scope: Scope, runtime: Any) -> tuple[int, str, str, float | None] | None:
         """(status, error code, message, retry after) when the request is refused before the app."""
         field = _nul_field(scope)
         if field is not None:
@@ -280,7 +280,7 @@ class RequestContext:
             )
         if runtime is None or not _audited(scope):
             return None
-        if not runtime.db.up:
+        if not await runtime.db.admit():  # known down, and the request's own quick attempt failed
             return (
                 503,
                 "TEMPORARILY_UNAVAILABLE",

@@ -2,10 +2,13 @@
 
 `/healthz`:
 - 503 `{"status": "unavailable", "reason": ...}` when the server cannot serve: the database is
-  unreachable, or there is no search index;
+  unreachable (the monitor's verdict is down and a quick attempt fails, as for any request; or
+  this check's own query is refused), or there is no search index;
 - 200 `{"status": "degraded", "reasons": [...], ...figures}` when it serves but something is
-  wrong that a load balancer should not act on (derived state falling behind: searches answer
-  from what is indexed). Each check in `DEGRADED_CHECKS` adds its reasons and figures;
+  wrong that a load balancer should not act on: derived state falling behind (searches answer
+  from what is indexed), or the database slow to answer (this check's query or the monitor's
+  probes timing out: a busy machine is not an outage, see catalog.db.health). Each check in
+  `DEGRADED_CHECKS` adds its reasons and figures;
 - 200 `{"status": "ok"}` otherwise.
 """
 
@@ -20,6 +23,8 @@ from litestar.response import Response
 
 from catalog.context import Context
 from catalog.errors import NotFound
+
+CHECK_TIMEOUT = 5.0  # seconds this check waits for a connection, and for its query
 
 # (reasons, figures): no reasons means the check is happy
 CheckResult = tuple[list[str], dict[str, Any]]
@@ -41,21 +46,26 @@ DEGRADED_CHECKS: tuple[Callable[[Context], Awaitable[CheckResult]], ...] = (sear
 @get("/healthz", operation_id="health", tags=["operations"])
 async def healthz(request: Request[Any, Any, Any], ctx: NamedDependency[Context]) -> Response[dict[str, Any]]:
     database = request.app.state.runtime.db
-    if not database.up:
+    if not await database.admit():
         return Response({"status": "unavailable", **database.status()}, status_code=503)
+    reasons: list[str] = []
+    figures: dict[str, Any] = {}
     try:
-        async with ctx.pool.acquire(timeout=5) as conn:
-            await conn.fetchval("SELECT 1")
+        async with ctx.pool.acquire(timeout=CHECK_TIMEOUT) as conn:
+            await conn.fetchval("SELECT 1", timeout=CHECK_TIMEOUT)
+    except TimeoutError:  # slow, not refused: probed at once, and the monitor judges whether it is away
+        database.suspect()
+        reasons.append(f"database: no answer within {CHECK_TIMEOUT:g} s")
     except Exception as exc:  # the database is unreachable: not ready (and probed at once)
         database.suspect()
         reason = f"{type(exc).__name__}: {exc}"
         return Response(
             {"status": "unavailable", "database": "unavailable", "reason": reason}, status_code=503
         )
+    if database.silent_probes:
+        reasons.append(f"database: {database.silent_probes} health probe(s) in a row unanswered")
     if ctx.search is None or ctx.search.indexer.index is None:
         return Response({"status": "unavailable", "reason": "search index"}, status_code=503)
-    reasons: list[str] = []
-    figures: dict[str, Any] = {}
     for check in DEGRADED_CHECKS:
         try:
             found, numbers = await check(ctx)

@@ -1,5 +1,6 @@
 """While the database is away: 503 JSON with Retry-After, /healthz says why, the refused requests'
-audit events are kept and appended when it is back; logs stay one line per event."""
+audit events are kept and appended when it is back; logs stay one line per event. A slow health
+probe is no outage: requests that can get a connection are served."""
 
 from __future__ import annotations
 
@@ -7,13 +8,22 @@ import io
 import json
 import logging
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import asyncpg
 import pytest
+from litestar.testing import TestClient
+from pg_gate import PgGate
 
 from catalog import errors
+from catalog.app import create_app
+from catalog.auth import mint_dev_token
 from catalog.errors import TemporarilyUnavailable, is_unavailable, to_catalog_error
 from catalog.http import JsonFormatter, PlainFormatter, configure_logging
+from catalog.search.embedder import HashEncoder
+from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"
 
@@ -66,48 +76,94 @@ def appended_event(client, token, request_id: str) -> dict:  # type: ignore[no-u
         time.sleep(0.05)
 
 
-def _down(runtime, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Mark the database down; keep the monitor's probes and the audit appends failing."""
-    import catalog.auditlog.writer as writer
+@contextmanager
+def _gated_app(database_url: str, data_dir: Path) -> Iterator[tuple[TestClient, Callable[..., dict], PgGate]]:
+    """An app of its own whose every connection to PostgreSQL goes through a gate: (client, token
+    maker, gate)."""
+    with PgGate(database_url) as gate:
+        settings = Settings(data_dir=data_dir, database_url=gate.url, admin="admin")
+        with TestClient(create_app(settings, encoder=HashEncoder()), raise_server_exceptions=False) as app:
 
-    async def refused(*args, **kwargs):  # type: ignore[no-untyped-def]
-        if args:  # append_on(conn, events)
-            raise ConnectionRefusedError(111, "Connection refused")
-        return "ConnectionRefusedError: simulated"
+            def token(sub: str = "admin") -> dict[str, str]:
+                return {"Authorization": f"Bearer {mint_dev_token(settings, sub)}"}
 
-    monkeypatch.setattr(runtime.db, "probe", refused)
-    monkeypatch.setattr(writer, "append_on", refused)
-    runtime.db.reason, runtime.db.down_since = "ConnectionRefusedError: simulated", time.monotonic()
-    runtime.db.up = False
+            yield app, token, gate
 
 
-def test_while_the_database_is_down_requests_are_503_and_their_events_kept(client, token, monkeypatch):
-    runtime = client.app.state.runtime
-    _down(runtime, monkeypatch)
-    r = client.get(f"{UC}/catalogs/main", headers=token())
-    assert r.status_code == 503
-    assert r.json() == {
-        "error_code": "TEMPORARILY_UNAVAILABLE",
-        "message": "the database is unavailable; retry shortly",
-        "details": [],
-    }
-    assert r.headers["retry-after"] == "2" and len(r.headers["x-request-id"]) == 32
-    health = client.get("/healthz")
-    assert health.status_code == 503
-    assert health.json()["status"] == "unavailable" and "simulated" in health.json()["reason"]
-    deadline = time.monotonic() + 10  # the writer keeps retrying it: it is out of the backlog only briefly
-    while runtime.audit.backlog < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    monkeypatch.undo()  # the database answers again: the monitor sees it and the backlog drains
-    deadline = time.monotonic() + 30
-    while not runtime.db.up or runtime.audit.backlog:
-        assert time.monotonic() < deadline
+def _until(condition: Callable[[], bool], what: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds  # a bound for the test, not a speed claim
+    while not condition():
+        assert time.monotonic() < deadline, what
         time.sleep(0.05)
-    assert client.get("/healthz").json() == {"status": "ok"}
-    event = appended_event(client, token, r.headers["x-request-id"])
-    assert event["error_code"] == "TEMPORARILY_UNAVAILABLE" and event["principal"] is None
-    assert client.get(f"{UC}/system/audit:verify", headers=token()).json()["ok"] is True
+
+
+def test_while_the_database_is_down_requests_are_503_and_their_events_kept(fresh_database_url, tmp_path):
+    """PostgreSQL stops answering this server (connections refused, the open ones closed): its
+    requests are 503 JSON with Retry-After and /healthz says why; their audit events are kept
+    and appended once it answers again, and the server serves again by itself."""
+    with _gated_app(fresh_database_url, tmp_path / "data") as (client, token, gate):
+        runtime = client.app.state.runtime
+        assert client.get(f"{UC}/catalogs/main", headers=token()).status_code == 200
+        gate.refuse()
+        runtime.db.suspect()
+        _until(lambda: not runtime.db.up, "a refused database was not taken for down")
+        r = client.get(f"{UC}/catalogs/main", headers=token())
+        assert r.status_code == 503
+        assert r.json() == {
+            "error_code": "TEMPORARILY_UNAVAILABLE",
+            "message": "the database is unavailable; retry shortly",
+            "details": [],
+        }
+        assert r.headers["retry-after"] == "2" and len(r.headers["x-request-id"]) == 32
+        health = client.get("/healthz")
+        assert health.status_code == 503
+        assert health.json()["status"] == "unavailable" and health.json()["database"] == "unavailable"
+        assert "Refused" in health.json()["reason"], health.json()
+        # the writer keeps retrying it: it is out of the backlog only briefly
+        _until(lambda: runtime.audit.backlog >= 1, "the refused request's event was not kept", 10)
+        gate.open()  # the database answers again: the monitor sees it and the backlog drains
+        _until(lambda: runtime.db.up and not runtime.audit.backlog, "the server did not recover")
+        assert client.get("/healthz").json() == {"status": "ok"}
+        assert client.get(f"{UC}/catalogs/main", headers=token()).status_code == 200
+        event = appended_event(client, token, r.headers["x-request-id"])
+        assert event["error_code"] == "TEMPORARILY_UNAVAILABLE" and event["principal"] is None
+        assert client.get(f"{UC}/system/audit:verify", headers=token()).json()["ok"] is True
+
+
+def test_a_slow_health_probe_does_not_refuse_requests(client, token, database_url, monkeypatch):
+    """The monitor's probes get no answer (their connections are accepted and held, as on a
+    starved machine) while the requests' own connections work: no request is refused, /healthz
+    says the database is slow, not away. Even once silence is taken for an outage, a request whose
+    own attempt finds a healthy connection is served (and the verdict is up again)."""
+    runtime = client.app.state.runtime
+    with PgGate(database_url) as gate:
+        gate.hold()
+        monkeypatch.setattr(runtime.db, "url", gate.url)  # where the probes connect; the pool is as it was
+        for probes in (1, 2):
+            runtime.db.suspect()
+            # the probe gave up waiting for an answer
+            _until(lambda n=probes: gate.abandoned() >= n, f"probe {probes} did not time out")
+            r = client.get(f"{UC}/catalogs/main", headers=token())
+            assert r.status_code == 200, r.text
+            assert runtime.db.up, runtime.db.status()
+        health = client.get("/healthz")
+        assert health.status_code == 200 and health.json()["status"] == "degraded", health.text
+        assert any("unanswered" in reason for reason in health.json()["reasons"]), health.text
+
+        # silence long enough to be taken for an outage: the verdict is down ...
+        monkeypatch.setattr(runtime.db, "silent_probes_needed", 1)
+        monkeypatch.setattr(runtime.db, "silence_seconds", 0.0)
+        runtime.db.suspect()
+        _until(lambda: not runtime.db.up, "lasting silence was not taken for an outage")
+        # ... and a request that can get a connection is served all the same
+        r = client.get(f"{UC}/catalogs/main", headers=token())
+        assert r.status_code == 200, r.text
+        assert runtime.db.outages >= 1
+        monkeypatch.undo()  # probes go to the database again; one still held is answered late
+        gate.open()
+        _until(gate.idle, "a probe still uses the gate")
+    runtime.db.suspect()
+    _until(lambda: runtime.db.up, "the monitor did not settle")
 
 
 def test_a_response_whose_event_cannot_be_written_is_replaced_by_503(client, token, monkeypatch):

@@ -70,6 +70,8 @@ def serve_app(
         http=functools.partial(  # type: ignore[arg-type]
             CatalogProtocol,
             max_connections=settings.max_connections,
+            max_connections_per_client=settings.max_connections_per_client,
+            first_byte_timeout=settings.first_byte_timeout,
             header_timeout=settings.header_timeout,
         ),
         log_config=None,

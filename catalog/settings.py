@@ -51,6 +51,10 @@ class Settings:
     request_timeout: float = 60.0  # seconds a request may take before it is answered 504
     max_concurrent_requests: int = 256  # requests in progress at once; more are answered 503
     max_connections: int = 1024  # open client connections; more are answered 503 and closed
+    # open connections from one client address (so no one client takes the whole budget); behind
+    # a load balancer every connection comes from its address: raise or turn off (0) there
+    max_connections_per_client: int = 128
+    first_byte_timeout: float = 5.0  # seconds a new connection may stay silent before it is closed
     header_timeout: float = 10.0  # seconds a client may take to send a request's line and headers
     body_timeout: float = 30.0  # seconds a client may pause while sending a request body
     # the upstream model (catalog.llm): an OpenAI-compatible Chat Completions endpoint, or none
@@ -106,6 +110,8 @@ class Settings:
             ("CATALOG_REQUEST_TIMEOUT", self.request_timeout),
             ("CATALOG_MAX_CONCURRENT_REQUESTS", self.max_concurrent_requests),
             ("CATALOG_MAX_CONNECTIONS", self.max_connections),
+            ("CATALOG_MAX_CONNECTIONS_PER_CLIENT", self.max_connections_per_client),
+            ("CATALOG_FIRST_BYTE_TIMEOUT", self.first_byte_timeout),
             ("CATALOG_HEADER_TIMEOUT", self.header_timeout),
             ("CATALOG_BODY_TIMEOUT", self.body_timeout),
             ("CATALOG_LLM_TIMEOUT", self.llm_timeout),
@@ -146,6 +152,8 @@ class Settings:
             request_timeout=number("CATALOG_REQUEST_TIMEOUT", 60.0),
             max_concurrent_requests=number("CATALOG_MAX_CONCURRENT_REQUESTS", 256, int),
             max_connections=number("CATALOG_MAX_CONNECTIONS", 1024, int),
+            max_connections_per_client=number("CATALOG_MAX_CONNECTIONS_PER_CLIENT", 128, int),
+            first_byte_timeout=number("CATALOG_FIRST_BYTE_TIMEOUT", 5.0),
             header_timeout=number("CATALOG_HEADER_TIMEOUT", 10.0),
             body_timeout=number("CATALOG_BODY_TIMEOUT", 30.0),
             llm_base_url=get("CATALOG_LLM_BASE_URL"),

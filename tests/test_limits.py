@@ -4,6 +4,7 @@ requests in progress, slow-client protection, and JSON errors from the connectio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import socket
 import tempfile
@@ -193,11 +194,49 @@ def small_server(live_server) -> Iterator:  # type: ignore[no-untyped-def]
 def test_malformed_requests_get_json_400(small_server):
     for request in (
         b"GET /\xff HTTP/1.1\r\nHost: x\r\n\r\n",
-        b"GET /" + b"a" * 1_000_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
         b"NOT HTTP AT ALL\r\n\r\n",
     ):
         status, body = _status_and_json(_exchange(small_server.port, request))
         assert status == 400 and body["error_code"] == "INVALID_PARAMETER_VALUE"
+
+
+def _sent_in_pieces(port: int, data: bytes, piece: int) -> bytes:
+    """Send the bytes a piece at a time (each its own read on the server), then read the answer."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            for start in range(0, len(data), piece):
+                sock.sendall(data[start : start + piece])
+                time.sleep(0.01)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before the last piece: the answer is waiting
+        sock.settimeout(15)
+        out = b""
+        try:
+            while chunk := sock.recv(65536):
+                out += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+        return out
+
+
+def test_a_request_head_over_16_kib_is_431_however_it_arrives(small_server):
+    """The documented limit holds for a head that arrives in one read too (h11's own limit only
+    counts what is still incomplete after a read), and for a long request line."""
+    big = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n"
+    long_line = b"GET /" + b"a" * 1_000_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    for raw in (
+        _exchange(small_server.port, big),
+        _sent_in_pieces(small_server.port, big, 4096),
+        _exchange(small_server.port, long_line),
+    ):
+        status, body = _status_and_json(raw)
+        assert status == 431 and body["error_code"] == "REQUEST_HEADER_FIELDS_TOO_LARGE", raw[:300]
+        assert "16 KiB" in body["message"]
+    # just under the limit is served
+    fits = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: " + b"a" * 16_000 + b"\r\n\r\n"
+    status, body = _status_and_json(_exchange(small_server.port, fits))
+    assert status == 200 and body == {"status": "ok"}
 
 
 def test_a_client_too_slow_with_its_headers_is_cut_off_with_408(small_server):
@@ -257,3 +296,77 @@ def test_requests_over_the_concurrency_cap_get_503(small_server):
     assert r.status_code == 503, [a.status_code for a in answers]
     assert r.json()["error_code"] == "TEMPORARILY_UNAVAILABLE" and "busy" in r.json()["message"]
     assert int(r.headers["retry-after"]) >= 1
+
+
+@pytest.fixture(scope="module")
+def per_client_server(live_server) -> Iterator:  # type: ignore[no-untyped-def]
+    root = Path(tempfile.mkdtemp(prefix="lim"))
+    server = live_server(
+        root / "d",
+        env={
+            "CATALOG_MAX_CONNECTIONS": "10",
+            "CATALOG_MAX_CONNECTIONS_PER_CLIENT": "3",
+            "CATALOG_FIRST_BYTE_TIMEOUT": "1",
+            "CATALOG_HEADER_TIMEOUT": "8",
+        },
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _connect_from(source: str, port: int) -> socket.socket:
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+def _healthz_from(source: str, port: int) -> tuple[int, dict]:  # type: ignore[type-arg]
+    with _connect_from(source, port) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        sock.settimeout(15)
+        out = b""
+        with contextlib.suppress(ConnectionResetError, TimeoutError):
+            while chunk := sock.recv(65536):
+                out += chunk
+    return _status_and_json(out)
+
+
+def test_one_client_cannot_take_the_connection_budget(per_client_server):
+    """A client (one address) holding its share of idle connections is refused more (503, JSON,
+    Retry-After); another address is still served."""
+    port = per_client_server.port
+    hog = [_connect_from("127.0.0.2", port) for _ in range(3)]
+    try:
+        status, body = _healthz_from("127.0.0.2", port)
+        assert status == 503 and body["error_code"] == "TEMPORARILY_UNAVAILABLE", body
+        assert "this client" in body["message"]
+        assert _healthz_from("127.0.0.3", port) == (200, {"status": "ok"})
+        assert httpx.get(f"{per_client_server.url}/healthz", timeout=10).status_code == 200
+    finally:
+        for sock in hog:
+            sock.close()
+
+
+def test_a_connection_that_sends_nothing_is_closed_before_a_slow_header_is(per_client_server):
+    """A silent connection goes after CATALOG_FIRST_BYTE_TIMEOUT, quietly; one that has begun its
+    headers keeps the longer CATALOG_HEADER_TIMEOUT (then 408)."""
+    port = per_client_server.port
+    with _connect_from("127.0.0.4", port) as silent, _connect_from("127.0.0.4", port) as slow:
+        slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        silent.settimeout(30)
+        assert silent.recv(1024) == b""  # closed, with no answer
+        slow.setblocking(False)
+        with pytest.raises(BlockingIOError):  # still open, nothing answered yet
+            slow.recv(1024)
+        slow.setblocking(True)
+        slow.settimeout(30)
+        raw = b""
+        with contextlib.suppress(ConnectionResetError, TimeoutError):
+            while chunk := slow.recv(65536):
+                raw += chunk
+    status, body = _status_and_json(raw)
+    assert status == 408 and body["error_code"] == "REQUEST_TIMEOUT"

@@ -264,6 +264,21 @@ def test_denials_say_what_is_missing(world):
     assert not decision.allowed and decision.reason == "requires MANAGE on memory store corp.support.mem"
 
 
+def test_the_reason_of_a_decision_names_the_object_asked_about(world):
+    """Two missing objects asked about in turn: each decision's reason names its own (a cached
+    decision's reason is never another object's)."""
+    for name in ("absent-one", "absent-two", "absent-one"):
+        decision = world.authorizer.authorize(
+            Principal("alice"), action("catalog.get"), world.securable(C, name)
+        )
+        assert decision.reason == f"catalog {name} does not exist", decision.reason
+    for name in ("absent.x.one", "absent.x.two"):
+        decision = world.authorizer.authorize(
+            Principal("alice"), action("memory_store.get"), world.securable(T, name)
+        )
+        assert not decision.allowed and "absent" in decision.reason, decision.reason
+
+
 def test_grantable_table_matches_the_contract():
     assert GRANTABLE[M] == ("CREATE_CATALOG", "READ_AUDIT")
     assert "USE_CATALOG" not in GRANTABLE[S] and "USE_SCHEMA" in GRANTABLE[C]

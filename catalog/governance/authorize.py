@@ -13,8 +13,9 @@ Rules (model.conf states them for the engine; README.md beside it for people):
 4. The metastore admin may do everything.
 Every decision carries its reason: the grant path that allowed it, or what is missing.
 
-Decisions are cached per (principal, action, chain with owners); the cache is emptied whenever the
-policy revision moves, and owners are part of the key, so a cached decision is never stale.
+Decisions are cached per (principal, action, full name, chain with owners); the cache is emptied
+whenever the policy revision moves, and owners and the name are part of the key, so a cached
+decision (and the reason it gives) is never stale.
 """
 
 from __future__ import annotations
@@ -146,7 +147,15 @@ class Authorizer:
 
     def authorize(self, principal: Principal, action: Action, securable: Securable) -> Decision:
         """Decide with the policy as it is now (call `sync` first; `check` does both)."""
-        key = (principal.name, action.name, securable.type, tuple((n.id, n.owner) for n in securable.chain))
+        # the full name is in the key because the decision's reason names it (a missing object
+        # is not in the chain, and a renamed one keeps its ids)
+        key = (
+            principal.name,
+            action.name,
+            securable.type,
+            securable.full_name,
+            tuple((n.id, n.owner) for n in securable.chain),
+        )
         decision = self._cache.get(key)
         if decision is None:
             decision = self._decide(principal.name, action, securable)

@@ -13,8 +13,8 @@ Invariants:
   nothing any more;
 - a session's outcome and the run's counts change in one transaction: counts never disagree with
   the outcomes recorded. The entries a session counts are read, in that transaction, from what the
-  run's writes left (`transcript_lineage`, `entries`, `extraction_marks`, read by SQL only), so
-  that writes an attempt made before it stopped are counted by the attempt that finishes.
+  run's writes left (`transcript_lineage`, `entries`, `extraction_marks`, `agent_sessions`, read by
+  SQL only), so that writes an attempt made before it stopped are counted by the one that finishes.
 """
 
 from __future__ import annotations
@@ -417,26 +417,38 @@ async def record_outcome(
     - an outcome `skipped` becomes `extracted` when the session's extraction mark was set since the
       run began: an attempt stopped after its extraction ended, before this was recorded."""
     async with conn.transaction():
-        facts = await conn.fetchrow(
-            "SELECT EXISTS (SELECT 1 FROM extraction_marks m WHERE m.session = $3::uuid "
-            "AND m.memory_store_id = $4::uuid AND m.extracted_at >= r.started_at) AS marked, "
-            "(SELECT count(*) FROM transcript_lineage l JOIN entries e ON e.id = l.target_entry_id "
-            "AND e.store_id = l.target_store_id WHERE l.source_kind = 'session' "
-            "AND l.source_store_id = $5::uuid AND l.source_thread_id = $6 AND l.target_store_id = $4::uuid "
-            "AND l.updated_at >= r.started_at) "
-            f"AS written FROM pipeline_runs r WHERE {_HELD} FOR UPDATE",
-            run_id,
-            worker,
+        started = await conn.fetchval(
+            f"SELECT started_at FROM pipeline_runs WHERE {_HELD} FOR UPDATE", run_id, worker
+        )
+        if started is None:
+            return None
+        # the session's actor is the scope of its edges (their index); a session deleted meanwhile
+        # has none any more, and its edges are looked for by thread alone
+        actor = await conn.fetchval(
+            "SELECT actor_id FROM agent_sessions WHERE id = $1::uuid", planned.session
+        )
+        written = int(
+            await conn.fetchval(
+                "SELECT count(*) FROM transcript_lineage l JOIN entries e ON e.id = l.target_entry_id "
+                "AND e.store_id = l.target_store_id WHERE l.source_kind = 'session' "
+                "AND l.source_store_id = $1::uuid "
+                + ("AND l.source_scope = $5 " if actor is not None else "AND $5::text IS NULL ")
+                + "AND l.source_thread_id = $2 AND l.target_store_id = $3::uuid AND l.updated_at >= $4",
+                session_store_id,
+                planned.session_id,
+                memory_store_id,
+                started,
+                actor,
+            )
+        )
+        if outcome == "skipped" and await conn.fetchval(
+            "SELECT true FROM extraction_marks WHERE session = $1::uuid AND memory_store_id = $2::uuid "
+            "AND extracted_at >= $3",
             planned.session,
             memory_store_id,
-            session_store_id,
-            planned.session_id,
-        )
-        if facts is None:
-            return None
-        if outcome == "skipped" and facts["marked"]:
+            started,
+        ):
             outcome = "extracted"
-        written = int(facts["written"])
         column = {
             "extracted": "sessions_extracted",
             "skipped": "sessions_skipped",

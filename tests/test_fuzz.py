@@ -138,7 +138,8 @@ SEMANTIC: dict[str, list[str]] = {
     "agentsAppendSessionItems": [r"must not contain the NUL character"],  # jsonb holds none
     # items are OpenAI's union of item shapes (by `type`), checked by the server as the README says,
     # and hold no NUL anywhere (a key included)
-    "createConversation": [r"^`?items\[\d+\]"],
+    # without memory_store, the server's default store (none is set here); with it, a scope
+    "createConversation": [r"^`?items\[\d+\]", r"^memory_store is required", r"^scope is required with"],
     "createConversationItems": [r"^`?items\[\d+\]"],
     "listConversationItems": [r"^after: no item"],  # an item of this conversation
     # input items are checked as conversation items are; the fields OpenAI's clients send and that

@@ -435,3 +435,31 @@ def test_the_openapi_document_shows_new_name(client):
     for name in ("CatalogUpdate", "SchemaUpdate", "MemoryStoreUpdate"):
         field = schemas[name]["properties"]["new_name"]
         assert "rename" in str(field) and "pattern" in str(field), (name, field)
+
+
+def test_the_default_conversation_store_and_what_holds_it_are_not_renamed(database_url, tmp_path):
+    from litestar.testing import TestClient
+
+    from catalog.app import create_app
+    from catalog.search.embedder import HashEncoder
+
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        admin="admin",
+        default_conversation_store="rnd.team.convs",
+    )
+    headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
+    with TestClient(create_app(settings, encoder=HashEncoder()), raise_server_exceptions=False) as client:
+        tree(client, lambda: headers, "rnd", store="convs")
+        for path in ["catalogs/rnd", "schemas/rnd.team", "memory-stores/rnd.team.convs"]:
+            r = client.patch(f"{UC}/{path}", headers=headers, json={"new_name": "moved"})
+            assert r.status_code == 400, r.text
+            err = r.json()
+            assert err["details"][0]["field"] == "new_name", err
+            assert "CATALOG_DEFAULT_CONVERSATION_STORE" in err["message"], err
+        # a sibling store of the same schema may be renamed
+        body = {"name": "other", "catalog_name": "rnd", "schema_name": "team"}
+        ok(client.post(f"{UC}/memory-stores", headers=headers, json=body))
+        r = client.patch(f"{UC}/memory-stores/rnd.team.other", headers=headers, json={"new_name": "other2"})
+        assert ok(r)["full_name"] == "rnd.team.other2"

@@ -421,7 +421,8 @@ def _new_name(value: str | None) -> str | None:
 
 def _rename(ctx: Context, securable: Securable, new_name: str | None) -> tuple[str, ...] | None:
     """The name parts the object will have, or None when there is nothing to rename (no new name,
-    or its own name). The agents schema and its catalog are refused (400 naming `new_name`)."""
+    or its own name). The agents schema and its catalog, and the default conversation store and
+    what holds it, are refused (400 naming `new_name`)."""
     parts = tuple(securable.full_name.split("."))
     if new_name is None or new_name == parts[-1]:
         return None
@@ -431,6 +432,14 @@ def _rename(ctx: Context, securable: Securable, new_name: str | None) -> tuple[s
             f"{securable.kind} {securable.full_name} holds the agents schema {agents} "
             "(CATALOG_AGENTS_SCHEMA), where the agent-memory dialect finds its stores: it cannot be "
             "renamed while that setting names it",
+            "new_name",
+        )
+    default = (ctx.settings.default_conversation_store or "").lower()
+    if default and default.split(".")[: len(parts)] == list(parts):
+        raise InvalidParameter(
+            f"{securable.kind} {securable.full_name} holds the default conversation store {default} "
+            "(CATALOG_DEFAULT_CONVERSATION_STORE), where conversations created without a store go: it "
+            "cannot be renamed while that setting names it",
             "new_name",
         )
     return (*parts[:-1], new_name)

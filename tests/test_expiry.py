@@ -169,3 +169,66 @@ def test_a_held_store_keeps_an_expired_entry_when_its_path_is_written_again(clie
         json={"path": "/kept.md", "contents": "new"},
     )
     assert r.status_code == 200 and r.json()["contents"] == "new"
+
+
+def test_a_patch_with_ttl_seconds_renews_the_expiry_and_nothing_else(client, token):
+    """`ttl_seconds` alone on PATCH moves `expires_at` from now and keeps the version (an If-Match
+    taken before still holds, the history gains nothing); it needs WRITE; bad values are 400."""
+    store = make_store(client, token, "ttl-renew")
+    r = client.post(
+        f"{store}/entries",
+        headers=token(),
+        params={"scope": "t"},
+        json={"path": "/note.md", "contents": "renew me", "ttl_seconds": 60},
+    )
+    assert r.status_code == 200, r.text
+    before = r.json()
+    r = client.patch(
+        f"{store}/entries",
+        headers={**token(), "If-Match": f'"{before["etag"]}"'},
+        json={"scope": "t", "path": "/note.md", "ttl_seconds": 3600},
+    )
+    assert r.status_code == 200, r.text
+    renewed = r.json()
+    assert renewed["etag"] == before["etag"] and renewed["contents"] == "renew me"
+    assert renewed["expires_at"] - before["expires_at"] > 3000 * 1000
+    assert r.headers["etag"] == f'"{before["etag"]}"'
+    history = client.get(
+        f"{store}/entries:history", headers=token(), params={"scope": "t", "path": "/note.md"}
+    )
+    assert len(history.json()["versions"]) == 1
+    got = client.get(f"{store}/entries:get", headers=token(), params={"scope": "t", "path": "/note.md"})
+    assert got.json()["expires_at"] == renewed["expires_at"]
+    # with another change, in the same transaction (a new version)
+    r = client.patch(
+        f"{store}/entries",
+        headers=token(),
+        json={"scope": "t", "path": "/note.md", "append": {"text": "more"}, "ttl_seconds": 120},
+    )
+    assert r.status_code == 200 and r.json()["etag"] == str(int(before["etag"]) + 1), r.text
+    assert r.json()["expires_at"] < renewed["expires_at"]
+    # a stale If-Match is refused; a reader may not renew; the value is checked
+    r = client.patch(
+        f"{store}/entries",
+        headers={**token(), "If-Match": f'"{before["etag"]}"'},
+        json={"scope": "t", "path": "/note.md", "ttl_seconds": 60},
+    )
+    assert r.status_code == 409 and r.json()["error_code"] == "ABORTED"
+    grant = {"changes": [{"principal": "reader", "add": ["READ_MEMORY_STORE"]}]}
+    assert (
+        client.patch(
+            f"{UC}/permissions/memory_store/main.default.ttl-renew", headers=token(), json=grant
+        ).status_code
+        == 200
+    )
+    r = client.patch(
+        f"{store}/entries",
+        headers=token("reader"),
+        json={"scope": "t", "path": "/note.md", "ttl_seconds": 60},
+    )
+    assert r.status_code == 403
+    for bad in (0, -1, "60", 10**12):
+        r = client.patch(
+            f"{store}/entries", headers=token(), json={"scope": "t", "path": "/note.md", "ttl_seconds": bad}
+        )
+        assert r.status_code == 400 and "ttl_seconds" in r.json()["message"], (bad, r.text)

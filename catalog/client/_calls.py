@@ -279,8 +279,16 @@ def edit_entry(
     append: str | None,
     etag: str | None,
     metadata: dict[str, Any] | None = None,
+    ttl_seconds: int | None = None,
 ) -> Call:
-    body = _set(scope=scope, path=path, session_id=session_id, description=description, metadata=metadata)
+    body = _set(
+        scope=scope,
+        path=path,
+        session_id=session_id,
+        description=description,
+        metadata=metadata,
+        ttl_seconds=ttl_seconds,
+    )
     if str_replace is not None:
         old, new = str_replace
         body["str_replace"] = {"old_str": old, "new_str": new}

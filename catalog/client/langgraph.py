@@ -15,14 +15,12 @@ The mapping, for a namespace `(n0, n1, ..., nk)` and a key:
   adapter's own keys below (metadata given to the entry through another API is replaced);
 - `ttl` (minutes) is the write's `ttl_seconds`, so the entry expires that long after the write,
   and the entry's metadata keeps it as `langgraph.ttl_seconds`. A read with `refresh_ttl` (the
-  default; `TTLConfig(refresh_on_read=False)` changes it) of an entry that has it writes the
-  entry again as it was read, with that `ttl_seconds`: the server re-sets an expiry only on a
-  write. So that refresh is a new version of the entry (its `updated_at`, history and audit log
-  show it), needs WRITE as well as READ (without it, or under a legal hold, the read is answered
-  and the expiry left as it is), and when the entry changed between the read and the refresh
-  (seen from its version and creation time) the change is written again (a delete is done
-  again). A put without `ttl` keeps the expiry an earlier put set (the server keeps
-  `expires_at` on a write without one), and the entry then no longer refreshes;
+  default; `TTLConfig(refresh_on_read=False)` changes it) of an entry that has it renews its
+  expiry by that `ttl_seconds` (a PATCH with `ttl_seconds` alone and If-Match the version read:
+  no new version, nothing else changes; a write that came in between stands with its own ttl,
+  and the refresh is dropped). It needs WRITE as well as READ (without it the read is answered
+  and the expiry left as it is). A put without `ttl` keeps the expiry an earlier put set (the
+  server keeps `expires_at` on a write without one), and the entry then no longer refreshes;
 - `index=False` marks the entry `langgraph.index: false` in its metadata, and a search with a
   `query` leaves it out (it is still read by `get` and listed by a search without a query, with
   or without a filter), as LangGraph's stores give no vector to such an item. The server indexes
@@ -401,59 +399,33 @@ class CatalogStore(BaseStore):
         )
         return None
 
-    def _rewrite(self, scope: str, path: str, version: dict[str, Any] | Entry) -> Call:
-        """An overwrite of the entry with the contents, description and metadata of `version`
-        (an entry as read, or a version of its history), setting again its put's ttl."""
-        get = version.get if isinstance(version, dict) else lambda field: getattr(version, field)
-        return calls.write_entry(
-            self.store,
-            scope,
-            path,
-            contents=get("contents"),
-            description=get("description"),
-            write_mode="OVERWRITE",
-            session_id=None,
-            metadata=get("metadata") or {},
-            ttl_seconds=ttl_of(get("metadata")),
-            source_type=None,  # (kept)
-            creation_reason=None,
-            creation_source=None,
-            derived_from=None,
-        )
-
     def _refresh(self, entry: Entry) -> Plan[None]:
-        """Extend the expiry of an entry a read answered by the ttl its put gave it (no ttl: no
-        write). The server re-sets an expiry only on a write, so this writes the entry again as
-        read; the write takes no precondition, so a write by someone else that landed between the
-        read and this one is then written again from the history (a delete done again): the
-        window where it is lost is narrowed to that repair, not closed."""
-        if ttl_of(entry.metadata) is None:
+        """Renew the expiry of an entry a read answered by the ttl its put gave it (no ttl:
+        nothing is sent), if the entry is still the version read."""
+        ttl = ttl_of(entry.metadata)
+        if ttl is None:
             return None
         try:
-            response = yield self._rewrite(entry.scope, entry.path, entry)
+            yield calls.edit_entry(
+                self.store,
+                entry.scope,
+                entry.path,
+                session_id=None,
+                description=None,
+                str_replace=None,
+                insert=None,
+                insert_line=None,
+                replace_all=None,
+                append=None,
+                etag=entry.etag,
+                ttl_seconds=ttl,
+            )
         except CatalogError as exc:
-            # a reader without WRITE, a store under legal hold: the read stands, the expiry too
-            if exc.error_code in ("PERMISSION_DENIED", "RESOURCE_CONFLICT"):
+            # a reader without WRITE: the read stands, the expiry too; a write or a delete that
+            # came in between (ABORTED, NOT_FOUND) stands with its own ttl
+            if exc.error_code in ("PERMISSION_DENIED", "ABORTED", "NOT_FOUND"):
                 return None
             raise
-        written = decode(response, Entry)
-        if written.created_at == entry.created_at and written.etag == str(int(entry.etag) + 1):
-            return None  # nothing came in between (an expired or recreated entry has a new creation time)
-        history = yield calls.entry_history(self.store, entry.scope, entry.path, None)
-        versions = decode(history, dict[str, Any]).get("versions") or []
-        if len(versions) < 2 or versions[0].get("etag") != written.etag:
-            return None  # another write followed the refresh: it stands
-        replaced = versions[1]
-        if replaced.get("operation") == "delete":
-            try:
-                yield calls.delete_entry(self.store, entry.scope, entry.path, None, written.etag)
-            except CatalogError as exc:
-                if exc.status not in (404, 409):  # gone already, or written again since
-                    raise
-            return None
-        if all(replaced.get(f) == getattr(entry, f) for f in ("contents", "description", "metadata")):
-            return None  # what was replaced is what was read (a retried rewrite)
-        yield self._rewrite(entry.scope, entry.path, replaced)
         return None
 
     def _scopes_for(self, prefix: tuple[str, ...]) -> list[str]:

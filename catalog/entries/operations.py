@@ -123,6 +123,7 @@ class Edit(msgspec.Struct, frozen=True, kw_only=True):
     if_match: int | None = None
     origin: TranscriptSource | None = None
     metadata: Mapping[str, Any] | None = None  # replaces the entry's (`{}` clears it); None keeps it
+    ttl_seconds: int | None = None  # the entry expires this long from now (None: its expiry stays)
 
 
 class Delete(msgspec.Struct, frozen=True, kw_only=True):

@@ -296,6 +296,7 @@ async def update_entry(
         description=data.description,
         metadata=data.metadata,
         if_match=parse_if_match(if_match),
+        ttl_seconds=data.ttl_seconds,
     )
     written = await service.edit(ctx, request.user, edit)
     return _with_etag(to_entry(written.row, readable=written.readable))

@@ -95,6 +95,9 @@ class EntryEdit(Input, kw_only=True):
     replace_all: ReplaceAll | None = None
     append: Append | None = None
     metadata: Metadata | None = None  # replaces the entry's metadata (`{}` clears it)
+    # renews the expiry: the entry expires this long from now; alone, it changes nothing else
+    # (no new version: the contents are the same)
+    ttl_seconds: Annotated[int, msgspec.Meta(ge=1, le=MAX_TTL_SECONDS)] | None = None
 
 
 class SearchRequest(Input, kw_only=True):

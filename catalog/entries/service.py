@@ -380,14 +380,19 @@ def _reads_text(change: ops.Change | None) -> str | None:
 
 async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
     """One change to the contents and/or the description, under the row's lock, with the
-    transcript it was derived from (if any) in the same transaction."""
+    transcript it was derived from (if any) in the same transaction. `ttl_seconds` renews the
+    expiry in the same transaction; given alone, it is the only change (the entry keeps its
+    version, so an If-Match taken before it still holds, and no version is added to the history)."""
     description = within(op.description, "description", MAX_DESCRIPTION)
     if isinstance(op.change, ops.ReplaceAll):
         within(op.change.contents, "replace_all.contents", MAX_CONTENTS)
     metadata = validate_metadata(op.metadata)
-    if op.change is None and description is None and not op.set_description and metadata is None:
+    if op.ttl_seconds is not None and not 1 <= op.ttl_seconds <= MAX_TTL_SECONDS:
+        raise InvalidParameter(f"ttl_seconds must be between 1 and {MAX_TTL_SECONDS}", "ttl_seconds")
+    renews_only = op.change is None and description is None and not op.set_description and metadata is None
+    if renews_only and op.ttl_seconds is None:
         raise InvalidParameter(
-            "nothing to change: give description, metadata or one edit operation", "description"
+            "nothing to change: give description, metadata, ttl_seconds or one edit operation", "description"
         )
     scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
     store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
@@ -406,21 +411,42 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
             raise NotFound(f"no entry at {found.path} in scope {found.scope}")
         if op.if_match is not None and current.version != op.if_match:
             raise Aborted(f"the entry is at version {current.version}, not {op.if_match}")
-        contents = within(_apply(current.contents, op.change), "contents", MAX_CONTENTS)
-        keep = description is None and not op.set_description
-        row = await repo.update_contents(
-            conn,
-            current.id,
-            current.version,
-            contents,
-            current.description if keep else description,
-            principal.name,
-            metadata,
-        )
-        assert row is not None  # the row lock held the version
-        await record_lineage(conn, principal.name, _ref(row), [], origin)
+        if renews_only:
+            assert op.ttl_seconds is not None
+            renewed = await repo.set_expiry(conn, current.id, op.ttl_seconds)
+        else:
+            renewed = await _changed(conn, principal, current, op, description, metadata, origin)
+    _expiring(ctx, renewed)
     _written(ctx)
-    return Written(row, readable)
+    return Written(renewed, readable)
+
+
+async def _changed(
+    conn: asyncpg.Connection,
+    principal: Principal,
+    current: EntryRow,
+    op: ops.Edit,
+    description: str | None,
+    metadata: dict[str, object] | None,
+    origin: TranscriptRef | None,
+) -> EntryRow:
+    """The edit's change to a row locked at its current version (and its new expiry, if any)."""
+    contents = within(_apply(current.contents, op.change), "contents", MAX_CONTENTS)
+    keep = description is None and not op.set_description
+    row = await repo.update_contents(
+        conn,
+        current.id,
+        current.version,
+        contents,
+        current.description if keep else description,
+        principal.name,
+        metadata,
+    )
+    assert row is not None  # the row lock held the version
+    await record_lineage(conn, principal.name, _ref(row), [], origin)
+    if op.ttl_seconds is not None:
+        row = await repo.set_expiry(conn, row.id, op.ttl_seconds)
+    return row
 
 
 async def delete(ctx: Context, principal: Principal, op: ops.Delete) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 UC = "/api/2.1/unity-catalog"
 STORE = "main.default.durable"
-WRITERS = 8
+WRITERS = 8  # acknowledged writes are counted in tens: enough to be in flight when killed
 RECOVERY_DEADLINE = 120.0  # a bound for the test, not a speed claim (see README for figures)
 
 
@@ -168,7 +168,7 @@ def test_kill_postgres_during_writes_loses_nothing_and_service_resumes(live_serv
         create_store(server.url, token)
         pgdata = data_dir / "postgres"
         with Writers(server.url, token) as writers:
-            writers.wait_for(150, 60)
+            writers.wait_for(60, 60)
             old = kill_postmaster(pgdata)
             killed_at = time.monotonic()
             # the server brings PostgreSQL back by itself and writes are acknowledged again
@@ -176,7 +176,7 @@ def test_kill_postgres_during_writes_loses_nothing_and_service_resumes(live_serv
             while not [a for a in writers.acked if a[3] > killed_at + 0.5]:
                 assert time.monotonic() < killed_at + RECOVERY_DEADLINE, writers.statuses
                 time.sleep(0.1)
-            writers.wait_for(writers.count() + 100, 60)
+            writers.wait_for(writers.count() + 40, 60)
         assert postmaster_pid(pgdata) != old
         assert writers.statuses["503 TEMPORARILY_UNAVAILABLE"] > 0, writers.statuses
         assert not writers.bad, writers.bad[:5]
@@ -199,7 +199,7 @@ def test_kill_the_server_during_writes_loses_nothing(live_server, data_dir, post
     create_store(server.url, token)
     pgdata = data_dir / "postgres"
     with Writers(server.url, token) as writers:
-        writers.wait_for(150, 60)
+        writers.wait_for(60, 60)
         pid = postmaster_pid(pgdata)
         server.process.kill()
         if postgres_too:

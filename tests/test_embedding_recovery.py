@@ -225,3 +225,62 @@ def test_rows_claimed_elsewhere_wait_for_the_claim_to_run_out(settings, database
         ]
         # no write, no search: the worker looks again when the claim runs out
         wait_for(lambda: "/claimed.md" not in unembedded(database_url), "the claimed row to be embedded", 60)
+
+
+def test_rows_claimed_by_a_session_that_ended_are_embedded_at_once(settings, database_url):
+    """A claim holds while the database session that took it lives: a row claimed by a session
+    still open is left alone, and once that session ends (its process died) the row is embedded
+    without waiting for the claim's lease (ten minutes here) to run out."""
+    import threading
+
+    from catalog.search import repo as search_repo
+
+    headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
+    claimed, release = threading.Event(), threading.Event()
+
+    def other_process(store_id: str) -> None:
+        async def run() -> None:
+            conn = await asyncpg.connect(database_url)
+            try:
+                async with conn.transaction():  # written and claimed at once: the worker never sees it free
+                    await conn.execute(
+                        "INSERT INTO entries (store_id, scope, path, contents, created_by, updated_by) "
+                        "VALUES ($1, 'u', '/owned.md', 'numbat termites', 'x', 'x')",
+                        store_id,
+                    )
+                    rows = await search_repo.claim_unembedded(conn, 100, lease=600)
+                assert "numbat termites" in [r["contents"] for r in rows]
+                claimed.set()
+                await asyncio.to_thread(release.wait, 60)
+            finally:
+                await conn.close()  # the process dies: its session ends
+
+        asyncio.run(run())
+
+    with TestClient(create_app(settings, encoder=HashEncoder()), raise_server_exceptions=False) as c:
+        body = {"name": "emb-dead", "catalog_name": "main", "schema_name": "default"}
+        assert c.post(f"{UC}/memory-stores", headers=headers, json=body).status_code == 200
+        search = c.app.state.runtime.context.search
+        query = "SELECT id FROM memory_stores WHERE name = 'emb-dead'"
+        store_id = asyncio.run(_fetchval(database_url, query))
+        thread = threading.Thread(target=other_process, args=(store_id,))
+        thread.start()
+        try:
+            assert claimed.wait(30)
+            before = search.passes.done
+            search.written()
+            wait_for(lambda: search.passes.done > before, "an embedding pass", 30)
+            assert "/owned.md" in unembedded(database_url)  # its claimer lives: left alone
+        finally:
+            release.set()
+            thread.join(30)
+        search.written()
+        wait_for(lambda: "/owned.md" not in unembedded(database_url), "the row to be embedded", 30)
+
+
+async def _fetchval(url: str, statement: str) -> object:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(statement)
+    finally:
+        await conn.close()

@@ -233,16 +233,29 @@ async def rebuild_vector_index(conn: Conn, corpus: Corpus = ENTRIES) -> None:
     await conn.execute(f"REINDEX INDEX {corpus.hnsw_index}")
 
 
+# A claim holds while its lease runs and the database session that took it is alive (its
+# backend, by pid and start time: a pid may be reused); a claim without a claimer holds its lease.
+_CLAIM_HELD = (
+    "embedding_claim > clock_timestamp() AND (embedding_claimer IS NULL OR EXISTS ("
+    "  SELECT 1 FROM pg_stat_activity a WHERE a.pid = embedding_claimer "
+    "  AND a.backend_start = embedding_claimer_start))"
+)
+
+
 async def claim_unembedded(
     conn: Conn, limit: int, corpus: Corpus = ENTRIES, lease: float = 60.0
 ) -> list[asyncpg.Record]:
     """Claim up to `limit` rows whose vector is stale and that no live claim holds, for `lease`
-    seconds, in one short statement: no row lock is held while the model runs, so writes to
-    these rows never wait for it (SKIP LOCKED passes over rows a writer holds right now)."""
+    seconds and this database session, in one short statement: no row lock is held while the
+    model runs, so writes to these rows never wait for it (SKIP LOCKED passes over rows a writer
+    holds right now). The caller keeps the connection for the whole pass: when its process dies,
+    the session ends and the claims are free at once."""
     return await conn.fetch(
-        f"UPDATE {corpus.table} t SET embedding_claim = clock_timestamp() + make_interval(secs => $2) "
+        f"UPDATE {corpus.table} t SET embedding_claim = clock_timestamp() + make_interval(secs => $2), "
+        "embedding_claimer = pg_backend_pid(), embedding_claimer_start = ("
+        "  SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()) "
         f"FROM (SELECT id FROM {corpus.table} WHERE embedded_version IS DISTINCT FROM version "
-        "      AND (embedding_claim IS NULL OR embedding_claim < clock_timestamp()) "
+        f"      AND (embedding_claim IS NULL OR NOT ({_CLAIM_HELD})) "
         "      LIMIT $1 FOR UPDATE SKIP LOCKED) c "
         "WHERE t.id = c.id RETURNING t.id, t.version, t.contents, t.description",
         limit,
@@ -254,18 +267,18 @@ async def release_claims(conn: Conn, ids: Sequence[str], corpus: Corpus = ENTRIE
     """Let go of claims whose rows were not given a vector (a newer version came, the model
     failed): the next pass may take them at once."""
     await conn.execute(
-        f"UPDATE {corpus.table} SET embedding_claim = NULL WHERE id = ANY($1::uuid[]) "
-        "AND embedding_claim IS NOT NULL",
+        f"UPDATE {corpus.table} SET embedding_claim = NULL, embedding_claimer = NULL, "
+        "embedding_claimer_start = NULL WHERE id = ANY($1::uuid[]) AND embedding_claim IS NOT NULL",
         list(ids),
     )
 
 
 async def next_claim_expiry(conn: Conn, corpus: Corpus = ENTRIES) -> float | None:
-    """Seconds until the first live claim on a stale row runs out (a claim another process holds,
-    or held when it died), or None when there is none."""
+    """Seconds until the first live claim on a stale row runs out (a claim another process
+    holds), or None when there is none (a claim whose session is gone is free already)."""
     value = await conn.fetchval(
         f"SELECT extract(epoch FROM min(embedding_claim) - clock_timestamp()) FROM {corpus.table} "
-        "WHERE embedded_version IS DISTINCT FROM version AND embedding_claim > clock_timestamp()"
+        f"WHERE embedded_version IS DISTINCT FROM version AND {_CLAIM_HELD}"
     )
     return None if value is None else float(value)
 

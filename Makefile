@@ -36,7 +36,10 @@ run: $(VENV)/.installed-run ## start the server on http://127.0.0.1:8080 (embedd
 	@echo "mint an admin token in another terminal:  TOKEN=\$$($(BIN)/catalog token --sub admin)"
 	$(BIN)/catalog serve
 
-test: $(VENV)/.installed-dev ## the import layers, then the whole test suite against a real PostgreSQL with pgvector
+test: $(VENV)/.installed-dev ## ruff, mypy and the import layers, then the whole test suite against a real PostgreSQL with pgvector
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy catalog
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest $(PYTEST_ARGS)
 

@@ -29,8 +29,8 @@ from catalog.auth import Principal
 from catalog.db import apply_migrations, create_pool
 from catalog.governance import Authorizer, Node, Securable, SecurableType, action
 from catalog.governance.actions import GRANTABLE
-from catalog.namespace import bootstrap, get_metastore
-from catalog.permissions.repo import change_grants
+from catalog.governance.namespace import bootstrap, get_metastore
+from catalog.governance.permissions.repo import change_grants
 
 C, S, T = SecurableType.CATALOG, SecurableType.SCHEMA, SecurableType.MEMORY_STORE
 

@@ -37,7 +37,6 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.live import REPO, BenchServer
-from catalog.search.context import neighbour_paths
 from catalog.search.fusion import (
     DEFAULT_WEIGHTS,
     RECOMMENDED_FLOOR,
@@ -46,6 +45,7 @@ from catalog.search.fusion import (
     ranked,
     with_context,
 )
+from catalog.search.neighbours import neighbour_paths
 
 STORE = "main.default.locomo"
 UC = "/api/2.1/unity-catalog"

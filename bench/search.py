@@ -43,7 +43,7 @@ from catalog.entries import operations as ops
 from catalog.entries import repo as entries_repo
 from catalog.entries import service as entries
 from catalog.runtime import EMBEDDED_DATABASE, Runtime, ensure_database, load_encoder
-from catalog.search import context as search_context
+from catalog.search import neighbours as search_context
 from catalog.search import scope_index
 from catalog.settings import Settings
 

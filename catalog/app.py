@@ -18,35 +18,36 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
-from catalog import __version__, namespace
-from catalog.agents.routes import router as agents_router
-from catalog.agents.routes import store_router as agents_store_router
-from catalog.audit.routes import router as audit_router
+from catalog import __version__
+from catalog.audit.auditors.routes import router as audit_router
 from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
 from catalog.console import CONSOLE_PATHS, console_error
 from catalog.console import router as console_router
 from catalog.context import Context
-from catalog.conversations.routes import routers as conversations_routers
+from catalog.dialects.agents.routes import router as agents_router
+from catalog.dialects.agents.routes import store_router as agents_store_router
+from catalog.dialects.conversations.routes import routers as conversations_routers
+from catalog.dialects.extraction.routes import router as extraction_router
+from catalog.dialects.mcp import routes as toolkit
+from catalog.dialects.pipelines.routes import router as pipelines_router
+from catalog.dialects.responses.routes import routers as responses_routers
+from catalog.dialects.sessions.routes import router as sessions_router
+from catalog.dialects.sessions.routes import store_router as sessions_store_router
+from catalog.dialects.transcripts.routes import routers as transcripts_routers
 from catalog.entries.routes import router as entries_router
 from catalog.entries.routes import system_router
 from catalog.errors import handle_exception
-from catalog.extraction.routes import router as extraction_router
-from catalog.groups.routes import router as groups_router
-from catalog.http import RequestContext
+from catalog.governance import namespace
+from catalog.governance.groups.routes import router as groups_router
+from catalog.governance.permissions.routes import router as permissions_router
+from catalog.governance.principals.routes import router as principals_router
 from catalog.metrics.routes import router as metrics_router
-from catalog.openapi import finish
-from catalog.ops import databricks_config, healthz
-from catalog.permissions.routes import router as permissions_router
-from catalog.pipelines.routes import router as pipelines_router
-from catalog.principals.routes import router as principals_router
-from catalog.responses.routes import routers as responses_routers
 from catalog.runtime import Runtime
 from catalog.search.embedder import Encoder
-from catalog.sessions.routes import router as sessions_router
-from catalog.sessions.routes import store_router as sessions_store_router
 from catalog.settings import Settings
-from catalog.toolkit import routes as toolkit
-from catalog.transcripts.routes import routers as transcripts_routers
+from catalog.web.health import databricks_config, healthz
+from catalog.web.middleware import RequestContext
+from catalog.web.openapi import finish
 
 
 def _context(request: Request[Any, Any, Any]) -> Context:
@@ -127,6 +128,6 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
         logging_config=None,
         debug=False,
     )
-    finish(app)  # the OpenAPI document, completed once (see catalog/openapi.py)
+    finish(app)  # the OpenAPI document, completed once (see catalog/web/openapi.py)
     app.asgi_handler = RequestContext(app.asgi_handler)
     return app

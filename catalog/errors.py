@@ -53,7 +53,7 @@ class PermissionDenied(CatalogError):
     error_code = "PERMISSION_DENIED"
 
 
-# The `opt` flag of the memory-store routes (`catalog.routing.router(..., memory_store=True)`).
+# The `opt` flag of the memory-store routes (`catalog.web.routing.router(..., memory_store=True)`).
 MEMORY_STORE_ROUTE = "memory_store_route"
 
 

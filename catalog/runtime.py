@@ -14,20 +14,21 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from catalog import conversations, llm, sessions
-from catalog.auditlog.writer import AuditWriter, early_unlock_supported, record_system_events
+from catalog import llm
+from catalog.audit.log.writer import AuditWriter, early_unlock_supported, record_system_events
 from catalog.auth import TokenVerifier
 from catalog.context import Context
 from catalog.db import DatabaseMonitor, EmbeddedPostgres, apply_migrations, create_pool
+from catalog.dialects import conversations, sessions
+from catalog.dialects.pipelines import PipelineWorker
 from catalog.entries.expiry import ExpirySweeper
 from catalog.governance import Access, Authorizer, Node, SecurableType
-from catalog.limits import RateLimiter
-from catalog.namespace import bootstrap, get_metastore
-from catalog.pipelines import PipelineWorker
-from catalog.principals import SeenPrincipals
+from catalog.governance.namespace import bootstrap, get_metastore
+from catalog.governance.principals import SeenPrincipals
 from catalog.search import SearchEngine
 from catalog.search.embedder import DIMENSIONS, Embedder, Encoder, ModelError, ModelFiles, OnnxEncoder
 from catalog.settings import Settings
+from catalog.web.limits import RateLimiter
 
 log = logging.getLogger("catalog.runtime")
 
@@ -137,7 +138,7 @@ class Runtime:
     db: DatabaseMonitor
     limiter: RateLimiter | None = None
     principals: SeenPrincipals | None = None  # records token subjects (the auth middleware tells it)
-    pipelines: PipelineWorker | None = None  # does memory pipelines' runs (catalog.pipelines.worker)
+    pipelines: PipelineWorker | None = None  # does memory pipelines' runs (catalog.dialects.pipelines.worker)
     expiry: ExpirySweeper | None = None  # deletes expired entries in the background
 
     @classmethod

@@ -250,7 +250,7 @@ def test_one_chain_across_two_processes_and_a_restart(client, token, database_ur
 
 
 def test_a_change_commits_with_its_event_or_not_at_all(client, token, aud, monkeypatch):
-    import catalog.auditlog.writer as writer
+    import catalog.audit.log.writer as writer
 
     original = writer.append_on
 
@@ -313,8 +313,8 @@ def test_nul_characters_are_refused_and_still_audited(client, token, aud):
 def test_a_batch_is_numbered_and_hashed_in_order(client, database_url):
     """The writer's batches go through `audit_append()` as one statement: consecutive seqs in the
     given order, and the database's hashes are the ones `verify` recomputes."""
-    from catalog.auditlog.chain import verify
-    from catalog.auditlog.writer import append, complete
+    from catalog.audit.log.chain import verify
+    from catalog.audit.log.writer import append, complete
     from catalog.db import create_pool
 
     async def run():  # type: ignore[no-untyped-def]
@@ -348,7 +348,7 @@ def test_a_batch_is_numbered_and_hashed_in_order(client, database_url):
 
 def test_an_agents_store_update_is_one_change_with_its_event(client, token, monkeypatch):
     """display_name and description change in one transaction, the one carrying the event."""
-    import catalog.namespace.service as namespace
+    import catalog.governance.namespace.service as namespace
 
     agents = "/api/2.0/agents/memory-stores"
     r = client.post(agents, headers=token(), params={"managed_memory_store_id": "one-change"}, json={})

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from catalog.auth import TokenVerifier, ensure_dev_key, mint_dev_token
-from catalog.auth.keys import PRIVATE_KEY_FILE
+from catalog.auth.signing import PRIVATE_KEY_FILE
 from catalog.auth.tokens import LEEWAY_SECONDS
 from catalog.errors import Unauthenticated
 from catalog.settings import DEV_AUDIENCE, DEV_ISSUER, Settings

@@ -288,9 +288,9 @@ def test_grantable_table_matches_the_contract():
 def test_every_action_is_documented():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "catalog" / "governance" / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "policies" / "README.md").read_text()
     for name in ACTIONS:
-        assert f"`{name}`" in readme, f"action {name} is not documented in catalog/governance/README.md"
+        assert f"`{name}`" in readme, f"action {name} is not documented in policies/README.md"
 
 
 # --- differential test against the oracle --------------------------------------------------------

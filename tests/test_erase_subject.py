@@ -220,7 +220,9 @@ def test_every_form_of_a_scope_or_a_filter_in_the_audit_log_goes_with_its_subjec
 
     before = asyncio.run(tables_holding(settings.database_url, [subject]))
     assert "public.entries.scope" in before
-    assert not any(place.startswith(("public.audit_events", "public.subject_keys")) for place in before), before
+    assert not any(place.startswith(("public.audit_events", "public.subject_keys")) for place in before), (
+        before
+    )
 
     r = client.post(f"{UC}/system/erase-subject", headers=token(), json={"subject": subject})
     assert r.status_code == 200, r.text

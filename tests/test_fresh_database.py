@@ -21,7 +21,7 @@ from catalog.settings import Settings
 REPO = Path(__file__).resolve().parents[1]
 UC = "/api/2.1/unity-catalog"
 # the migrations a first start applies, in order: one `system.migrate` event each
-VERSIONS = sorted(int(p.name[:4]) for p in (REPO / "catalog" / "db" / "migrations").glob("*.sql"))
+VERSIONS = sorted(int(p.name[:4]) for p in (REPO / "sql" / "migrations").glob("*.sql"))
 assert VERSIONS, "no migrations found"
 
 

@@ -20,7 +20,7 @@ from catalog.errors import (
     Unauthenticated,
     error_body,
 )
-from catalog.http import JsonFormatter
+from catalog.web.middleware import JsonFormatter
 
 UC = "/api/2.1/unity-catalog"
 
@@ -68,7 +68,12 @@ def test_openapi_is_3_1_and_lists_the_namespace_routes(client):
 def test_openapi_describes_degraded_search_answers(client):
     """Every search answer may carry `degraded` (the legs that may have missed rows)."""
     schemas = client.get("/openapi.json").json()["components"]["schemas"]
-    for name in ("SearchResponse", "AgentSearchResult", "ConversationSearchResponse", "SessionItemSearchResponse"):
+    for name in (
+        "SearchResponse",
+        "AgentSearchResult",
+        "ConversationSearchResponse",
+        "SessionItemSearchResponse",
+    ):
         degraded = schemas[name]["properties"]["degraded"]
         assert "incomplete" in degraded["description"], name
         assert "degraded" not in schemas[name].get("required", []), name
@@ -146,7 +151,7 @@ def test_json_body_without_content_type_is_accepted(client, token):
 
 
 def test_internal_errors_show_no_trace_and_are_logged_with_the_request_id(client, token, caplog, monkeypatch):
-    from catalog.namespace import service
+    from catalog.governance.namespace import service
 
     async def boom(*args, **kwargs):
         raise RuntimeError("secret detail in a stack trace")

@@ -10,8 +10,8 @@ import pytest
 from litestar.testing import TestClient
 
 from catalog.app import create_app
-from catalog.inputs import MAX_JSON_DEPTH
 from catalog.search.embedder import HashEncoder
+from catalog.wire.inputs import MAX_JSON_DEPTH
 
 UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents/memory-stores"
@@ -339,7 +339,7 @@ def test_an_undocumented_method_is_405_json_naming_the_allowed_ones(client, toke
 
 
 def test_options_names_every_method_of_the_path(client, token, world):
-    """Litestar 2 would answer only the first method registered on a path (catalog/routing.py)."""
+    """Litestar 2 would answer only the first method registered on a path (catalog/web/routing.py)."""
     for path, methods in [
         (f"{UC}/catalogs", {"GET", "POST"}),
         (f"{UC}/catalogs/inp", {"GET", "PATCH", "DELETE"}),
@@ -405,7 +405,7 @@ def test_every_request_body_forbids_unknown_fields_at_every_level(settings):
 
 
 def test_wire_type_names_are_unique_so_the_document_names_each_once(settings):
-    """catalog/openapi.py keys the component schemas by class name."""
+    """catalog/web/openapi.py keys the component schemas by class name."""
     app = create_app(settings, encoder=HashEncoder())
     found: set[type] = set()
     for handler in _handlers(app):
@@ -420,7 +420,7 @@ def test_wire_type_names_are_unique_so_the_document_names_each_once(settings):
 
 
 def test_every_api_route_goes_through_the_request_gate(settings):
-    from catalog.inputs import check_request
+    from catalog.wire.inputs import check_request
 
     app = create_app(settings, encoder=HashEncoder())
     api = [

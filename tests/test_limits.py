@@ -18,9 +18,9 @@ from litestar.testing import TestClient
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
-from catalog.limits import RateLimiter
 from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings, SettingsError
+from catalog.web.limits import RateLimiter
 
 UC = "/api/2.1/unity-catalog"
 
@@ -93,7 +93,7 @@ def test_a_principal_over_its_rate_is_429_with_retry_after_and_audited(limited):
 
 def test_a_request_over_the_timeout_is_504(limited, monkeypatch):
     client, settings = limited
-    from catalog.namespace import service
+    from catalog.governance.namespace import service
 
     async def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
         await asyncio.sleep(5)

@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from catalog.db import MIGRATIONS_DIR, apply_migrations, load_migrations, locks
-from catalog.namespace import bootstrap
+from catalog.governance.namespace import bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
 # any advisory lock function called with literal numbers: pg_advisory_xact_lock(1886350457)
@@ -44,9 +44,10 @@ def test_migration_files_are_numbered(tmp_path):
         load_migrations(tmp_path)
 
 
-def test_migrations_are_package_data_beside_the_runner():
-    # read through importlib.resources from the package, so an installed wheel finds them too
-    assert Path(str(MIGRATIONS_DIR)) == REPO / "catalog" / "db" / "migrations"
+def test_migrations_are_the_sql_directory_read_as_package_data():
+    # read through importlib.resources from the package catalog.sql (the tree's sql/, mapped by
+    # pyproject.toml), so an installed wheel finds them too
+    assert Path(str(MIGRATIONS_DIR)) == REPO / "sql" / "migrations"
     assert [m.name for m in load_migrations()][:2] == ["extensions", "namespace"]
 
 

@@ -21,9 +21,9 @@ from catalog import errors
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.errors import TemporarilyUnavailable, is_unavailable, to_catalog_error
-from catalog.http import JsonFormatter, PlainFormatter, configure_logging
 from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
+from catalog.web.middleware import JsonFormatter, PlainFormatter, configure_logging
 
 UC = "/api/2.1/unity-catalog"
 
@@ -189,7 +189,7 @@ def test_a_query_that_meets_a_dead_connection_is_503_and_probes_at_once(client, 
     runtime = client.app.state.runtime
     probed = []
     monkeypatch.setattr(runtime.db, "suspect", lambda: probed.append(True))
-    from catalog.namespace import service
+    from catalog.governance.namespace import service
 
     async def dead(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
@@ -249,7 +249,7 @@ def test_the_plain_format_is_one_readable_line():
 
 
 def test_a_deferred_event_whose_append_committed_unseen_is_not_appended_twice(client, token, monkeypatch):
-    import catalog.auditlog.writer as writer
+    import catalog.audit.log.writer as writer
 
     runtime = client.app.state.runtime
     original = writer.append_on

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from catalog.auth import mint_dev_token
-from catalog.principals import repo
+from catalog.governance.principals import repo
 from catalog.settings import Settings
 
 SCIM = "/api/2.0/preview/scim/v2"

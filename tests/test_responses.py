@@ -284,7 +284,9 @@ def test_a_write_only_caller_gets_no_response_over_a_conversation_it_may_not_rea
         )
     assert "READ" in refused.value.body["message"] or "read" in refused.value.body["message"]
     with pytest.raises(openai.PermissionDeniedError):
-        client_for(live, "wanda").responses.create(model="m", input="Repeat it.", conversation=conv, stream=True)
+        client_for(live, "wanda").responses.create(
+            model="m", input="Repeat it.", conversation=conv, stream=True
+        )
     assert llm.requests == []
     assert [item["content"][0]["text"] for item in items(live, conv)] == ["My PIN is 4711."]
     # the refusal is audited as the read it needed

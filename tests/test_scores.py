@@ -10,7 +10,6 @@ import uuid
 import pytest
 
 from catalog.db import create_pool
-from catalog.search.context import neighbour_paths, neighbours
 from catalog.search.fulltext import FullTextIndex, IndexedEntry
 from catalog.search.fusion import (
     DEFAULT_WEIGHTS,
@@ -22,6 +21,7 @@ from catalog.search.fusion import (
     term_weight,
     with_context,
 )
+from catalog.search.neighbours import neighbour_paths, neighbours
 
 UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.scores"

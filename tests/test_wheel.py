@@ -32,20 +32,44 @@ from catalog.db import running_url
 REPO = Path(__file__).resolve().parents[1]
 UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.wheel_store"
-# Files in catalog/ that are documentation for people, not read by the package.
-DOCS = {"README.md"}
+# What the wheel is built from: catalog/, and the two directories of the tree that become packages
+# of it (pyproject.toml's package-dir): sql/ is catalog/sql, policies/ is catalog/policies.
+SOURCES = {"catalog": "catalog", "sql": "catalog/sql", "policies": "catalog/policies"}
+DOCS = {"README.md"}  # documentation for people, not read by the package
 
 
 def _package_data_files() -> set[str]:
-    """Every file under catalog/ that is not Python source or documentation, as a wheel path."""
+    """Every file of the sources that is not Python source or documentation, as a wheel path."""
     return {
-        path.relative_to(REPO).as_posix()
-        for path in (REPO / "catalog").rglob("*")
+        f"{inside}/{path.relative_to(REPO / tree).as_posix()}"
+        for tree, inside in SOURCES.items()
+        for path in (REPO / tree).rglob("*")
         if path.is_file()
         and "__pycache__" not in path.parts
         and path.suffix not in (".py", ".pyc")
         and path.name not in DOCS
     }
+
+
+def _source_of(wheel_path: str) -> Path:
+    """The file of the tree a wheel path comes from."""
+    for tree, inside in sorted(SOURCES.items(), key=lambda item: -len(item[1])):
+        if wheel_path.startswith(inside + "/"):
+            return REPO / tree / wheel_path[len(inside) + 1 :]
+    raise AssertionError(wheel_path)
+
+
+def test_pyproject_lists_every_package_of_the_tree():
+    """setuptools is given the packages by name (two of them are mapped from other folders), so a
+    new package of catalog/ must be listed too, or the wheel would leave it out."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        p.parent.relative_to(REPO).as_posix().replace("/", ".")
+        for p in (REPO / "catalog").rglob("__init__.py")
+    }
+    assert listed == found | {"catalog.sql", "catalog.policies"}
 
 
 def _free_port() -> int:
@@ -94,7 +118,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     # Build from a copy of what the wheel is made of, so that setuptools' build/ and egg-info
     # directories never land in the checkout (and a stale build/ there cannot leak into the wheel).
     source = root / "source"
-    shutil.copytree(REPO / "catalog", source / "catalog", ignore=shutil.ignore_patterns("__pycache__"))
+    for tree in SOURCES:
+        shutil.copytree(REPO / tree, source / tree, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, source / name)
     dist = root / "dist"
@@ -126,8 +151,8 @@ def test_the_wheel_holds_every_data_file_the_package_reads(installed):
     # the ones the issue named, so that the scan above cannot silently come up empty
     assert {
         "catalog/py.typed",
-        "catalog/db/migrations/0001_extensions.sql",
-        "catalog/governance/model.conf",
+        "catalog/sql/migrations/0001_extensions.sql",
+        "catalog/policies/model.conf",
         "catalog/search/data/minilm-tokenizer.json",
         "catalog/search/data/stopwords-en.txt",
         "catalog/console/templates/base.html",
@@ -138,7 +163,7 @@ def test_the_wheel_holds_every_data_file_the_package_reads(installed):
         names = set(wheel.namelist())
         assert expected <= names, f"missing from the wheel: {sorted(expected - names)}"
         for name in expected:  # byte for byte: migrations are recorded by version, never edited
-            assert wheel.read(name) == (REPO / name).read_bytes(), name
+            assert wheel.read(name) == _source_of(name).read_bytes(), name
         assert not [n for n in names if n.startswith(("sql/", "policies/", "tests/"))]
 
 

@@ -1,8 +1,8 @@
 """Authentication: bearer JWTs verified against the dev key, a static public key or a JWKS."""
 
-from catalog.auth.keys import ensure_dev_key, load_dev_private_key
 from catalog.auth.middleware import AUTH_EXEMPT_PATHS, JWTAuthMiddleware, authenticate
 from catalog.auth.principal import Principal
+from catalog.auth.signing import ensure_dev_key, load_dev_private_key
 from catalog.auth.tokens import ALLOWED_ALGORITHMS, TokenVerifier, mint_dev_token
 
 __all__ = [

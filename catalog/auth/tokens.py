@@ -38,8 +38,8 @@ from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, EllipticCurv
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
-from catalog.auth.keys import ensure_dev_key, key_id, load_dev_private_key
 from catalog.auth.principal import Principal
+from catalog.auth.signing import ensure_dev_key, key_id, load_dev_private_key
 from catalog.errors import Unauthenticated
 from catalog.settings import Settings
 

@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from catalog.audit.service import Timeline
-from catalog.lineage.schemas import Lineage, LineageEnd, TranscriptEnd
+from catalog.audit.auditors.service import Timeline
+from catalog.audit.lineage.schemas import Lineage, LineageEnd, TranscriptEnd
 
 # --- events over time -------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from litestar import MediaType, Request, Response
 from litestar.response import Redirect
 
-from catalog.auditlog import note_refusal
+from catalog.audit.log import note_refusal
 from catalog.auth import Principal
 from catalog.console.session import COOKIE, COOKIE_PATH, CsrfRefused, SignInRequired, csrf_token
 from catalog.errors import handle_exception

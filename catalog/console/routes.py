@@ -17,7 +17,7 @@ from litestar.middleware import DefineMiddleware
 from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.static_files import create_static_files_router
 
-from catalog.auditlog import note_success_status
+from catalog.audit.log import note_success_status
 from catalog.auth import Principal, authenticate
 from catalog.console import service
 from catalog.console.render import console_error, page, redirect

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import cast
 
-from catalog.audit import service as audit
+from catalog.audit.auditors import service as audit
+from catalog.audit.lineage import service as lineage
 from catalog.auth import Principal
 from catalog.console.charts import LineageGraph, TimelineChart, lineage_graph, timeline_chart
 from catalog.context import Context
@@ -22,12 +23,11 @@ from catalog.entries.repo import EntryRow
 from catalog.errors import InvalidParameter
 from catalog.governance import Securable, SecurableType
 from catalog.governance.actions import GRANTABLE
-from catalog.inputs import MAX_PRINCIPAL, blank
-from catalog.lineage import service as lineage
-from catalog.namespace import service as namespace
-from catalog.namespace.schemas import CatalogInfo, MemoryStoreInfo, SchemaInfo
-from catalog.permissions import service as permissions
-from catalog.permissions.schemas import PermissionsChange, PrivilegeAssignment, UpdatePermissions
+from catalog.governance.namespace import service as namespace
+from catalog.governance.namespace.schemas import CatalogInfo, MemoryStoreInfo, SchemaInfo
+from catalog.governance.permissions import service as permissions
+from catalog.governance.permissions.schemas import PermissionsChange, PrivilegeAssignment, UpdatePermissions
+from catalog.wire.inputs import MAX_PRINCIPAL, blank
 
 LIST_PAGE = 50  # rows of a listing page (the server's page cap lowers it)
 ENTRIES_PAGE = 20

@@ -12,7 +12,7 @@ Rules:
   network went quiet). Any answer ends the silence; a failure of a probe that began before the
   last answer says nothing and is ignored;
 - requests are refused before they touch the database (503 `TEMPORARILY_UNAVAILABLE`,
-  catalog.http; `/healthz` says why) only when the verdict is down AND a quick attempt of the
+  catalog.web.middleware; `/healthz` says why) only when the verdict is down AND a quick attempt of the
   request's own also fails: a connection of the requests' pool answering `SELECT 1` within
   `ATTEMPT_TIMEOUT` (`admit()`; concurrent requests share one attempt). The verdict spares
   requests the wait for a database that is away (a refused attempt fails at once, a silent one

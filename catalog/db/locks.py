@@ -14,7 +14,7 @@ from __future__ import annotations
 MIGRATIONS = 0x6D656D63  # "memc"
 
 # The policy writers' transaction lock: the policy_log triggers of 0003_governance.sql take it
-# (as 1886350457) before numbering a change, and catalog/groups/repo.py takes it so that checks
+# (as 1886350457) before numbering a change, and catalog/governance/groups/repo.py takes it so that checks
 # made under it see every committed policy change and no concurrent one.
 POLICY_LOG = 0x706F6C79  # "poly" = 1886350457
 

@@ -1,11 +1,12 @@
-"""The migration runner: `catalog/db/migrations/NNNN_name.sql`, applied in order, each once.
+"""The migration runner: `sql/migrations/NNNN_name.sql`, applied in order, each once.
 
 Each applied file is recorded in `schema_migrations` in the same transaction as its statements.
 A session advisory lock serialises concurrent starts of several processes on one database. The
 files themselves are written to be idempotent too, so running them twice changes nothing.
 
-The files are package data, read through `importlib.resources`: an installed wheel finds them
-in site-packages, wherever the process was started from.
+The files are package data of `catalog.sql` (the tree's `sql/`, mapped by pyproject.toml), read
+through `importlib.resources`: an installed wheel finds them in site-packages, wherever the process
+was started from.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import asyncpg
 
 from catalog.db import locks
 
-MIGRATIONS_DIR: Traversable = files("catalog.db") / "migrations"
+MIGRATIONS_DIR: Traversable = files("catalog.sql") / "migrations"  # sql/migrations in the tree
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 _VERSION_TABLE = """

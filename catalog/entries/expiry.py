@@ -19,7 +19,7 @@ import uuid
 
 import asyncpg
 
-from catalog.auditlog.writer import append_on, complete
+from catalog.audit.log.writer import append_on, complete
 from catalog.entries import repo
 from catalog.errors import is_unavailable
 

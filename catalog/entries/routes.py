@@ -11,7 +11,6 @@ from litestar.datastructures import ResponseHeader
 from litestar.di import NamedDependency
 from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 
-from catalog import routing
 from catalog.context import Context
 from catalog.entries import EntryRow, service
 from catalog.entries import operations as ops
@@ -39,7 +38,9 @@ from catalog.entries.schemas import (
     SearchResult,
 )
 from catalog.errors import InvalidParameter
-from catalog.keys import (
+from catalog.web import routing
+from catalog.web.openapi import Empty, errors
+from catalog.wire.entry_keys import (
     MAX_PATH,
     MAX_SCOPES,
     PATH_PATTERN,
@@ -52,9 +53,8 @@ from catalog.keys import (
     StoreFullNameParam,
     validate_scopes,
 )
-from catalog.metadata import validate as validate_metadata
-from catalog.openapi import Empty, errors
-from catalog.pagination import PageSize, PageToken
+from catalog.wire.metadata import validate as validate_metadata
+from catalog.wire.pagination import PageSize, PageToken
 
 Req = Request[Any, Any, Any]
 Ctx = NamedDependency[Context]

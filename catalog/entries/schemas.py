@@ -7,11 +7,11 @@ from typing import Annotated, Any
 import msgspec
 
 from catalog.entries.operations import SearchMode, WriteMode
-from catalog.inputs import NO_NUL, NOT_BLANK, Scope
-from catalog.keys import MAX_SCOPES, EntryPath, PathPrefix, SessionId
-from catalog.metadata import Metadata
-from catalog.names import StoreFullName
 from catalog.wire import Degraded, Input, Output
+from catalog.wire.entry_keys import MAX_SCOPES, EntryPath, PathPrefix, SessionId
+from catalog.wire.inputs import NO_NUL, NOT_BLANK, Scope
+from catalog.wire.metadata import Metadata
+from catalog.wire.names import StoreFullName
 
 MAX_CONTENTS = 512 * 1024  # characters
 MAX_DESCRIPTION = 4096

@@ -21,8 +21,11 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from catalog.auditlog import audited, note_result
-from catalog.auditlog.pseudonyms import forget as forget_subject
+from catalog.audit.lineage import EntryRef, TranscriptRef, check_origin
+from catalog.audit.lineage import erase_scope as erase_lineage
+from catalog.audit.lineage import record as record_lineage
+from catalog.audit.log import audited, note_result
+from catalog.audit.log.pseudonyms import forget as forget_subject
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import operations as ops
@@ -50,22 +53,19 @@ from catalog.errors import (
     is_unavailable,
 )
 from catalog.governance import Securable, SecurableType
-from catalog.inputs import within
-from catalog.keys import (
+from catalog.governance.namespace.service import ensure_not_held, held_stores_keeping, is_held, scope_binding
+from catalog.search import Found, Query
+from catalog.wire.entry_keys import (
     validate_path,
     validate_path_prefix,
     validate_scope,
     validate_scopes,
     validate_session,
 )
-from catalog.lineage import EntryRef, TranscriptRef, check_origin
-from catalog.lineage import erase_scope as erase_lineage
-from catalog.lineage import record as record_lineage
-from catalog.metadata import validate as validate_metadata
-from catalog.names import split_full_name
-from catalog.namespace.service import ensure_not_held, held_stores_keeping, is_held, scope_binding
-from catalog.pagination import Pages, page_size
-from catalog.search import Found, Query
+from catalog.wire.inputs import within
+from catalog.wire.metadata import validate as validate_metadata
+from catalog.wire.names import split_full_name
+from catalog.wire.pagination import Pages, page_size
 
 MIN_CANDIDATES = 30  # taken from each search mode before fusion (LoCoMo scores the same with more)
 

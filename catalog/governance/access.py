@@ -20,7 +20,7 @@ from typing import NoReturn
 
 import asyncpg
 
-from catalog.auditlog.writer import note_decision
+from catalog.audit.log.writer import note_decision
 from catalog.auth.principal import Principal
 from catalog.errors import NotFound, PermissionDenied
 from catalog.governance.actions import action

@@ -32,7 +32,7 @@ class Privilege(StrEnum):
         return cls("_".join(value.strip().upper().replace("_", " ").split()))
 
 
-# Only the metastore admin holds this: it is never grantable (see catalog/governance/README.md).
+# Only the metastore admin holds this: it is never grantable (see policies/README.md).
 METASTORE_ADMIN = "METASTORE_ADMIN"
 
 _S, _P = SecurableType, Privilege

@@ -1,6 +1,6 @@
 """The one authorization seam: `Authorizer.authorize(principal, action, securable) -> Decision`.
 
-Rules (model.conf states them for the engine; README.md beside it for people):
+Rules (policies/model.conf states them for the engine; policies/README.md for people):
 1. A privilege granted on a catalog or schema applies to everything below it; ALL_PRIVILEGES is
    every privilege applicable there or below except MANAGE. Grants reach a principal directly or
    through its groups (nested; `account users` holds every authenticated principal).
@@ -26,7 +26,7 @@ from typing import Any
 
 import asyncpg
 
-from catalog.auditlog.writer import note_decision
+from catalog.audit.log.writer import note_decision
 from catalog.auth.principal import Principal
 from catalog.errors import PermissionDenied
 from catalog.governance.actions import EFFECTIVE, METASTORE_ADMIN, Action, Privilege

@@ -1,7 +1,7 @@
-"""Casbin, the engine that decides. `model.conf` (beside this module) states the rules; this
-module hands the engine, per check, only the slice of the policy that can matter: the grants and
-ownerships on the securable's own chain (metastore → catalog → schema → store) held by the caller
-or one of its groups, the caller's group edges (g), and the chain's parent edges (g2).
+"""Casbin, the engine that decides. `policies/model.conf` (the package `catalog.policies`) states
+the rules; this module hands the engine, per check, only the slice of the policy that can matter:
+the grants and ownerships on the securable's own chain (metastore → catalog → schema → store)
+held by the caller or one of its groups, the caller's group edges (g), and the chain's parent edges (g2).
 
 Why a slice: pycasbin's `enforce()` evaluates the matcher once per policy line (several µs each), so
 handing it every grant would cost tens of ms per check at 100,000 grants. A slice has a handful
@@ -19,7 +19,7 @@ from typing import Any
 import casbin
 
 # Package data, read through importlib.resources so that an installed wheel finds it.
-MODEL: Traversable = files("catalog.governance") / "model.conf"
+MODEL: Traversable = files("catalog.policies") / "model.conf"  # policies/ in the tree
 
 
 class _Enforcer(casbin.Enforcer):

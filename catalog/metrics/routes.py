@@ -9,8 +9,8 @@ from litestar.di import NamedDependency
 
 from catalog.context import Context
 from catalog.metrics import service
-from catalog.openapi import errors
-from catalog.routing import router as build_router
+from catalog.web.openapi import errors
+from catalog.web.routing import router as build_router
 
 
 @get("/metrics", operation_id="getMetrics", media_type=service.CONTENT_TYPE, responses=errors())

@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 import asyncpg
 import numpy as np
 
-from catalog.search import context, repo, scope_index
+from catalog.search import neighbours, repo, scope_index
 from catalog.search.corpus import ENTRIES, TRANSCRIPTS, Corpus
 from catalog.search.embedder import Embedder
 from catalog.search.fulltext import FullTextIndex, prefix_fits
@@ -394,8 +394,10 @@ class SearchEngine:
         unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
         covered, more_cosine, near = await asyncio.gather(
             self._coverage(query, candidates),
-            context.similarities(self.pool, unscored, vector, query.corpus) if vector is not None else _none(),
-            context.neighbours(self.pool, candidates, query.path_prefix, query.corpus),
+            neighbours.similarities(self.pool, unscored, vector, query.corpus)
+            if vector is not None
+            else _none(),
+            neighbours.neighbours(self.pool, candidates, query.path_prefix, query.corpus),
         )
         cosine.update(more_cosine)
         own = {doc: hybrid_score(cosine.get(doc), covered[doc], w) for doc in candidates}

@@ -23,8 +23,8 @@ from typing import Any
 
 import tantivy
 
-from catalog.metadata import terms as metadata_terms
 from catalog.search.fusion import term_weight
+from catalog.wire.metadata import terms as metadata_terms
 
 log = logging.getLogger("catalog.search")
 
@@ -79,7 +79,7 @@ def _analyzer() -> Any:
 
 def _schema() -> Any:
     builder = tantivy.SchemaBuilder()
-    # `meta`: one term per metadata pair (catalog.metadata.terms), for filters
+    # `meta`: one term per metadata pair (catalog.wire.metadata.terms), for filters
     for name in ("entry_id", "store_id", "scope", "session", "path", "meta"):
         builder.add_text_field(name, stored=name == "entry_id", tokenizer_name="raw", index_option="basic")
     for name in ("contents", "description", "path_words"):

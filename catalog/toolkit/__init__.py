@@ -1,5 +1,6 @@
-"""Memory tools for agents: `MEMORY_INSTRUCTIONS` (the system prompt for memory), the tools
-defined once (`TOOLS`, `call`), and the MCP server that serves them."""
+"""The agent toolkit: `MEMORY_INSTRUCTIONS` (the system prompt for memory), and the memory tools
+defined once (`TOOLS`, `call`, `run_call`), each run as its entry operation. The MCP server
+(`catalog.dialects.mcp`), responses and extraction all offer these same tools."""
 
 from catalog.toolkit.calls import Outcome, function_tools, run_call
 from catalog.toolkit.instructions import EXTRACTION_INSTRUCTIONS, MEMORY_INSTRUCTIONS

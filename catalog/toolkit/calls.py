@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.auditlog import note_outcome, operation
+from catalog.audit.log import note_outcome, operation
 from catalog.context import Context
 from catalog.toolkit.tools import BY_NAME, TOOLS, Bound, ToolError, call
 

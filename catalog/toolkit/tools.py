@@ -1,7 +1,7 @@
 """The memory tools, defined once: their names, what they teach a model, their arguments, and
 what each does, as entry operations run by `catalog.entries.service` (so a tool call is
 authorized, held to the store's scope binding, validated and audited exactly like its REST twin).
-The MCP server (`catalog.toolkit.mcp`) serves them; any other tool-calling surface uses `TOOLS`
+The MCP server (`catalog.dialects.mcp`) serves them; any other tool-calling surface uses `TOOLS`
 and `call` too.
 
 A tool never takes a scope: trusted code binds the tools to one store and one scope (`Bound`)
@@ -34,8 +34,8 @@ from catalog.errors import (
     NotFound,
     PermissionDenied,
 )
-from catalog.keys import MAX_PATH
 from catalog.wire import Input
+from catalog.wire.entry_keys import MAX_PATH
 
 LIST_LIMIT = 100  # memories listed by one list_memories call
 SEARCH_DEFAULT = 5

@@ -1,0 +1,120 @@
+"""SQL for reading the audit log."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+import asyncpg
+
+from catalog.audit.log.writer import COLUMNS
+
+
+async def rows_in_order(conn: asyncpg.Connection, batch: int = 5000) -> AsyncIterator[asyncpg.Record]:
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        async for row in conn.cursor(
+            f"SELECT {', '.join(COLUMNS)} FROM audit_events ORDER BY seq", prefetch=batch
+        ):
+            yield row
+
+
+async def list_events(
+    pool: asyncpg.Pool,
+    *,
+    start: datetime | None,
+    end: datetime | None,
+    principal: str | None,
+    action_name: str | None,
+    securable_full_name: str | None,
+    decision: str | None,
+    status_code: int | None,
+    after_seq: int | None,
+    ascending: bool,
+    limit: int,
+    scope_pseudonym: str | None = None,
+) -> list[asyncpg.Record]:
+    """A page of events; `scope_pseudonym`: only events naming that scope (as a parameter, in a
+    list of scopes, or as the end user)."""
+    order, compare = ("ASC", ">") if ascending else ("DESC", "<")
+    return await pool.fetch(
+        f"SELECT {', '.join(COLUMNS)} FROM audit_events WHERE "
+        "($1::timestamptz IS NULL OR event_time >= $1) AND ($2::timestamptz IS NULL OR event_time < $2) "
+        "AND ($3::text IS NULL OR principal = $3) AND ($4::text IS NULL OR action_name = $4) "
+        "AND ($5::text IS NULL OR securable_full_name = $5) AND ($6::text IS NULL OR decision = $6) "
+        "AND ($7::int IS NULL OR status_code = $7) "
+        f"AND ($8::bigint IS NULL OR seq {compare} $8) "
+        "AND ($10::text IS NULL OR request_params ->> 'scope' = $10 "
+        "     OR request_params ->> 'actor_id' = $10 OR request_params -> 'scopes' ? $10 "
+        "     OR request_params -> 'actor_ids' ? $10 OR on_behalf_of = $10) "
+        f"ORDER BY seq {order} LIMIT $9",
+        start,
+        end,
+        principal,
+        action_name,
+        securable_full_name,
+        decision,
+        status_code,
+        after_seq,
+        limit,
+        scope_pseudonym,
+    )
+
+
+_FILTERS = (
+    "($1::text IS NULL OR principal = $1) AND ($2::text IS NULL OR action_name = $2) "
+    "AND ($3::text IS NULL OR securable_full_name = $3) AND ($4::text IS NULL OR decision = $4)"
+)
+
+
+async def time_bounds(
+    pool: asyncpg.Pool,
+    *,
+    principal: str | None,
+    action_name: str | None,
+    securable_full_name: str | None,
+    decision: str | None,
+    start: datetime | None,
+    end: datetime | None,
+) -> tuple[datetime | None, datetime | None]:
+    """The first and last event time among the matching events within [start, end)."""
+    row = await pool.fetchrow(
+        f"SELECT min(event_time), max(event_time) FROM audit_events WHERE {_FILTERS} "
+        "AND ($5::timestamptz IS NULL OR event_time >= $5) AND ($6::timestamptz IS NULL OR event_time < $6)",
+        principal,
+        action_name,
+        securable_full_name,
+        decision,
+        start,
+        end,
+    )
+    assert row is not None
+    return row[0], row[1]
+
+
+async def timeline(
+    pool: asyncpg.Pool,
+    *,
+    principal: str | None,
+    action_name: str | None,
+    securable_full_name: str | None,
+    decision: str | None,
+    start: datetime,
+    end: datetime,
+    buckets: int,
+) -> list[asyncpg.Record]:
+    """How many matching events of each decision fell into each of `buckets` equal parts of
+    [start, end): rows (bucket, decision, events), empty buckets left out."""
+    return await pool.fetch(
+        "SELECT least(floor(extract(epoch FROM event_time - $5) * $7 "
+        "                   / extract(epoch FROM $6::timestamptz - $5))::int, $7 - 1) AS bucket, "
+        "       decision, count(*) AS events "
+        f"FROM audit_events WHERE {_FILTERS} AND event_time >= $5 AND event_time < $6 "
+        "GROUP BY 1, 2",
+        principal,
+        action_name,
+        securable_full_name,
+        decision,
+        start,
+        end,
+        buckets,
+    )

@@ -1,0 +1,39 @@
+"""The audit log's recorder: one hash-chained event per request (and per system event, and per
+operation of background work: `background`), appended durably before the request is answered.
+Reading and verifying it is the `audit` slice's."""
+
+from catalog.audit.log.background import background
+from catalog.audit.log.background import record as record_background
+from catalog.audit.log.writer import (
+    AuditContext,
+    AuditWriter,
+    audited,
+    begin_operation,
+    current,
+    note_decision,
+    note_outcome,
+    note_params,
+    note_refusal,
+    note_result,
+    note_success_status,
+    operation,
+    record_system_events,
+)
+
+__all__ = [
+    "AuditContext",
+    "AuditWriter",
+    "audited",
+    "background",
+    "begin_operation",
+    "current",
+    "note_decision",
+    "note_outcome",
+    "note_params",
+    "note_refusal",
+    "note_result",
+    "note_success_status",
+    "operation",
+    "record_background",
+    "record_system_events",
+]

@@ -1,0 +1,469 @@
+"""Appending audit events: batched, chained, durable before the request is answered.
+
+`record()` returns once the event is committed. Events of concurrent requests are gathered into
+one statement, `audit_append()`, which takes the chain's advisory lock, reads the head and
+appends the batch with the next sequence numbers and hashes, so processes sharing a database
+extend one chain. A change appends its request's event in its own transaction (`audited`).
+
+Durability: nothing is answered before its WAL is flushed. A change commits without waiting for
+its flush (so the chain's lock is let go early), then a second transaction that writes one WAL
+record of its own (a transactional logical message) commits synchronously: its flush covers the
+change's commit record too. (A transaction that writes no WAL, e.g. `SELECT pg_current_xact_id()`,
+commits without any flush, so it cannot serve.) Where the database does not allow that message,
+changes commit synchronously while holding the lock.
+
+Outages: the event of a request refused because the database is unreachable cannot be appended
+then; `defer()` keeps it (in memory, at most `MAX_DEFERRED`) and the writer appends it once the
+database answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from catalog.audit.log.chain import HASHED_COLUMNS, canonical_parts, plain_body
+from catalog.audit.log.pseudonyms import pseudonymize
+from catalog.errors import is_unavailable
+
+log = logging.getLogger("catalog.audit")
+
+SERVICE_NAME = "memory-catalog"
+COLUMNS = (*HASHED_COLUMNS, "prev_hash", "hash")
+MAX_DEFERRED = 20_000
+RETRY_SECONDS = 1.0
+
+# After a change committed with `synchronous_commit = off`: a transaction that writes a WAL record
+# and commits synchronously, so that its flush (which covers every earlier record) completes
+# before the server answers.
+FLUSH_TAIL = (
+    "BEGIN; SET LOCAL synchronous_commit = on; "
+    "SELECT pg_logical_emit_message(true, 'memory-catalog', 'flush'); COMMIT"
+)
+
+
+async def early_unlock_supported(conn: asyncpg.Connection) -> bool:
+    """Whether this database lets us write the flush marker (managed services may refuse it)."""
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_logical_emit_message(true, 'memory-catalog', 'probe')")
+            raise _Probed
+    except _Probed:
+        return True
+    except asyncpg.PostgresError as exc:
+        log.warning("changes will hold the audit chain's lock until flushed: %s", exc)
+        return False
+
+
+_WAKE: tuple[dict[str, Any], None] = ({}, None)  # a queue item that only wakes the writer
+
+
+class _Probed(Exception):
+    """Rolls the probe's transaction back."""
+
+
+@dataclass
+class AuditContext:
+    """What a request learns about itself on the way (filled by the authorizer and services)."""
+
+    action_name: str | None = None
+    securable_type: str | None = None
+    securable_full_name: str | None = None
+    securable_id: str | None = None
+    privilege: str | None = None
+    decision: str | None = None
+    reason: str | None = None
+    policy_revision: int | None = None
+    result_count: int | None = None
+    describe: Callable[[int], dict[str, Any]] | None = None  # the request's event for a status
+    # the event of a context of this request for a status (`describe` is it for this context), and
+    # how an event is appended: what `operation()` needs to give an operation an event of its own
+    event_for: Callable[[AuditContext, int], dict[str, Any]] | None = None
+    record: Callable[..., Awaitable[None]] | None = None
+    params: dict[str, Any] | None = None  # what the request did beyond its query (a tool call)
+    # the status and error code of an operation whose transport answered 200 anyway (an MCP tool
+    # call that failed is a successful JSON-RPC answer)
+    outcome: tuple[int, str] | None = None
+    enabled: bool = True
+    committed: bool = False  # a change already committed the request's event with itself
+    # the status a change's event records when it commits with the change (`audited`): what the
+    # request answers once the change is made (a web console form answers 303 See Other)
+    success_status: int = 200
+    early_unlock: bool = True  # see FLUSH_TAIL
+
+
+current: ContextVar[AuditContext | None] = ContextVar("audit_context", default=None)
+
+
+def note_decision(action_name: str, securable: Any, decision: Any) -> None:
+    """Called by the authorizer: the request's action, securable and decision (first one wins the
+    action; a later denial replaces an earlier allow)."""
+    context = current.get()
+    if context is None:
+        return
+    if context.action_name is None or not decision.allowed:
+        context.action_name = action_name
+        context.securable_type = securable.type.value
+        context.securable_full_name = securable.full_name
+        context.securable_id = securable.node.id if securable.exists else None
+        context.privilege = decision.privilege
+        context.decision = "allow" if decision.allowed else "deny"
+        context.reason = decision.reason
+        context.policy_revision = securable.revision
+
+
+def begin_operation(params: dict[str, Any]) -> None:
+    """The request's transport was authorized; what follows is the operation its event records
+    (a tool call: the entry operation it runs names the action and the decision)."""
+    context = current.get()
+    if context is None:
+        return
+    context.action_name = context.securable_type = context.securable_full_name = None
+    context.securable_id = context.privilege = context.decision = context.reason = None
+    context.policy_revision = context.result_count = None
+    context.params = params
+
+
+@asynccontextmanager
+async def operation(params: dict[str, Any]) -> AsyncIterator[AuditContext]:
+    """An operation inside a request that gets an audit event of its own: each tool call a model
+    makes while the server answers a response. Inside the block, the authorizer's decision, the
+    counts and `note_outcome` go to the operation's context, not the request's; a change made
+    inside commits the operation's event with itself (`audited`), else the event is appended when
+    the block ends (with status 500 if it raised). Events share the request's id. Operations nest
+    (each tool call of one session's extraction in a pipeline run): an inner one is its own event."""
+    parent = current.get()
+    child = AuditContext(params=params, enabled=False)
+    event_for, record = (parent.event_for, parent.record) if parent is not None else (None, None)
+    if parent is not None and parent.enabled and event_for is not None and record is not None:
+        child.enabled = True
+        child.early_unlock = parent.early_unlock
+        child.describe = lambda status: event_for(child, status)
+        child.event_for, child.record = event_for, record
+    token = current.set(child)
+    failed = False
+    try:
+        yield child
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        current.reset(token)
+        if child.enabled and not child.committed and child.describe is not None and record is not None:
+            if failed and child.outcome is None:
+                child.outcome = (500, "INTERNAL_ERROR")
+            if failed:
+                with contextlib.suppress(Exception):  # the failure itself is what propagates
+                    await record(**child.describe(200))
+            else:
+                await record(**child.describe(200))
+
+
+def note_refusal(decision: str, reason: str) -> None:
+    """The request was refused before any securable was asked about (`deny`: a web console form
+    without its CSRF token; `unauthenticated`: a console page without a session, redirected to
+    sign-in rather than answered 401); its event records the decision and the reason."""
+    context = current.get()
+    if context is not None:
+        context.decision = decision
+        context.reason = reason
+
+
+def note_success_status(status: int) -> None:
+    """The status the request answers when its change succeeds (see `AuditContext.success_status`)."""
+    context = current.get()
+    if context is not None:
+        context.success_status = status
+
+
+def note_outcome(status: int, error_code: str) -> None:
+    """The operation failed although its transport answers 200 (see `AuditContext.outcome`)."""
+    context = current.get()
+    if context is not None:
+        context.outcome = (status, error_code)
+
+
+def note_params(params: dict[str, Any]) -> None:
+    """What the request did beyond its query (setting a legal hold), kept in its event's
+    `request_params`."""
+    context = current.get()
+    if context is not None:
+        context.params = {**(context.params or {}), **params}
+
+
+def note_result(count: int) -> None:
+    """How many entries the request read or wrote (request lineage)."""
+    context = current.get()
+    if context is not None:
+        context.result_count = count
+
+
+class AuditWriter:
+    """Appends request events in batches on a pool of its own (one connection), which it closes."""
+
+    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 500) -> None:
+        self.pool = pool
+        self.max_batch = max_batch
+        self._queue: asyncio.Queue[tuple[dict[str, Any], asyncio.Future[None] | None]] = asyncio.Queue()
+        self._deferred: deque[dict[str, Any]] = deque()
+        self._retry_at = 0.0
+        self.dropped = 0
+        self._task: asyncio.Task[None] | None = None
+        self.enabled = True
+        self.early_unlock = True
+        self._closing = False
+        # deferred events of a batch whose append failed in flight: it may have committed all the
+        # same (the answer was lost), so they are looked up before they are appended again
+        self._uncertain: set[str] = set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="audit-writer")
+
+    async def close(self) -> None:
+        """Append what is waiting (deferred events too, if the database answers), then stop."""
+        if self._task is not None:
+            self._closing = True
+            self._retry_at = 0.0
+            self._queue.put_nowait(_WAKE)
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), 10)
+            except TimeoutError:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+        if self._deferred or self.dropped:
+            log.error(
+                "audit events of refused requests lost at shut-down",
+                extra={"events": len(self._deferred) + self.dropped},
+            )
+        await self.pool.close()
+
+    async def record(self, **event: Any) -> None:
+        if not self.enabled:
+            return
+        assert self._task is not None, "start() first (events before it: record_system_events)"
+        complete(event)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((event, future))
+        await future
+
+    def defer(self, **event: Any) -> None:
+        """Keep the event of a request refused during an outage; it is appended once the database
+        answers again (oldest dropped beyond MAX_DEFERRED, and counted)."""
+        if not self.enabled:
+            return
+        if len(self._deferred) >= MAX_DEFERRED:
+            self._deferred.popleft()
+            self.dropped += 1
+            if self.dropped == 1:
+                log.error("audit backlog full: dropping the oldest events of refused requests")
+        self._deferred.append(complete(event))
+        if self._queue.empty():
+            self._queue.put_nowait(_WAKE)  # the writer may be waiting for the queue: wake it
+
+    @property
+    def backlog(self) -> int:
+        return len(self._deferred)
+
+    async def _next_batch(self) -> list[tuple[dict[str, Any], asyncio.Future[None] | None]]:
+        """Waiting requests' events, preceded by deferred ones when it is time to retry them."""
+        batch: list[tuple[dict[str, Any], asyncio.Future[None] | None]] = []
+        if self._queue.empty():
+            timeout = None
+            if self._deferred:
+                timeout = max(0.0, self._retry_at - time.monotonic())
+            try:
+                item = await asyncio.wait_for(self._queue.get(), timeout)
+                batch.append(item)
+            except TimeoutError:
+                pass
+        else:
+            batch.append(self._queue.get_nowait())
+        await asyncio.sleep(0)  # let requests that are ready finish and join this batch
+        while not self._queue.empty() and len(batch) < self.max_batch:
+            batch.append(self._queue.get_nowait())
+        wakes = sum(1 for item in batch if item is _WAKE)
+        if wakes:
+            batch = [item for item in batch if item is not _WAKE]
+            for _ in range(wakes):
+                self._queue.task_done()
+        if self._deferred and time.monotonic() >= self._retry_at:
+            take = min(len(self._deferred), self.max_batch)
+            batch[:0] = [(self._deferred.popleft(), None) for _ in range(take)]
+        return batch
+
+    async def _run(self) -> None:
+        """One batch at a time, on a connection of its own (acquired again after a failure)."""
+        conn: asyncpg.Connection | None = None
+        try:
+            while True:
+                if self._closing and self._queue.empty() and (not self._deferred or self._retry_at):
+                    return  # everything appended (or the database is away: reported by close)
+                batch = await self._next_batch()
+                if not batch:
+                    continue
+                try:
+                    if conn is None:
+                        conn = await self.pool.acquire()
+                    if self._uncertain:
+                        batch = await self._without_appended(conn, batch)
+                    if batch:
+                        await append_on(conn, [event for event, _ in batch])
+                except Exception as exc:
+                    await self._let_go(conn)
+                    conn = None
+                    self._retry_at = time.monotonic() + RETRY_SECONDS
+                    deferred = [event for event, future in batch if future is None]
+                    if is_unavailable(exc):  # kept for when the database is back
+                        self._deferred.extendleft(reversed(deferred))
+                        self._uncertain.update(str(event["event_id"]) for event in deferred)
+                    else:
+                        log.exception("audit append failed", extra={"deferred_events_lost": len(deferred)})
+                        self.dropped += len(deferred)
+                    for _, future in batch:
+                        if future is not None and not future.done():
+                            future.set_exception(exc)
+                else:
+                    self._retry_at = 0.0
+                    for _, future in batch:
+                        if future is not None and not future.done():
+                            future.set_result(None)
+                for _, future in batch:
+                    if future is not None:
+                        self._queue.task_done()
+        finally:
+            await self._let_go(conn)
+
+    async def _without_appended(
+        self, conn: asyncpg.Connection, batch: list[tuple[dict[str, Any], asyncio.Future[None] | None]]
+    ) -> list[tuple[dict[str, Any], asyncio.Future[None] | None]]:
+        """Drop the events an earlier, seemingly failed, append did commit (never twice)."""
+        ids = [str(event["event_id"]) for event, _ in batch if str(event["event_id"]) in self._uncertain]
+        if not ids:
+            return batch
+        found = {
+            str(row[0])
+            for row in await conn.fetch(
+                "SELECT event_id FROM audit_events WHERE event_id = ANY($1::uuid[])", ids
+            )
+        }
+        self._uncertain.difference_update(ids)
+        return [(event, future) for event, future in batch if str(event["event_id"]) not in found]
+
+    async def _let_go(self, conn: asyncpg.Connection | None) -> None:
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await self.pool.release(conn)
+
+
+async def append(pool: asyncpg.Pool, events: list[dict[str, Any]]) -> None:
+    """Append and commit events: one statement, its own transaction."""
+    async with pool.acquire() as conn:
+        await append_on(conn, events)
+
+
+async def record_system_events(pool: asyncpg.Pool, events: list[dict[str, Any]]) -> None:
+    """Events of the server or a command rather than of a request (migrations, bootstrap, reindex)."""
+    if events:
+        await append(
+            pool,
+            [
+                complete({"request_id": f"system-{uuid.uuid4().hex}", "decision": "system", **e})
+                for e in events
+            ],
+        )
+
+
+def complete(event: dict[str, Any]) -> dict[str, Any]:
+    event.setdefault("event_id", uuid.uuid4())
+    event.setdefault("event_time", datetime.now(UTC))
+    event.setdefault("service_name", SERVICE_NAME)
+    event.setdefault("request_params", {})
+    return event
+
+
+def _append_arguments(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[bytes], list[bytes]]:
+    """`audit_append()`'s arguments: the rows, and each one's canonical encoding cut around its seq."""
+    rows, heads, tails = [], [], []
+    for event in events:
+        row = plain_body(event)
+        row["request_params"] = row["request_params"] or {}
+        head, tail = canonical_parts(row)
+        rows.append(row)
+        heads.append(head)
+        tails.append(tail)
+    return rows, heads, tails
+
+
+def _hex(data: bytes) -> str:
+    return f"decode('{data.hex()}', 'hex')"
+
+
+async def append_on(
+    conn: asyncpg.Connection,
+    events: list[dict[str, Any]],
+    *,
+    commit: bool = False,
+    early_unlock: bool = True,
+) -> None:
+    """Append events in the connection's transaction (or as their own when there is none);
+    PostgreSQL numbers and hashes them under the chain's lock, held until the transaction ends.
+    `commit=True` ends the caller's transaction in the same message, so that no other work of
+    this process runs while the lock is held (only hex digits are spliced into that statement).
+    Scopes, paths and end users are replaced by their pseudonyms first (`pseudonyms`)."""
+    await pseudonymize(conn, events)
+    rows, heads, tails = _append_arguments(events)
+    if not commit:
+        await conn.execute("SELECT audit_append($1, $2, $3)", rows, heads, tails)
+        return
+    append_sql = (
+        f"SELECT audit_append(convert_from({_hex(json.dumps(rows).encode())}, 'UTF8')::jsonb, "
+        f"ARRAY[{', '.join(map(_hex, heads))}], ARRAY[{', '.join(map(_hex, tails))}]); "
+    )
+    if not early_unlock:
+        await conn.execute("SET LOCAL synchronous_commit = on; " + append_sql + "COMMIT")
+        return
+    # The commit itself does not wait for its WAL flush, so the chain's lock is let go before the
+    # disk is reached and concurrent changes share their flushes; FLUSH_TAIL then waits for a
+    # flush that covers the change too: nothing is answered before it is durable.
+    await conn.execute("SET LOCAL synchronous_commit = off; " + append_sql + "COMMIT; " + FLUSH_TAIL)
+
+
+@asynccontextmanager
+async def audited(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """A transaction for a change: the request's audit event commits in it, or neither does.
+    (If the change fails, the request's error is audited the usual way.) Code inside must not
+    open `conn.transaction()` itself: see `catalog.db.atomic`."""
+    context = current.get()
+    describe = context.describe if context is not None and context.enabled and not context.committed else None
+    async with pool.acquire() as conn:
+        await conn.execute("BEGIN")
+        try:
+            yield conn
+            if describe is not None:
+                assert context is not None
+                early = context.early_unlock
+                event = complete(describe(context.success_status))
+                await append_on(conn, [event], commit=True, early_unlock=early)
+            else:
+                await conn.execute("COMMIT")
+        except BaseException:
+            if not conn.is_closed():
+                with contextlib.suppress(Exception):
+                    await conn.execute("ROLLBACK")
+            raise
+    if context is not None and describe is not None:
+        context.committed = True

@@ -1,0 +1,262 @@
+"""The `catalog` command: serve, token, db-url, reindex and audit verify on this machine's data
+dir; catalogs, schemas, stores, grants, entries and audit events of a running server (the remote
+commands, in `catalog.client.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from catalog.client import cli as remote
+from catalog.settings import Settings, SettingsError
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, object] = {}
+    if getattr(args, "data_dir", None):
+        overrides["data_dir"] = Path(args.data_dir)
+    if getattr(args, "host", None):
+        overrides["host"] = args.host
+    if getattr(args, "port", None) is not None:
+        overrides["port"] = args.port
+    return Settings.from_env(None, **overrides)
+
+
+def _server_class() -> type:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """Stops cleanly on SIGTERM/SIGINT and exits 0 (uvicorn re-raises the signal otherwise)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server
+
+
+def serve_app(
+    app: Any,
+    host: str,
+    port: int,
+    on_started: Callable[[], None] | None = None,
+    settings: Settings | None = None,
+) -> bool:
+    """Serve `app` with uvicorn until SIGTERM/SIGINT; print `listening on URL` once it accepts
+    connections (after `on_started`). Returns whether it ever started."""
+    import functools
+
+    import uvicorn
+
+    from catalog.web.serving import CatalogProtocol
+
+    settings = settings or Settings()
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=functools.partial(  # type: ignore[arg-type]
+            CatalogProtocol,
+            max_connections=settings.max_connections,
+            max_connections_per_client=settings.max_connections_per_client,
+            first_byte_timeout=settings.first_byte_timeout,
+            header_timeout=settings.header_timeout,
+        ),
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )
+    server = _server_class()(config)
+
+    async def announce() -> None:
+        while not server.started:
+            if server.should_exit:
+                return
+            await asyncio.sleep(0.05)
+        if on_started is not None:
+            on_started()
+        sockets = [s for srv in server.servers for s in srv.sockets]
+        bound = sockets[0].getsockname()[1] if sockets else port
+        print(f"listening on http://{host}:{bound}", flush=True)
+
+    async def run() -> None:
+        announcer = asyncio.create_task(announce())
+        await server.serve()
+        announcer.cancel()
+
+    asyncio.run(run())
+    return bool(server.started)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from catalog.app import create_app
+    from catalog.web.middleware import configure_logging
+
+    settings = _settings(args)
+    configure_logging(log_format=settings.log_format)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return 0 if serve_app(create_app(settings), settings.host, settings.port, settings=settings) else 1
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from catalog.auth import mint_dev_token
+
+    settings = _settings(args)
+    if not settings.dev_mode:
+        print(
+            "catalog token: only in development mode (CATALOG_JWKS_URL / CATALOG_JWT_PUBLIC_KEY are set)",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.sub.strip():
+        print("catalog token: --sub must not be empty", file=sys.stderr)
+        return 2
+    if args.ttl <= 0:
+        print("catalog token: --ttl must be positive", file=sys.stderr)
+        return 2
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    print(mint_dev_token(settings, args.sub, on_behalf_of=args.on_behalf_of, ttl=args.ttl))
+    return 0
+
+
+def cmd_db_url(args: argparse.Namespace) -> int:
+    from catalog.db import EmbeddedPostgres, running_url
+    from catalog.runtime import EMBEDDED_DATABASE, ensure_database
+
+    settings = _settings(args)
+    if settings.database_url:
+        print(with_role(settings.database_url, args.role) if args.role else settings.database_url)
+        return 0
+    url = running_url(settings.postgres_dir, EMBEDDED_DATABASE)
+    if url is None:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        server = EmbeddedPostgres(settings.postgres_dir, keep_running=True)
+        url = asyncio.run(ensure_database(server.start(), EMBEDDED_DATABASE))
+        print(
+            f"started the embedded PostgreSQL in {settings.postgres_dir}; `catalog serve` will reuse it",
+            file=sys.stderr,
+        )
+    print(with_role(url, args.role) if args.role else url)
+    return 0
+
+
+def with_role(url: str, role: str) -> str:
+    """The same database as another user (the embedded server trusts local socket connections;
+    an external one will ask for that role's password)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, f"{role}@{host}", parts.path, parts.query, parts.fragment))
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from catalog.cli.reindex import reindex
+
+    settings = _settings(args)
+    return asyncio.run(reindex(settings, recompute_embeddings=args.embeddings))
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    if remote.wants_remote(args):
+        return remote.run(remote.audit_verify, args)
+    from catalog.audit.auditors.service import verify_chain
+    from catalog.db import create_pool
+    from catalog.runtime import database_url_for_tools
+
+    settings = _settings(args)
+
+    async def run() -> int:
+        url, stop = await database_url_for_tools(settings)
+        try:
+            pool = await create_pool(url, min_size=1, max_size=1)
+            try:
+                result = await verify_chain(pool)
+            finally:
+                await pool.close()
+        finally:
+            await stop()
+        if getattr(args, "json", False):
+            answer = {"ok": result.ok, "checked": result.checked, "first_broken_seq": result.first_broken_seq}
+            print(json.dumps(answer))
+            return 0 if result.ok else 1
+        if result.ok:
+            print(f"ok {result.checked} events")
+            return 0
+        print(f"broken at seq {result.first_broken_seq} ({result.checked} events verified before it)")
+        return 1
+
+    return asyncio.run(run())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = remote.Parser(
+        prog="catalog",
+        description="A governed memory catalog for AI agents.",
+        parents=[remote.remote_options(suppress=False)],
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the server")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--data-dir")
+    serve.set_defaults(run=cmd_serve)
+
+    token = commands.add_parser("token", help="print a development JWT")
+    token.add_argument("--sub", required=True, help="the principal (token subject)")
+    token.add_argument("--on-behalf-of", help="the end user the application acts for")
+    token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
+    token.add_argument("--data-dir")
+    token.set_defaults(run=cmd_token)
+
+    db_url = commands.add_parser("db-url", help="print the PostgreSQL URL in use")
+    db_url.add_argument("--data-dir")
+    db_url.add_argument("--role", choices=["catalog_auditor"], help="a URL for this database role instead")
+    db_url.set_defaults(run=cmd_db_url)
+    reindex = commands.add_parser("reindex", help="rebuild the full-text and vector indexes from PostgreSQL")
+    reindex.add_argument("--data-dir")
+    reindex.add_argument(
+        "--embeddings",
+        action="store_true",
+        help="recompute every entry's vector too (after changing the model)",
+    )
+    reindex.set_defaults(run=cmd_reindex)
+
+    audit = commands.add_parser("audit", help="the audit log")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True)
+    audit_verify = audit_commands.add_parser(
+        "verify",
+        help="verify the audit hash chain",
+        description="Verify the audit hash chain: in the database of --data-dir (the default), or "
+        "on the server named by --url / --token (or CATALOG_URL / CATALOG_TOKEN).",
+        parents=[remote.remote_options(suppress=True)],
+    )
+    audit_verify.add_argument("--data-dir")
+    audit_verify.set_defaults(run=cmd_audit_verify)
+    remote.add_commands(commands, audit_commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except SettingsError as exc:
+        print(f"catalog: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,414 @@
+"""SQL for the namespace. The only module of this slice that talks to PostgreSQL; SQLSTATE
+classes (never message text) become the catalog's errors here."""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import asyncpg
+
+from catalog.db import atomic
+from catalog.db.locks import POLICY_LOG
+from catalog.errors import AlreadyExists, NotFound
+from catalog.governance.namespace.schemas import CatalogInfo, MemoryStoreInfo, SchemaInfo
+from catalog.governance.securables import SecurableType
+
+Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
+
+_MS = "(extract(epoch FROM {col}) * 1000)::bigint"
+
+
+def _audit_columns(alias: str) -> str:
+    """owner, properties and the who/when columns of one table, times in epoch milliseconds."""
+    return (
+        f"{alias}.owner, {alias}.properties, "
+        f"(extract(epoch FROM {alias}.created_at) * 1000)::bigint AS created_at, {alias}.created_by, "
+        f"(extract(epoch FROM {alias}.updated_at) * 1000)::bigint AS updated_at, {alias}.updated_by"
+    )
+
+
+# --- metastore ---------------------------------------------------------------------------------
+
+
+async def bootstrap(conn: asyncpg.Connection, admin: str) -> bool:
+    """First start on an empty database: the metastore row, catalog `main` and schema
+    `main.default`, all owned by `admin`, usable by `account users`. Returns True when this call
+    created them."""
+    async with atomic(conn):
+        created = await conn.fetchval(
+            "INSERT INTO metastore (admin) VALUES ($1) ON CONFLICT (singleton) DO NOTHING RETURNING id",
+            admin,
+        )
+        if created is None:
+            return False
+        catalog_id = await conn.fetchval(
+            "INSERT INTO catalogs (name, comment, owner, created_by, updated_by) "
+            "VALUES ('main', 'Default catalog', $1, $1, $1) RETURNING id",
+            admin,
+        )
+        schema_id = await conn.fetchval(
+            "INSERT INTO schemas (catalog_id, name, comment, owner, created_by, updated_by) "
+            "VALUES ($1, 'default', 'Default schema', $2, $2, $2) RETURNING id",
+            catalog_id,
+            admin,
+        )
+        # as in a Databricks workspace: every authenticated principal may use main and main.default
+        await conn.executemany(
+            "INSERT INTO grants (securable_type, securable_id, principal, privilege, granted_by) "
+            "VALUES ($1, $2, 'account users', $3, $4)",
+            [("CATALOG", catalog_id, "USE_CATALOG", admin), ("SCHEMA", schema_id, "USE_SCHEMA", admin)],
+        )
+    return True
+
+
+async def get_metastore(conn: Conn) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        f"SELECT id, admin, {_MS.format(col='created_at')} AS created_at FROM metastore"
+    )
+    assert row is not None, "metastore is bootstrapped at start"
+    return row
+
+
+# --- catalogs ----------------------------------------------------------------------------------
+
+_CATALOG_SELECT = f"SELECT c.id, c.name, c.comment, {_audit_columns('c')} FROM catalogs c"
+
+
+def _catalog(row: asyncpg.Record, metastore_id: str) -> CatalogInfo:
+    return CatalogInfo(
+        name=row["name"],
+        full_name=row["name"],
+        id=str(row["id"]),
+        metastore_id=metastore_id,
+        owner=row["owner"],
+        properties=row["properties"],
+        comment=row["comment"],
+        created_at=row["created_at"],
+        created_by=row["created_by"],
+        updated_at=row["updated_at"],
+        updated_by=row["updated_by"],
+    )
+
+
+async def insert_catalog(
+    conn: Conn, metastore_id: str, *, name: str, comment: str | None, properties: dict[str, str], owner: str
+) -> CatalogInfo:
+    try:
+        catalog_id = await conn.fetchval(
+            "INSERT INTO catalogs (name, comment, properties, owner, created_by, updated_by) "
+            "VALUES ($1, $2, $3, $4, $4, $4) RETURNING id",
+            name,
+            comment,
+            properties,
+            owner,
+        )
+    except asyncpg.UniqueViolationError as exc:
+        raise AlreadyExists(f"catalog {name} already exists") from exc
+    row = await conn.fetchrow(_CATALOG_SELECT + " WHERE c.id = $1", catalog_id)
+    assert row is not None
+    return _catalog(row, metastore_id)
+
+
+async def get_catalog(conn: Conn, metastore_id: str, name: str) -> CatalogInfo | None:
+    row = await conn.fetchrow(_CATALOG_SELECT + " WHERE c.name = $1", name)
+    return _catalog(row, metastore_id) if row else None
+
+
+async def list_catalogs(conn: Conn, metastore_id: str, after: str | None, limit: int) -> list[CatalogInfo]:
+    rows = await conn.fetch(
+        _CATALOG_SELECT + " WHERE ($1::text IS NULL OR c.name > $1) ORDER BY c.name LIMIT $2", after, limit
+    )
+    return [_catalog(row, metastore_id) for row in rows]
+
+
+async def count_schemas(conn: Conn, catalog_name: str) -> int:
+    return int(
+        await conn.fetchval(
+            "SELECT count(*) FROM schemas s JOIN catalogs c ON c.id = s.catalog_id WHERE c.name = $1",
+            catalog_name,
+        )
+    )
+
+
+# --- schemas -----------------------------------------------------------------------------------
+
+_SCHEMA_SELECT = (
+    f"SELECT s.id, s.name, c.name AS catalog_name, s.comment, {_audit_columns('s')} "
+    "FROM schemas s JOIN catalogs c ON c.id = s.catalog_id"
+)
+
+
+def _schema(row: asyncpg.Record, metastore_id: str) -> SchemaInfo:
+    return SchemaInfo(
+        name=row["name"],
+        full_name=f"{row['catalog_name']}.{row['name']}",
+        catalog_name=row["catalog_name"],
+        schema_id=str(row["id"]),
+        metastore_id=metastore_id,
+        owner=row["owner"],
+        properties=row["properties"],
+        comment=row["comment"],
+        created_at=row["created_at"],
+        created_by=row["created_by"],
+        updated_at=row["updated_at"],
+        updated_by=row["updated_by"],
+    )
+
+
+async def insert_schema(
+    conn: Conn,
+    metastore_id: str,
+    *,
+    catalog_id: str,
+    name: str,
+    comment: str | None,
+    properties: dict[str, str],
+    owner: str,
+) -> SchemaInfo:
+    try:
+        schema_id = await conn.fetchval(
+            "INSERT INTO schemas (catalog_id, name, comment, properties, owner, created_by, updated_by) "
+            "VALUES ($1, $2, $3, $4, $5, $5, $5) RETURNING id",
+            catalog_id,
+            name,
+            comment,
+            properties,
+            owner,
+        )
+    except asyncpg.UniqueViolationError as exc:
+        raise AlreadyExists(f"schema {name} already exists") from exc
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise NotFound("catalog does not exist") from exc
+    row = await conn.fetchrow(_SCHEMA_SELECT + " WHERE s.id = $1", schema_id)
+    assert row is not None
+    return _schema(row, metastore_id)
+
+
+async def get_schema(conn: Conn, metastore_id: str, catalog: str, name: str) -> SchemaInfo | None:
+    row = await conn.fetchrow(_SCHEMA_SELECT + " WHERE c.name = $1 AND s.name = $2", catalog, name)
+    return _schema(row, metastore_id) if row else None
+
+
+async def list_schemas(
+    conn: Conn, metastore_id: str, catalog: str, after: str | None, limit: int
+) -> list[SchemaInfo]:
+    rows = await conn.fetch(
+        _SCHEMA_SELECT + " WHERE c.name = $1 AND ($2::text IS NULL OR s.name > $2) ORDER BY s.name LIMIT $3",
+        catalog,
+        after,
+        limit,
+    )
+    return [_schema(row, metastore_id) for row in rows]
+
+
+async def count_stores(conn: Conn, schema_id: str) -> int:
+    return int(await conn.fetchval("SELECT count(*) FROM memory_stores WHERE schema_id = $1", schema_id))
+
+
+# --- memory stores -----------------------------------------------------------------------------
+
+_STORE_SELECT = (
+    "SELECT m.id, m.name, s.name AS schema_name, c.name AS catalog_name, m.description, "
+    f"m.scope_binding, m.shared_scopes, m.legal_hold, m.default_ttl_seconds, {_audit_columns('m')} "
+    "FROM memory_stores m JOIN schemas s ON s.id = m.schema_id JOIN catalogs c ON c.id = s.catalog_id"
+)
+
+
+def _store(row: asyncpg.Record, metastore_id: str) -> MemoryStoreInfo:
+    return MemoryStoreInfo(
+        name=row["name"],
+        full_name=f"{row['catalog_name']}.{row['schema_name']}.{row['name']}",
+        catalog_name=row["catalog_name"],
+        schema_name=row["schema_name"],
+        memory_store_id=str(row["id"]),
+        metastore_id=metastore_id,
+        owner=row["owner"],
+        properties=row["properties"],
+        description=row["description"],
+        scope_binding=row["scope_binding"],
+        shared_scopes=list(row["shared_scopes"]),
+        legal_hold=row["legal_hold"],
+        default_ttl_seconds=row["default_ttl_seconds"],
+        created_at=row["created_at"],
+        created_by=row["created_by"],
+        updated_at=row["updated_at"],
+        updated_by=row["updated_by"],
+    )
+
+
+async def store_binding(conn: Conn, store_id: str) -> tuple[str, list[str]]:
+    row = await conn.fetchrow(
+        "SELECT scope_binding, shared_scopes FROM memory_stores WHERE id = $1", store_id
+    )
+    return (row["scope_binding"], list(row["shared_scopes"])) if row else ("caller", [])
+
+
+async def set_store_binding(conn: Conn, store_id: str, binding: str | None, shared: list[str] | None) -> None:
+    await conn.execute(
+        "UPDATE memory_stores SET scope_binding = coalesce($2, scope_binding), "
+        "shared_scopes = coalesce($3, shared_scopes) WHERE id = $1",
+        store_id,
+        binding,
+        shared,
+    )
+
+
+async def set_default_ttl(conn: Conn, store_id: str, seconds: int) -> None:
+    """0 clears it."""
+    await conn.execute(
+        "UPDATE memory_stores SET default_ttl_seconds = nullif($2, 0) WHERE id = $1", store_id, seconds
+    )
+
+
+async def set_legal_hold(conn: Conn, store_id: str, held: bool) -> None:
+    await conn.execute("UPDATE memory_stores SET legal_hold = $2 WHERE id = $1", store_id, held)
+
+
+async def legal_hold(conn: Conn, store_id: str) -> bool:
+    return bool(await conn.fetchval("SELECT legal_hold FROM memory_stores WHERE id = $1", store_id))
+
+
+async def insert_store(
+    conn: Conn,
+    metastore_id: str,
+    *,
+    schema_id: str,
+    name: str,
+    description: str | None,
+    properties: dict[str, str],
+    owner: str,
+    scope_binding: str = "caller",
+    shared_scopes: list[str] | None = None,
+    kind: str = "memory",
+) -> MemoryStoreInfo:
+    try:
+        store_id = await conn.fetchval(
+            "INSERT INTO memory_stores "
+            "(schema_id, name, description, properties, owner, created_by, updated_by, scope_binding, "
+            "shared_scopes, kind) VALUES ($1, $2, $3, $4, $5, $5, $5, $6, $7, $8) RETURNING id",
+            schema_id,
+            name,
+            description,
+            properties,
+            owner,
+            scope_binding,
+            shared_scopes or [],
+            kind,
+        )
+    except asyncpg.UniqueViolationError as exc:
+        # names are unique per schema across memory and session stores
+        raise AlreadyExists(f"a memory or session store named {name} already exists") from exc
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise NotFound("schema does not exist") from exc
+    row = await conn.fetchrow(_STORE_SELECT + " WHERE m.id = $1", store_id)
+    assert row is not None
+    return _store(row, metastore_id)
+
+
+async def get_store(conn: Conn, metastore_id: str, store_id: str) -> MemoryStoreInfo | None:
+    row = await conn.fetchrow(_STORE_SELECT + " WHERE m.id = $1", store_id)
+    return _store(row, metastore_id) if row else None
+
+
+async def list_stores(
+    conn: Conn, metastore_id: str, schema_id: str, after: str | None, limit: int, kind: str = "memory"
+) -> list[MemoryStoreInfo]:
+    rows = await conn.fetch(
+        _STORE_SELECT + " WHERE m.schema_id = $1 AND m.kind = $4 AND ($2::text IS NULL OR m.name > $2) "
+        "ORDER BY m.name LIMIT $3",
+        schema_id,
+        after,
+        limit,
+        kind,
+    )
+    return [_store(row, metastore_id) for row in rows]
+
+
+# --- updates and deletes (one shape for the three tables) --------------------------------------
+
+_TABLES = {
+    SecurableType.CATALOG: ("catalogs", "comment"),
+    SecurableType.SCHEMA: ("schemas", "comment"),
+    SecurableType.MEMORY_STORE: ("memory_stores", "description"),
+}
+
+
+async def update_object(
+    conn: Conn,
+    securable_type: SecurableType,
+    object_id: str,
+    *,
+    text: str | None,
+    properties: dict[str, str] | None,
+    owner: str | None,
+    updated_by: str,
+) -> bool:
+    """Set the fields given (None leaves a field as it is); returns False if the row is gone."""
+    table, text_column = _TABLES[securable_type]  # whitelisted identifiers only
+    status: str = await conn.execute(
+        f"UPDATE {table} SET {text_column} = COALESCE($2, {text_column}), "
+        "properties = COALESCE($3, properties), owner = COALESCE($4, owner), "
+        "updated_by = $5, updated_at = clock_timestamp() WHERE id = $1",
+        object_id,
+        text,
+        properties,
+        owner,
+        updated_by,
+    )
+    return status.endswith(" 1")
+
+
+async def rename_object(
+    conn: asyncpg.Connection, securable_type: SecurableType, object_id: str, old: str, new: str
+) -> bool:
+    """Rename one catalog, schema or store from full name `old` to `new` (the same but for the
+    last part), within the caller's transaction; returns False if the row is gone.
+
+    Everything else refers to the object by id (grants, entries, lineage, search, conversations,
+    sessions, pipelines), so nothing else changes. Only decisions remember names: the authorizer
+    caches them by ids and owners, with reasons that name the chain. The rename therefore appends
+    a row to `policy_log` (under the policy writers' lock, as the grant triggers do, so `seq`
+    follows commit order): the policy revision moves, and every process sharing the database drops
+    its cached decisions before it decides on the next request that sees the new name."""
+    table, _ = _TABLES[securable_type]  # whitelisted identifiers only
+    try:
+        status: str = await conn.execute(
+            f"UPDATE {table} SET name = $2 WHERE id = $1", object_id, new.rsplit(".", 1)[-1]
+        )
+    except asyncpg.UniqueViolationError as exc:
+        if securable_type == SecurableType.MEMORY_STORE:  # unique per schema across both kinds
+            raise AlreadyExists(f"a memory or session store named {new} already exists") from exc
+        raise AlreadyExists(f"{securable_type.value.lower()} {new} already exists") from exc
+    if not status.endswith(" 1"):
+        return False
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", POLICY_LOG)
+    await conn.execute(
+        "INSERT INTO policy_log (kind, op, a, b, c) VALUES ('namespace', 'rename', $1, $2, $3)",
+        object_id,
+        old,
+        new,
+    )
+    return True
+
+
+async def delete_object(conn: Conn, securable_type: SecurableType, object_id: str) -> bool:
+    table, _ = _TABLES[securable_type]
+    status: str = await conn.execute(f"DELETE FROM {table} WHERE id = $1", object_id)
+    return status.endswith(" 1")
+
+
+async def held_stores_keeping(
+    conn: Conn, table: str, column: str, scope: str, *, subject: bool = False
+) -> list[str]:
+    """The stores under legal hold (full names) that have rows of `table` whose `column` is the
+    scope (with `subject`: or starts `scope:`); `table` has a `store_id`. `table` and `column`
+    are the calling slice's constants, never input."""
+    rows = await conn.fetch(
+        "SELECT c.name || '.' || s.name || '.' || m.name FROM memory_stores m "
+        "JOIN schemas s ON s.id = m.schema_id JOIN catalogs c ON c.id = s.catalog_id "
+        f"WHERE m.legal_hold AND EXISTS (SELECT 1 FROM {table} x WHERE x.store_id = m.id "
+        f"AND (x.{column} = $1 OR ($2 AND starts_with(x.{column}, $1 || ':')))) ORDER BY 1",
+        scope,
+        subject,
+    )
+    return [row[0] for row in rows]

@@ -1,0 +1,242 @@
+"""Grants and effective permissions: validate, authorize through the access seam, one repository
+call."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from catalog.audit.log.writer import audited
+from catalog.auth import Principal
+from catalog.context import Context
+from catalog.errors import InvalidParameter, NotFound
+from catalog.governance.actions import GRANTABLE, Privilege
+from catalog.governance.permissions import repo
+from catalog.governance.permissions.schemas import (
+    MAX_CHANGES,
+    PRIVILEGE_PATTERN,
+    EffectivePermissionsList,
+    EffectivePrivilege,
+    EffectivePrivilegeAssignment,
+    PermissionsChange,
+    PermissionsList,
+    PrivilegeAssignment,
+    UpdatePermissions,
+)
+from catalog.governance.securables import DEPTH, Securable, SecurableType
+from catalog.wire.inputs import MAX_PRINCIPAL, blank
+from catalog.wire.names import split_full_name
+from catalog.wire.pagination import Pages, page_size
+
+# metastore, catalog, schema or memory_store, in any case, '-' for '_'
+SECURABLE_TYPE_PATTERN = (
+    "^([Mm][Ee][Tt][Aa][Ss][Tt][Oo][Rr][Ee]|[Cc][Aa][Tt][Aa][Ll][Oo][Gg]|[Ss][Cc][Hh][Ee][Mm][Aa]"
+    "|[Mm][Ee][Mm][Oo][Rr][Yy][_-][Ss][Tt][Oo][Rr][Ee])$"
+)
+_SECURABLE_TYPE = re.compile(SECURABLE_TYPE_PATTERN)
+_PRIVILEGE = re.compile(PRIVILEGE_PATTERN)
+
+
+def parse_securable_type(value: str) -> SecurableType:
+    if not _SECURABLE_TYPE.fullmatch(value):
+        raise InvalidParameter(
+            "securable_type must be one of metastore, catalog, schema, memory_store", "securable_type"
+        )
+    return SecurableType.parse(value)
+
+
+async def resolve(
+    ctx: Context,
+    principal: Principal,
+    action_name: str,
+    securable_type: str,
+    full_name: str,
+    store_kind: str | None = None,
+) -> Securable:
+    """Locate any securable by type and full name (the metastore's full name is its id),
+    authorize `action_name` on it, and insist that it exists. The permissions routes see memory
+    and session stores alike (both are MEMORY_STORE securables; `store_kind` narrows that)."""
+    kind = parse_securable_type(securable_type)
+    if kind == SecurableType.METASTORE:
+        if full_name.lower() != ctx.metastore_id:
+            raise NotFound(f"metastore {full_name} does not exist")
+        parts: list[str] = []
+    else:
+        parts = split_full_name(full_name, DEPTH[kind])
+    return await ctx.access.resolve(principal, action_name, kind, parts, store_kind=store_kind)
+
+
+def _principal_name(value: str, field: str) -> str:
+    if not isinstance(value, str) or blank(value) or len(value) > MAX_PRINCIPAL:
+        raise InvalidParameter(
+            f"{field} must be a principal or group name of 1-{MAX_PRINCIPAL} characters", field
+        )
+    return value
+
+
+def _privilege(value: str, securable_type: SecurableType, field: str) -> str:
+    if not _PRIVILEGE.fullmatch(value):
+        raise InvalidParameter(f"unknown privilege {value[:60]!r}", field)
+    privilege = Privilege.parse(value)
+    if privilege not in GRANTABLE[securable_type]:
+        allowed = ", ".join(GRANTABLE[securable_type])
+        raise InvalidParameter(
+            f"{privilege.value} cannot be granted on a {securable_type.value.lower()} (allowed: {allowed})",
+            field,
+        )
+    return privilege.value
+
+
+async def get_permissions(
+    ctx: Context,
+    principal: Principal,
+    securable_type: str,
+    full_name: str,
+    about: str | None,
+    max_results: int | None,
+    page_token: str | None,
+) -> PermissionsList:
+    size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
+    if about is not None:
+        about = _principal_name(about, "principal")
+    securable = await resolve(ctx, principal, "permissions.get", securable_type, full_name)
+    pages = Pages(ctx.pool, "permissions", securable=securable.node.id, principal=about)
+    after = await pages.after(page_token, str)
+    grants = await repo.list_grants(ctx.pool, securable.node.id, about)
+    names = [name for name in grants if after is None or name > after]
+    page = names[:size]
+    token = await pages.token(page[-1]) if len(names) > size else None
+    return PermissionsList(
+        privilege_assignments=[PrivilegeAssignment(principal=name, privileges=grants[name]) for name in page],
+        next_page_token=token,
+    )
+
+
+async def grant_store_permission(
+    ctx: Context, principal: Principal, full_name: str, grantee: str, permission: str, *, store_kind: str
+) -> None:
+    """The agent dialect's store grant (memory and session stores alike): WRITE grants READ and
+    WRITE, READ grants READ."""
+    privileges = (
+        ["READ_MEMORY_STORE"] if permission == "READ" else ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]
+    )
+    change = PermissionsChange(principal=grantee, add=privileges)
+    await update_permissions(
+        ctx,
+        principal,
+        "memory_store",
+        full_name,
+        UpdatePermissions(changes=[change], omit_permissions_in_response=True),
+        store_kind=store_kind,
+    )
+
+
+async def update_permissions(
+    ctx: Context,
+    principal: Principal,
+    securable_type: str,
+    full_name: str,
+    body: UpdatePermissions,
+    *,
+    store_kind: str | None = None,
+) -> PermissionsList:
+    """`store_kind` (`memory`, `session`): a store of another kind is not found (the dialects'
+    grant routes); None: either kind (the permissions routes)."""
+    kind = parse_securable_type(securable_type)
+    if len(body.changes) > MAX_CHANGES:
+        raise InvalidParameter(f"at most {MAX_CHANGES} changes per request", "changes")
+    add: list[tuple[str, str]] = []
+    remove: list[tuple[str, str]] = []
+    for i, change in enumerate(body.changes):
+        who = _principal_name(change.principal, f"changes[{i}].principal")
+        add += [(who, _privilege(p, kind, f"changes[{i}].add")) for p in change.add]
+        remove += [(who, _privilege(p, kind, f"changes[{i}].remove")) for p in change.remove]
+    if both := set(add) & set(remove):
+        who, privilege = sorted(both)[0]
+        raise InvalidParameter(f"{privilege} for {who} is both added and removed", "changes")
+    securable = await resolve(ctx, principal, "permissions.update", securable_type, full_name, store_kind)
+    async with audited(ctx.pool) as conn:
+        await repo.change_grants(conn, securable, add=add, remove=remove, granted_by=principal.name)
+    if body.omit_permissions_in_response:
+        return PermissionsList(privilege_assignments=[])
+    grants = await repo.list_grants(ctx.pool, securable.node.id, None)
+    return PermissionsList(
+        privilege_assignments=[PrivilegeAssignment(principal=n, privileges=p) for n, p in grants.items()]
+    )
+
+
+@dataclass(frozen=True)
+class Held:
+    """One privilege a principal effectively holds on a securable, and where it comes from."""
+
+    privilege: str
+    grantee: str  # the principal asked about, or the group it comes through
+    source_type: str  # where the grant or ownership is: METASTORE, CATALOG, SCHEMA or MEMORY_STORE
+    source_name: str
+    inherited: bool  # held on a parent of the securable, not on the securable itself
+    basis: str  # what is held there: the privilege granted (ALL_PRIVILEGES too), OWNER or ADMIN
+
+
+@dataclass(frozen=True)
+class Effective:
+    about: str  # whose privileges
+    securable: Securable
+    held: list[Held]
+
+
+async def effective_holdings(
+    ctx: Context, principal: Principal, securable_type: str, full_name: str, about: str | None
+) -> Effective:
+    """Every privilege `about` (the caller by default) holds on the securable, with its source.
+    About oneself anyone may ask; about others the owner, MANAGE or the admin."""
+    about = _principal_name(about, "principal") if about is not None else principal.name
+    action_name = "effective_permissions.self" if about == principal.name else "effective_permissions.other"
+    securable = await resolve(ctx, principal, action_name, securable_type, full_name)
+    held = [
+        Held(
+            privilege=holding.privilege,
+            grantee=holding.grantee,
+            source_type=holding.source.type.value,
+            source_name=holding.source.full_name,
+            inherited=holding.source.id != securable.node.id,
+            basis=holding.basis,
+        )
+        for holding in ctx.authorizer.holdings(about, securable)
+    ]
+    return Effective(about, securable, held)
+
+
+async def get_effective_permissions(
+    ctx: Context,
+    principal: Principal,
+    securable_type: str,
+    full_name: str,
+    about: str | None,
+    max_results: int | None = None,
+    page_token: str | None = None,
+) -> EffectivePermissionsList:
+    """Paged by grantee (the principal asked about, then the groups privileges come through)."""
+    size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
+    effective = await effective_holdings(ctx, principal, securable_type, full_name, about)
+    pages = Pages(
+        ctx.pool, "effective_permissions", securable=effective.securable.node.id, principal=effective.about
+    )
+    after = await pages.after(page_token, str)
+    by_grantee: dict[str, list[EffectivePrivilege]] = {}
+    for held in effective.held:
+        by_grantee.setdefault(held.grantee, []).append(
+            EffectivePrivilege(
+                privilege=held.privilege,
+                inherited_from_type=held.source_type if held.inherited else None,
+                inherited_from_name=held.source_name if held.inherited else None,
+            )
+        )
+    grantees = [g for g in sorted(by_grantee) if after is None or g > after]
+    page = grantees[:size]
+    return EffectivePermissionsList(
+        privilege_assignments=[
+            EffectivePrivilegeAssignment(principal=grantee, privileges=by_grantee[grantee])
+            for grantee in page
+        ],
+        next_page_token=await pages.token(page[-1]) if len(grantees) > size else None,
+    )

@@ -1,5 +1,0 @@
-"""Session stores of the agent dialect (`/api/2.0/agents/session-stores`)."""
-
-from catalog.sessions.service import erase_scope, held_stores
-
-__all__ = ["erase_scope", "held_stores"]

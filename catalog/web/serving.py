@@ -1,0 +1,207 @@
+"""The HTTP/1.1 connection layer under the application (uvicorn's h11 protocol, extended).
+
+What it adds, because it happens before a request reaches the application:
+- errors are JSON like every other (`{"error_code","message","details"}`): a malformed request
+  (bad bytes) is 400 `INVALID_PARAMETER_VALUE`; a request line and headers longer than 16 KiB
+  together are 431 `REQUEST_HEADER_FIELDS_TOO_LARGE`, however many reads they arrive in;
+- a cap on open connections (`CATALOG_MAX_CONNECTIONS`) and on open connections from one client
+  address (`CATALOG_MAX_CONNECTIONS_PER_CLIENT`, so that one client cannot take the whole
+  budget): a connection over either is answered 503 `TEMPORARILY_UNAVAILABLE` with `Retry-After`
+  and closed at once;
+- slow-client protection: a new connection that sends nothing within `CATALOG_FIRST_BYTE_TIMEOUT`
+  is closed quietly; a client that has not sent a complete request line and headers within
+  `CATALOG_HEADER_TIMEOUT` (counted from their first byte) gets 408 `REQUEST_TIMEOUT` and is
+  disconnected; idle keep-alive connections are closed quietly by uvicorn's keep-alive timeout.
+  (A slow body is the application's `CATALOG_BODY_TIMEOUT`: see catalog.web.middleware.)
+These connection-level refusals carry no principal and are not audit events; each is a log line,
+at most one a second for each kind of refusal (then a count of those not logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from http import HTTPStatus
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from catalog.errors import error_body
+
+log = logging.getLogger("catalog.request")
+
+MAX_HEAD_BYTES = 16 * 1024  # a request line and its headers, together
+
+
+class _Throttled:
+    """One log line a second for a kind of refusal, then how many were not logged."""
+
+    def __init__(self) -> None:
+        self.last = float("-inf")
+        self.unlogged = 0
+
+    def warn(self, message: str, **extra: Any) -> None:
+        now = time.monotonic()
+        if now - self.last < 1.0:
+            self.unlogged += 1
+            return
+        if self.unlogged:
+            extra["not_logged_since"] = self.unlogged
+        self.last, self.unlogged = now, 0
+        log.warning(message, extra=extra)
+
+
+_REFUSALS: dict[str, _Throttled] = {}
+
+
+def _warn(kind: str, message: str, **extra: Any) -> None:
+    _REFUSALS.setdefault(kind, _Throttled()).warn(message, **extra)
+
+
+class CatalogProtocol(H11Protocol):
+    def __init__(
+        self,
+        *args: Any,
+        max_connections: int = 0,
+        max_connections_per_client: int = 0,
+        first_byte_timeout: float = 0.0,
+        header_timeout: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_connections = max_connections
+        self.max_connections_per_client = max_connections_per_client
+        self.first_byte_timeout = first_byte_timeout
+        self.header_timeout = header_timeout
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._silent = True  # nothing received yet on this connection
+
+    # --- the connection caps -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if self.max_connections and len(self.connections) > self.max_connections:
+            _warn("total", "connection refused: too many open connections", limit=self.max_connections)
+            self.refuse(
+                503,
+                "TEMPORARILY_UNAVAILABLE",
+                f"the server has {self.max_connections} open connections; retry shortly",
+                retry_after=1,
+            )
+            return
+        if self.max_connections_per_client and self._from_this_client() > self.max_connections_per_client:
+            _warn(
+                "client",
+                "connection refused: too many open connections from one client",
+                limit=self.max_connections_per_client,
+                client=self.client[0] if self.client else None,
+            )
+            self.refuse(
+                503,
+                "TEMPORARILY_UNAVAILABLE",
+                f"this client has {self.max_connections_per_client} open connections; close some or "
+                "retry shortly",
+                retry_after=1,
+            )
+            return
+        # the first byte is waited for no longer than a whole head would be
+        timeouts = [t for t in (self.first_byte_timeout, self.header_timeout) if t > 0]
+        self._arm_header_timer(min(timeouts, default=0.0))
+
+    def _from_this_client(self) -> int:
+        """Open connections from this connection's address (this one included)."""
+        if not self.client:
+            return 0
+        address = self.client[0]
+        count = 0
+        for connection in self.connections:
+            client: tuple[str, int] | None = getattr(connection, "client", None)
+            count += client is not None and client[0] == address
+        return count
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    # --- slow clients --------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        waiting = self.conn.their_state is h11.IDLE
+        if waiting and self._head_too_large(data):
+            _warn("head", "request refused: request line and headers too large", limit=MAX_HEAD_BYTES)
+            self.refuse(
+                431,
+                "REQUEST_HEADER_FIELDS_TOO_LARGE",
+                f"the request line and headers must be at most {MAX_HEAD_BYTES // 1024} KiB together",
+            )
+            return
+        first = self._silent and bool(data)
+        self._silent = self._silent and not data
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:
+            self._cancel_header_timer()  # the request line and headers are complete
+        elif first or not waiting or self._header_timer is None:
+            self._arm_header_timer()  # the first bytes of a new request
+
+    def _head_too_large(self, data: bytes) -> bool:
+        """Whether the request whose head is arriving (what h11 holds, then `data`) has more than
+        MAX_HEAD_BYTES before the blank line that ends its headers. (h11's own limit only counts
+        what is still incomplete after a read, so a large head in one read would pass it.)"""
+        pending, _ = self.conn.trailing_data
+        if len(pending) + len(data) <= MAX_HEAD_BYTES:
+            return False
+        head = (bytes(pending) + data).lstrip(b"\r\n")  # blank lines between requests are allowed
+        end = head.find(b"\r\n\r\n")
+        return (end + 4 if end >= 0 else len(head)) > MAX_HEAD_BYTES
+
+    def _arm_header_timer(self, timeout: float | None = None) -> None:
+        self._cancel_header_timer()
+        timeout = self.header_timeout if timeout is None else timeout
+        if timeout > 0:
+            self._header_timer = self.loop.call_later(timeout, self._headers_too_slow)
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a response is still being written (pipelining): not the client's fault
+        pending, _ = self.conn.trailing_data
+        if not pending:
+            self.transport.close()  # an idle connection: close quietly
+            return
+        _warn("slow", "connection closed: request headers too slow", timeout=self.header_timeout)
+        self.refuse(
+            408,
+            "REQUEST_TIMEOUT",
+            f"the request line and headers did not arrive within {self.header_timeout:g} s",
+        )
+
+    # --- JSON for uvicorn's own errors ---------------------------------------------------------
+
+    def send_400_response(self, msg: str) -> None:
+        self.refuse(400, "INVALID_PARAMETER_VALUE", "malformed HTTP request")
+
+    def refuse(self, status: int, error_code: str, message: str, retry_after: int | None = None) -> None:
+        """Answer an error on the raw connection and close it (whatever state h11 is in)."""
+        self._cancel_header_timer()
+        body = json.dumps(error_body(error_code, message)).encode()
+        head = [
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+            "content-type: application/json",
+            f"content-length: {len(body)}",
+            "connection: close",
+        ]
+        if retry_after is not None:
+            head.append(f"retry-after: {retry_after}")
+        if not self.transport.is_closing():
+            self.transport.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+            self.transport.close()

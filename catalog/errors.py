@@ -1,8 +1,9 @@
 """The one error hierarchy and the one mapping to the wire shape.
 
-Every error a client sees is `{"error_code", "message", "details"}` with the status CONTRACT.md
-gives its code. Litestar's own exceptions (validation, unknown route, body too large) are mapped
-here too, and anything unexpected becomes INTERNAL_ERROR with no trace, logged with the request id.
+Every error a client sees is `{"error_code", "message", "details"}` with the status the API
+documents for its code (README, "API"; the OpenAPI document names each route's). Litestar's own
+exceptions (validation, unknown route, body too large) are mapped here too, and anything
+unexpected becomes INTERNAL_ERROR with no trace, logged with the request id.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ MEMORY_STORE_ROUTE = "memory_store_route"
 
 class NotFound(CatalogError):
     """A missing object: 404. The code depends on the route that answers it, by one rule
-    (CONTRACT.md, "404 codes"): a memory-store route (`/memory-stores/{name}` and everything under
+    (README, "API": "404 codes"): a memory-store route (`/memory-stores/{name}` and everything under
     it, in both dialects; its router sets `MEMORY_STORE_ROUTE`) answers `NOT_FOUND`, as
     Databricks' managed-memory API does and its tools test for; every other route (catalogs,
     schemas, groups, ...) answers `RESOURCE_DOES_NOT_EXIST`, as Unity Catalog does."""

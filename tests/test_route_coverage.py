@@ -1,5 +1,5 @@
 """Every route in the OpenAPI document: without a token it is 401, with a token that holds no
-grant it is 403 (or 200 where CONTRACT.md opens it to every authenticated principal), and every
+grant it is 403 (or 200 where the API opens it to every authenticated principal), and every
 authenticated call goes through the one authorization seam."""
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from catalog.entries import repo as entries_repo
 from catalog.entries import service as entries
 from catalog.runtime import EMBEDDED_DATABASE, Runtime, ensure_database, load_encoder
 from catalog.search import neighbours as search_context
+from catalog.search import repo as search_repo
 from catalog.search import scope_index
 from catalog.settings import Settings
 
@@ -218,7 +219,7 @@ class Steps:
         self.wrap(engine, "_keyword", "keyword: BM25 candidates (Tantivy)")
         self.wrap(engine.vectors, "search", "semantic: nearest vectors (pgvector)")
         self.wrap(engine, "_coverage", "keyword score: term counts in the scope (Tantivy)")
-        self.wrap(search_context, "similarities", "cosine of keyword-only candidates (PostgreSQL)")
+        self.wrap(search_repo, "similarities", "cosine of keyword-only candidates (PostgreSQL)")
         self.wrap(search_context, "neighbours", "numbered neighbours (PostgreSQL)")
         self.wrap(engine, "rank", "rank (all of the above)")
         self.wrap(entries_repo, "by_ids", "re-read the hits (PostgreSQL)")

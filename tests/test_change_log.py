@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-import catalog.search
+import catalog.search.engine
 from catalog.db import create_pool
 from catalog.search import SearchEngine
 from catalog.search.embedder import Embedder, HashEncoder
@@ -177,7 +177,7 @@ async def test_an_idle_indexer_does_not_poll_and_wakes_on_another_process_commit
 async def test_the_idle_embedding_worker_wakes_on_another_process_commit(
     pool, store, tmp_path, fresh_database_url, monkeypatch
 ):
-    monkeypatch.setattr(catalog.search, "EMBED_POLL", 3600.0)  # only a notification can wake it
+    monkeypatch.setattr(catalog.search.engine, "EMBED_POLL", 3600.0)  # only a notification can wake it
     engine = SearchEngine.create(pool, Embedder(HashEncoder()), tmp_path / "index")
     await engine.start()
     try:

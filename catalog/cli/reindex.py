@@ -22,7 +22,7 @@ from catalog.runtime import database_url_for_tools, load_encoder, prepare_databa
 from catalog.search import SearchEngine, repo
 from catalog.search.corpus import CORPORA
 from catalog.search.embedder import Embedder
-from catalog.search.fulltext import FullTextIndex
+from catalog.search.fulltext import FullTextIndex, WriterLocked
 from catalog.search.indexer import Indexer
 from catalog.settings import Settings
 
@@ -62,12 +62,10 @@ async def _reindex(settings: Settings, pool: asyncpg.Pool, recompute_embeddings:
             label = f"{corpus.name} {directory.name}"
             try:
                 index = await asyncio.to_thread(FullTextIndex, directory)
-            except ValueError as exc:
-                if "lock" in str(exc).lower():
-                    _say(f"{label}: held by a running server, which keeps it current; skipped")
-                    skipped += 1
-                    continue
-                raise
+            except WriterLocked:
+                _say(f"{label}: held by a running server, which keeps it current; skipped")
+                skipped += 1
+                continue
             indexer = Indexer(pool, settings.index_dir, corpus=corpus)
             indexer.index = index
             started = time.perf_counter()

@@ -7,11 +7,17 @@ fail ("index writer was killed") or succeed without the documents added before t
 every change goes through `apply()`, which on any failure rolls the writer back to the last
 commit (a fresh writer, nothing pending) and raises, and which checks after the commit that the
 index holds what it was given: the caller may move its watermark only when `apply()` returns.
+
+An index directory has a single writer at a time, guarded by tantivy's own lock (see
+`writer_held`): opening one where another writer lives raises `WriterLocked`, the one signal
+callers act on (an index slot a server holds, skipped), never the text of tantivy's error.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -112,6 +118,37 @@ class IndexDiverged(RuntimeError):
     """A commit reported success but the index does not hold what it was given."""
 
 
+class WriterLocked(RuntimeError):
+    """Another writer, in this process or another, holds the index directory."""
+
+
+# tantivy's writer lock (`INDEX_WRITER_LOCK`): its directory takes an exclusive, non-blocking
+# flock(2) on this file for as long as the writer lives; the kernel releases it when the file is
+# closed, so a process that dies leaves no stale lock (the file itself stays)
+WRITER_LOCK_FILE = ".tantivy-writer.lock"
+
+
+def writer_held(directory: Path) -> bool:
+    """Whether a writer holds the index in `directory` now: the one place that tells an index
+    held by another writer from one that failed to open for another reason. It asks the kernel,
+    not tantivy's error (tantivy-py raises ValueError for every failure, a lock's among them, and
+    its text may name paths and file contents): it tries to take the writer lock itself and lets
+    it go at once (a writer opened in that instant finds it held, as if another writer lived)."""
+    try:
+        fd = os.open(directory / WRITER_LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False  # no lock file (no writer ever opened here) or none we can read: not held
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False  # flock unsupported here: nothing says another writer lives
+    finally:
+        os.close(fd)  # releases the lock if it was taken
+    return False
+
+
 @dataclass(frozen=True)
 class IndexedEntry:
     entry_id: str
@@ -134,10 +171,25 @@ class FullTextIndex:
         self.index = tantivy.Index(self.schema, path=str(directory), reuse=True)
         self.index.register_tokenizer(ANALYZER, _analyzer())
         self.heap_bytes = heap_bytes
-        self.writer = self.index.writer(heap_size=heap_bytes, num_threads=1)
+        self.writer = self._open_writer()
         self.boosts = {"contents": 1.0, "description": 0.5, "path_words": 0.5}
         self.analyzer = _analyzer()  # the indexed fields' analyzer, for query terms
         self._counts = TtlCache(COUNT_TTL)
+
+    def _open_writer(self) -> Any:
+        """The directory's writer; `WriterLocked` when another writer holds it. A failure while
+        the lock is free is tried once more before it is raised: the writer that held the lock
+        may have been closed in between, or the lock was held only by another process's
+        `writer_held` probe."""
+        for attempt in (1, 2):
+            try:
+                return self.index.writer(heap_size=self.heap_bytes, num_threads=1)
+            except ValueError as exc:
+                if writer_held(self.directory):
+                    raise WriterLocked(f"another writer holds the index {self.directory}") from exc
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         try:
@@ -185,7 +237,7 @@ class FullTextIndex:
             # a writer that cannot even roll back is replaced (dropping it releases its lock)
             log.warning("index %s: rollback failed (%s); opening a new writer", self.directory, exc)
             del self.writer
-            self.writer = self.index.writer(heap_size=self.heap_bytes, num_threads=1)
+            self.writer = self._open_writer()
 
     def upsert(self, entries: list[IndexedEntry]) -> None:
         for entry in entries:

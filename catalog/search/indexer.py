@@ -51,8 +51,9 @@ from pathlib import Path
 
 import asyncpg
 
+from catalog.search import change_log_repo as change_log
 from catalog.search.corpus import ENTRIES, Corpus
-from catalog.search.fulltext import FullTextIndex, IndexedEntry
+from catalog.search.fulltext import FullTextIndex, IndexedEntry, WriterLocked
 from catalog.search.health import Health, WorkerStatus, describe
 from catalog.search.passes import ChangeFeed, Passes
 
@@ -75,10 +76,10 @@ def open_slot(root: Path) -> FullTextIndex:
         directory = root / f"slot-{n}"
         try:
             return FullTextIndex(directory)
+        except WriterLocked as exc:  # another process's slot
+            last_error = exc
+            continue
         except ValueError as exc:
-            if "LockBusy" in str(exc) or "lock" in str(exc).lower():
-                last_error = exc
-                continue
             if describe(exc)[1]:  # an I/O failure (a full disk) says nothing of the index: no rebuild
                 raise
             if "schema does not match" in str(exc):
@@ -228,7 +229,7 @@ class Indexer:
         return max(0, head - self.watermark - applied)
 
     async def status(self) -> WorkerStatus:
-        head = int(await self.pool.fetchval(f"SELECT coalesce(max(seq), 0) FROM {self.corpus.changes}"))
+        head = await change_log.head(self.pool, self.corpus)
         status = self.health.status(self.lag(head))
         if self._task is not None and self._task.done() and not self._stopping:
             # the loop ended on something it does not catch: nothing will catch the index up
@@ -257,21 +258,16 @@ class Indexer:
         assert self.index is not None
         index = self.index
         self._needs_rebuild = True
-        head = int(await self.pool.fetchval(f"SELECT coalesce(max(seq), 0) FROM {self.corpus.changes}"))
-        pruned = await self._pruned_up_to()  # the log may hold no row at or above it
+        head = await change_log.head(self.pool, self.corpus)
+        # the log may hold no row at or above the prune mark
+        pruned = await change_log.pruned_up_to(self.pool, self.corpus)
         count = 0
         try:
             await asyncio.to_thread(index.clear)
             async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
-                cursor = conn.cursor(
-                    "SELECT id::text, store_id::text, scope, session_id, path, "
-                    "coalesce(contents, '') AS contents, coalesce(description, '') AS description, "
-                    f"{self.corpus.metadata} AS metadata FROM {self.corpus.table}",
-                    prefetch=BATCH,
-                )
                 batch: list[IndexedEntry] = []
-                async for row in cursor:
-                    batch.append(IndexedEntry(*row))
+                async for entry in change_log.every_row(conn, self.corpus, BATCH):
+                    batch.append(entry)
                     if len(batch) >= BATCH:
                         await asyncio.to_thread(index.upsert, batch)
                         count += len(batch)
@@ -366,41 +362,23 @@ class Indexer:
 
     # --- pruning the change log ---------------------------------------------------------------------
 
-    async def _pruned_up_to(self) -> int:
-        value = await self.pool.fetchval(
-            "SELECT up_to FROM change_log_pruned WHERE changes = $1", self.corpus.changes
-        )
-        return int(value or 0)
-
     async def prune(self) -> int:
         """Delete the change rows older than the retention (oldest first, in batches), raising the
         prune mark in the same transaction; returns how many were deleted."""
-        changes = self.corpus.changes
         total = 0
         while True:
             async with self.pool.acquire() as conn, conn.transaction():
                 # the oldest rows by seq, up to (not including) the first one young enough to keep
-                top = await conn.fetchval(
-                    "SELECT coalesce(min(seq) FILTER (WHERE at >= clock_timestamp() - $2::interval) - 1, "
-                    f"max(seq)) FROM (SELECT seq, at FROM {changes} ORDER BY seq LIMIT $1) oldest",
-                    PRUNE_BATCH,
-                    self.retention,
-                )
-                if top is None:
-                    return total
-                status = await conn.execute(f"DELETE FROM {changes} WHERE seq <= $1", top)
-                deleted = int(status.split()[-1])
-                if deleted:
-                    await conn.execute(
-                        "INSERT INTO change_log_pruned AS p (changes, up_to) VALUES ($1, $2) "
-                        "ON CONFLICT (changes) DO UPDATE SET up_to = greatest(p.up_to, excluded.up_to)",
-                        changes,
-                        top,
-                    )
+                top, deleted = await change_log.prune_oldest(conn, self.corpus, PRUNE_BATCH, self.retention)
+            if top is None:
+                return total
             total += deleted
             if deleted < PRUNE_BATCH:
                 if total:
-                    log.info("change log pruned", extra={"changes": changes, "rows": total, "up_to": top})
+                    log.info(
+                        "change log pruned",
+                        extra={"changes": self.corpus.changes, "rows": total, "up_to": top},
+                    )
                 return total
 
     async def _pass(self) -> tuple[int, bool]:
@@ -409,17 +387,9 @@ class Indexer:
         async with self._lock:
             started = self.passes.begin()
             try:
-                # the prune mark comes with the rows (one row of NULLs when there are none)
-                found = await self.pool.fetch(
-                    "SELECT mark.up_to, c.seq, c.entry_id, c.op FROM (SELECT coalesce((SELECT up_to "
-                    "FROM change_log_pruned WHERE changes = $3), 0) AS up_to) mark LEFT JOIN LATERAL ("
-                    f"SELECT seq, {self.corpus.key}::text AS entry_id, op FROM {self.corpus.changes} "
-                    "WHERE seq > $1 ORDER BY seq LIMIT $2) c ON true",
-                    self.watermark,
-                    BATCH,
-                    self.corpus.changes,
-                )
-                if found[0]["up_to"] > self.watermark:
+                # the prune mark comes with the rows
+                pruned, rows = await change_log.changes_past(self.pool, self.corpus, self.watermark, BATCH)
+                if pruned > self.watermark:
                     # rows past the watermark may have been pruned: only a rebuild is complete.
                     # It reads a snapshot taken within this pass, so the pass still holds
                     # everything committed before it began (read-your-writes).
@@ -429,23 +399,16 @@ class Indexer:
                     )
                     await self._rebuild()
                     return 0, True
-                rows = [row for row in found if row["seq"] is not None]
-                fresh = [row for row in rows if row["seq"] not in self._done_above]
+                fresh = [row for row in rows if row.seq not in self._done_above]
                 if fresh:
-                    ids = list({row["entry_id"] for row in fresh})
-                    current = await self.pool.fetch(
-                        "SELECT id::text, store_id::text, scope, session_id, path, coalesce(contents, ''), "
-                        f"coalesce(description, ''), {self.corpus.metadata} "
-                        f"FROM {self.corpus.table} WHERE id = ANY($1::uuid[])",
-                        ids,
-                    )
-                    upserts = [IndexedEntry(*row) for row in current]
+                    ids = list({row.entry_id for row in fresh})
+                    upserts = await change_log.current(self.pool, self.corpus, ids)
                     present = {entry.entry_id for entry in upserts}
                     deletes = [entry_id for entry_id in ids if entry_id not in present]
                     # raises (rolled back) unless the index now holds exactly this
                     await asyncio.to_thread(index.apply, deletes, upserts)
                 # only now, with the rows committed in the index, may the watermark pass them
-                self._advance([row["seq"] for row in rows])
+                self._advance([row.seq for row in rows])
                 await self._save_watermark()
                 return len(fresh), len(rows) == BATCH
             finally:

@@ -11,7 +11,8 @@ Rules:
   store is gone or that is no longer among the largest;
 - an index's name is derived from its store and scope (`entries_hnsw_s_<md5>`), so every process
   finds the same one; a build interrupted by a crash leaves an invalid index, which is dropped and
-  built again; the values in the predicate are quoted by PostgreSQL (`format('%L')`);
+  built again; the values in the predicate are quoted by PostgreSQL (`format('%L')`; the SQL is
+  in `catalog.search.scope_index_repo`);
 - one process maintains them at a time (an advisory lock); searches use an index only once it is
   valid (`VectorSearch` asks `ready_index`).
 """
@@ -23,6 +24,8 @@ import logging
 from dataclasses import dataclass
 
 import asyncpg
+
+from catalog.search import scope_index_repo as repo
 
 log = logging.getLogger("catalog.search")
 
@@ -47,13 +50,7 @@ class Maintained:
 
 async def ready_index(conn: asyncpg.Connection | asyncpg.Pool, store_id: str, scope: str) -> bool:
     """Whether the scope's own index exists and may be used."""
-    return bool(
-        await conn.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-            "WHERE c.relname = $1 AND i.indisvalid AND i.indisready)",
-            index_name(store_id, scope),
-        )
-    )
+    return await repo.index_ready(conn, index_name(store_id, scope))
 
 
 async def maintain(pool: asyncpg.Pool, min_entries: int) -> Maintained:
@@ -61,49 +58,29 @@ async def maintain(pool: asyncpg.Pool, min_entries: int) -> Maintained:
     built: list[tuple[str, str]] = []
     dropped: list[str] = []
     async with pool.acquire() as conn:
-        if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", _LOCK):
+        if not await repo.try_lock(conn, _LOCK):
             return Maintained(built, dropped)  # another process is at it
         try:
-            rows = await conn.fetch(
-                "SELECT store_id::text, scope, count(*) AS n FROM entries GROUP BY store_id, scope "
-                "HAVING count(*) >= $1 ORDER BY n DESC, store_id, scope LIMIT $2",
-                max(1, min_entries // 2),
-                MAX_INDEXES,
-            )
+            rows = await repo.largest_scopes(conn, max(1, min_entries // 2), MAX_INDEXES)
             keep = {index_name(r["store_id"], r["scope"]): r for r in rows}
-            existing = {
-                r["relname"]: r["valid"]
-                for r in await conn.fetch(
-                    "SELECT c.relname, i.indisvalid AND i.indisready AS valid FROM pg_index i "
-                    "JOIN pg_class c ON c.oid = i.indexrelid WHERE starts_with(c.relname, $1)",
-                    PREFIX,
-                )
-            }
+            existing = await repo.indexes_named(conn, PREFIX)
             for name, valid in existing.items():
                 if name not in keep or not valid:  # shrunk, store gone, or a build that died
-                    await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+                    await repo.drop_index(conn, name)
                     dropped.append(name)
             for name, row in keep.items():
                 if row["n"] < min_entries or existing.get(name):
                     continue
-                statement = await conn.fetchval(
-                    "SELECT format('CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON entries USING hnsw "
-                    "(embedding vector_cosine_ops) WHERE store_id = %L::uuid AND scope = %L', $1::text, "
-                    "$2::text, $3::text)",
-                    name,
-                    row["store_id"],
-                    row["scope"],
-                )
                 # the graph of 100k vectors takes about 200 MB; built in memory it is several
                 # times faster than spilled (the setting lasts until the connection is reset below)
-                await conn.execute(f"SET maintenance_work_mem = '{BUILD_MEMORY}'")
+                await repo.set_build_memory(conn, BUILD_MEMORY)
                 log.info(
                     "building the vector index of a large scope",
                     extra={"store_id": row["store_id"], "entries": row["n"], "index": name},
                 )
-                await conn.execute(statement)
+                await repo.build_index(conn, name, row["store_id"], row["scope"])
                 built.append((row["store_id"], row["scope"]))
         finally:
-            await conn.execute("RESET maintenance_work_mem")
-            await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK)
+            await repo.reset_build_memory(conn)
+            await repo.unlock(conn, _LOCK)
     return Maintained(built, dropped)

@@ -1,0 +1,504 @@
+"""The search engine: ranks a `Query` over one corpus (`catalog.search.corpus`) by BM25 over the
+Tantivy index, cosine over pgvector, or both fused (`catalog.search.fusion`), and runs the two
+background workers that keep that derived state up to date.
+
+Writes are answered once PostgreSQL has committed them; the workers then bring the derived state
+up to date: the indexer (Tantivy, `catalog.search.indexer`) and the embedding worker (the
+`embedding` column, in large batches). Searches wait for both to have passed everything committed
+before them, so a search sent after a write's response sees that write (read-your-writes).
+
+Neither worker ever marks as done what it did not do. An embedding pass claims its rows inside a
+transaction and writes their vectors in it: a model or database error rolls it back and the rows
+stay stale, to be retried with backoff. While a worker fails, searches use what there is instead
+of waiting, and `status()` (behind `/healthz` and `/metrics`) reports the lag and the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import asyncpg
+import numpy as np
+
+from catalog.search import neighbours, repo, scope_index
+from catalog.search.corpus import ENTRIES, TRANSCRIPTS, Corpus
+from catalog.search.embedder import Embedder
+from catalog.search.fulltext import FullTextIndex, prefix_fits
+from catalog.search.fusion import (
+    FusionWeights,
+    hybrid_score,
+    keyword_score,
+    ranked,
+    semantic_score,
+    with_context,
+)
+from catalog.search.health import Health, WorkerStatus
+from catalog.search.indexer import Indexer
+from catalog.search.passes import ChangeFeed, Passes
+from catalog.search.repo import VectorSearch
+from catalog.wire import SearchLeg
+
+log = logging.getLogger("catalog.search")
+
+EMBED_BATCH = 256
+# two passes at once: while one writes its vectors (PostgreSQL maintains the HNSW graph), the
+# other keeps the model busy
+EMBED_LANES = 2
+FRESH_TIMEOUT = 10.0
+# how long a stopping server lets an embedding pass finish before abandoning it (a pass of 256
+# long entries can take many seconds on a small machine; an abandoned one is redone later)
+EMBED_STOP_GRACE = 2.0
+# how often the embedding worker looks for work while the change feed is not listening (while it
+# listens, the worker sleeps until a change commits, a local write or a search wakes it)
+EMBED_POLL = 1.0
+# how long an embedding pass's claim on its rows lasts: a process that dies mid-pass leaves them
+# to the others after this (a pass of 256 long texts takes seconds)
+EMBED_LEASE = 60.0
+
+
+def embedding_text(contents: str | None, description: str | None) -> str:
+    """What an entry's vector is computed from: its description, then its contents."""
+    parts = [p.strip() for p in (description, contents) if p and p.strip()]
+    return "\n".join(parts) if parts else ""
+
+
+@dataclass(frozen=True)
+class SearchStatus:
+    index: WorkerStatus  # the entries' full-text index
+    embeddings: WorkerStatus  # the embedding worker, both corpora
+    other_indexes: tuple[WorkerStatus, ...] = ()  # the transcripts' full-text index
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why derived state is not keeping up; empty when all is well."""
+        workers = (self.index, *self.other_indexes, self.embeddings)
+        return [f"{w.name}: {w.reason}" for w in workers if not w.healthy]
+
+
+@dataclass(frozen=True)
+class Query:
+    """What to rank: a store's entries (or transcript items) in some scopes, optionally one
+    session (for transcripts: `conversation:<id>` or `session:<id>`) and a path prefix (a role)."""
+
+    store_id: str
+    scopes: tuple[str, ...]
+    text: str
+    limit: int  # candidates taken from each mode
+    mode: str = "hybrid"  # hybrid, keyword or semantic
+    session_id: str | None = None
+    path_prefix: str | None = None
+    corpus: Corpus = ENTRIES
+    where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (a filter)
+    # the query's vector, when the caller started computing it early (`SearchEngine.embed_query`)
+    vector: asyncio.Future[np.ndarray] | None = field(default=None, compare=False)
+
+
+async def _none() -> dict[str, float]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """What `rank` found: (id, score) best first, and the legs that may have missed rows
+    (`keyword`: the full-text index is failing or behind; `semantic`: vectors are missing), in
+    the order they ran; empty when the answer is complete."""
+
+    hits: list[tuple[str, float]]
+    degraded: tuple[SearchLeg, ...] = ()
+
+
+Row = TypeVar("Row")
+
+
+@dataclass(frozen=True)
+class Found(Generic[Row]):
+    """A search's answer: the hits read back from PostgreSQL with their scores, best first, and
+    the legs that may have missed some (`Ranking.degraded`)."""
+
+    hits: list[tuple[Row, float]]
+    degraded: tuple[SearchLeg, ...] = ()
+
+
+@dataclass(frozen=True)
+class CorpusSearch:
+    """One corpus's derived state: its full-text index and its vectors."""
+
+    indexer: Indexer
+    vectors: VectorSearch
+
+
+@dataclass
+class SearchEngine:
+    pool: asyncpg.Pool
+    embedder: Embedder
+    indexer: Indexer  # the entries' (the corpus every process has)
+    vectors: VectorSearch
+    transcripts: CorpusSearch | None = None  # conversation and session items (None in some tools)
+    weights: FusionWeights = field(default_factory=FusionWeights)
+    passes: Passes = field(default_factory=Passes)
+    embedding_health: Health = field(default_factory=lambda: Health("embeddings", log))
+    embedded_total: int = 0  # vectors this process has written
+    feed: ChangeFeed | None = None  # wakes the workers on any process's commit (see start())
+    # large scopes' own vector indexes (catalog.search.scope_index): kept every this many seconds
+    scope_index_interval: float = 600.0
+    _worker: asyncio.Task[None] | None = None
+    _scopes_task: asyncio.Task[None] | None = None
+    _stopping: bool = False
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @classmethod
+    def create(
+        cls,
+        pool: asyncpg.Pool,
+        embedder: Embedder,
+        index_root: Path,
+        *,
+        scope_index_min: int = 0,
+        scope_index_interval: float = 600.0,
+    ) -> SearchEngine:
+        """An engine over both corpora, each with its index under `index_root`; scopes of at least
+        `scope_index_min` entries get a vector index of their own (0: none)."""
+        return cls(
+            pool,
+            embedder,
+            Indexer(pool, index_root),
+            VectorSearch(pool, scope_index_min=scope_index_min),
+            CorpusSearch(
+                Indexer(pool, index_root, corpus=TRANSCRIPTS), VectorSearch(pool, corpus=TRANSCRIPTS)
+            ),
+            scope_index_interval=scope_index_interval,
+        )
+
+    @property
+    def corpora(self) -> dict[Corpus, CorpusSearch]:
+        parts = {ENTRIES: CorpusSearch(self.indexer, self.vectors)}
+        if self.transcripts is not None:
+            parts[TRANSCRIPTS] = self.transcripts
+        return parts
+
+    def part(self, corpus: Corpus) -> CorpusSearch:
+        try:
+            return self.corpora[corpus]
+        except KeyError:
+            raise RuntimeError(f"this search engine does not hold the {corpus.name} corpus") from None
+
+    async def start(self) -> None:
+        self.embedder.start()
+        self.feed = ChangeFeed(self.pool)
+        for part in self.corpora.values():
+            part.indexer.listen(self.feed)
+        self.feed.subscribe(self.passes.wake, *(corpus.changes for corpus in self.corpora))
+        self.feed.start()
+        for part in self.corpora.values():
+            await part.indexer.start()
+        self._worker = asyncio.create_task(self._embed_loop(), name="embedding-worker")
+        if self.vectors.scope_index_min:
+            self._scopes_task = asyncio.create_task(self._scope_index_loop(), name="scope-indexes")
+        self.passes.wake.set()
+
+    async def close(self) -> None:
+        self._stopping = True
+        self._stop.set()
+        self.passes.wake.set()
+        for part in self.corpora.values():  # every worker winds down at once
+            part.indexer.request_stop()
+        if self.feed is not None:
+            await self.feed.close()
+        if self._scopes_task is not None:  # a build cut short leaves an invalid index: rebuilt later
+            self._scopes_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scopes_task
+        if self._worker is not None:
+            try:
+                await asyncio.wait_for(self._worker, EMBED_STOP_GRACE)
+            except TimeoutError:  # cancelled mid-pass: its transaction rolls back, the rows stay stale
+                self._worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._worker
+        for part in self.corpora.values():
+            await part.indexer.close()
+        await self.embedder.close()
+
+    def written(self) -> None:
+        """A write committed: index and embed it soon."""
+        for part in self.corpora.values():
+            part.indexer.notify()
+        self.passes.wake.set()
+
+    async def status(self) -> SearchStatus:
+        """Each worker's health, lag and last failure (a few small queries)."""
+        index = await self.indexer.status()
+        others = tuple([await part.indexer.status() for c, part in self.corpora.items() if c is not ENTRIES])
+        backlog = sum([await repo.count_unembedded(self.pool, corpus) for corpus in self.corpora])
+        embeddings = self.embedding_health.status(backlog)
+        if self._worker is not None and self._worker.done() and not self._stopping:
+            stopped = "the embedding worker has stopped"
+            embeddings = dataclasses.replace(embeddings, healthy=False, reason=stopped)
+        return SearchStatus(index=index, embeddings=embeddings, other_indexes=others)
+
+    # --- large scopes' own vector indexes ---------------------------------------------------------
+
+    async def maintain_scope_indexes(self) -> scope_index.Maintained:
+        """Build the vector indexes large scopes lack, drop those no longer needed, now."""
+        return await scope_index.maintain(self.pool, self.vectors.scope_index_min)
+
+    async def _scope_index_loop(self) -> None:
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.scope_index_interval)
+            if self._stopping:
+                return
+            try:
+                done = await self.maintain_scope_indexes()
+            except Exception as exc:  # tried again at the next interval; searches scan as before
+                log.warning("keeping the large scopes' vector indexes failed: %s", exc)
+            else:
+                if done.built or done.dropped:
+                    log.info(
+                        "large scopes' vector indexes kept",
+                        extra={"built": len(done.built), "dropped": len(done.dropped)},
+                    )
+
+    # --- the embedding worker --------------------------------------------------------------------
+
+    async def embed_pass(self, limit: int = EMBED_BATCH, corpus: Corpus = ENTRIES) -> int:
+        """Embed up to `limit` rows of the corpus whose vector is missing or older than their
+        text. The rows are claimed with a lease (`repo.claim_unembedded`), so several processes
+        and lanes share the work and no write waits for the model; a vector is stored only if its
+        row is still at the version it was computed from."""
+        async with self.pool.acquire() as conn:
+            rows = await repo.claim_unembedded(conn, limit, corpus, EMBED_LEASE)
+            if not rows:
+                return 0
+            try:
+                texts = [embedding_text(r["contents"], r["description"]) for r in rows]
+                # a model error raises here: nothing is stored, the rows stay stale
+                vectors = await self.embedder.embed(texts, background=True)
+                if len(vectors) != len(rows):
+                    raise RuntimeError(f"the model gave {len(vectors)} vectors for {len(rows)} texts")
+                await repo.set_embeddings(
+                    conn, [(r["id"], r["version"], v) for r, v in zip(rows, vectors, strict=True)], corpus
+                )
+            finally:
+                # the rows left stale (changed meanwhile, or the model failed) are free again; if
+                # this process dies first, their lease runs out instead
+                await repo.release_claims(conn, [r["id"] for r in rows], corpus)
+        self.embedded_total += len(rows)
+        return len(rows)
+
+    async def _claims_run_out(self) -> float | None:
+        """Seconds until a claim another process holds (or held when it died) on a stale row
+        runs out, the soonest over the corpora; None when there is none."""
+        soonest = None
+        for corpus in self.corpora:
+            left = await repo.next_claim_expiry(self.pool, corpus)
+            if left is not None:
+                soonest = left if soonest is None else min(soonest, left)
+        return soonest
+
+    async def _embed_loop(self) -> None:
+        delay = 0.0
+        claimed_elsewhere: float | None = None
+        while not self._stopping:
+            if delay:
+                # backing off: a write or a search must not bring the retry forward
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+            else:
+                idle = None if self.feed is not None and self.feed.listening else EMBED_POLL
+                if claimed_elsewhere is not None:  # look again when those claims run out
+                    idle = min(idle or math.inf, max(claimed_elsewhere, 0.0) + 0.1)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.passes.wake.wait(), idle)
+            self.passes.wake.clear()
+            if self._stopping:
+                return
+            number = self.passes.begin()
+            try:
+                # every lane runs to its end before the next pass (none is left behind running)
+                outcomes = await asyncio.gather(
+                    *(self._drain(corpus) for corpus in self.corpora for _ in range(EMBED_LANES)),
+                    return_exceptions=True,
+                )
+                failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+                if isinstance(failure, asyncio.CancelledError):
+                    raise failure
+                if failure is not None:
+                    delay = self.embedding_health.failed(failure, "embedding entries")
+                else:
+                    delay = 0.0
+                    self.embedding_health.succeeded()
+                    try:
+                        claimed_elsewhere = await self._claims_run_out()
+                    except Exception as exc:  # a failed pass like any other: back off
+                        delay = self.embedding_health.failed(exc, "embedding entries")
+            finally:
+                await self.passes.end(number)
+
+    async def _drain(self, corpus: Corpus) -> None:
+        while True:
+            done = await self.embed_pass(corpus=corpus)
+            if done:  # healthy again once a batch is stored, not only once a long backlog is drained
+                self.embedding_health.succeeded()
+            if done < EMBED_BATCH or self._stopping:
+                return
+
+    # --- ranking ------------------------------------------------------------------------------------
+
+    def embed_query(self, text: str) -> asyncio.Future[np.ndarray]:
+        """Start computing a query's vector now, so that it runs while the caller does other
+        work first (authorizing the request); hand it to `rank` as `Query.vector`, or cancel it."""
+
+        async def vector() -> np.ndarray:
+            return (await self.embedder.embed([text]))[0]
+
+        task = asyncio.ensure_future(vector())
+        # a request refused before `rank` never awaits it: its failure must not be logged as lost
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    async def rank(self, query: Query) -> Ranking:
+        """(entry id, score in [0, 1]), best first, from the query's store and scopes only; each
+        mode waits for its derived state to hold every write committed before the call
+        (read-your-writes), and a leg whose derived state is failing or still behind when the
+        wait ends is searched as it is and named in `degraded`. Scores mean the same for every
+        query (see `fusion`): keyword ranks BM25's candidates by their share of the query's term
+        weight, semantic by cosine, hybrid by both and by context. The caller re-reads the hits
+        from PostgreSQL (a hit may have changed since)."""
+        w = self.weights
+        if query.mode == "semantic":
+            _, hits, complete = await self._semantic(query)
+            return Ranking(
+                [(doc, semantic_score(cos, w)) for doc, cos in hits], () if complete else ("semantic",)
+            )
+        if query.mode == "keyword":
+            keyword, fresh = await self._keyword(query)
+            covered = await self._coverage(query, [doc for doc, _ in keyword])
+            bm25 = dict(keyword)
+            scores = ranked({doc: keyword_score(covered[doc], w) for doc in bm25}, bm25)
+            return Ranking(scores, () if fresh else ("keyword",))
+        (keyword, fresh), (vector, semantic, complete) = await asyncio.gather(
+            self._keyword(query), self._semantic(query)
+        )
+        cosine = dict(semantic)
+        candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
+        unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
+        covered, more_cosine, near = await asyncio.gather(
+            self._coverage(query, candidates),
+            repo.similarities(self.pool, unscored, vector, query.corpus) if vector is not None else _none(),
+            neighbours.neighbours(self.pool, candidates, query.path_prefix, query.corpus),
+        )
+        cosine.update(more_cosine)
+        own = {doc: hybrid_score(cosine.get(doc), covered[doc], w) for doc in candidates}
+        legs: tuple[tuple[SearchLeg, bool], ...] = (("keyword", fresh), ("semantic", complete))
+        degraded = tuple(leg for leg, ok in legs if not ok)
+        return Ranking(ranked(with_context(own, near, w), cosine), degraded)
+
+    async def _keyword(self, query: Query) -> tuple[list[tuple[str, float]], bool]:
+        """BM25's candidates, and whether the index held every write committed before the call."""
+        index, fresh = await self._index(query)
+        hits = await asyncio.to_thread(
+            index.search,
+            query.store_id,
+            list(query.scopes),
+            query.text,
+            query.limit,
+            session_id=query.session_id,
+            path_prefix=query.path_prefix,
+            where=query.where,
+            within=await self._within(query),
+        )
+        return hits, fresh
+
+    async def _within(self, query: Query) -> list[str] | None:
+        """The ids a path prefix admits, when it is too long for the full-text index to filter
+        by it itself (read from PostgreSQL after the index caught up: the same writes)."""
+        if query.path_prefix is None or prefix_fits(query.path_prefix):
+            return None
+        return await repo.ids_under_prefix(
+            self.pool, query.store_id, query.scopes, query.session_id, query.path_prefix, query.corpus
+        )
+
+    async def _index(self, query: Query) -> tuple[FullTextIndex, bool]:
+        """The corpus's index once it holds every write committed before the call (True), or as
+        it is when it is failing or still behind after the wait (False)."""
+        indexer = self.part(query.corpus).indexer
+        try:
+            fresh = await indexer.wait_fresh()
+        except TimeoutError:
+            log.warning("full-text index of %s is behind; searching what it holds", query.corpus.name)
+            fresh = False
+        index = indexer.index
+        assert index is not None
+        return index, fresh
+
+    async def _coverage(self, query: Query, ids: list[str]) -> dict[str, float]:
+        """Each candidate's share of the query's term weight (the index is already fresh: the
+        candidates came from a search that waited for it)."""
+        index = self.part(query.corpus).indexer.index
+        if index is None or not ids:
+            return dict.fromkeys(ids, 0.0)
+        return await asyncio.to_thread(
+            index.coverage,
+            query.store_id,
+            list(query.scopes),
+            query.text,
+            ids,
+            session_id=query.session_id,
+            path_prefix=query.path_prefix,
+            where=query.where,
+            within=await self._within(query),
+        )
+
+    async def _semantic(self, query: Query) -> tuple[np.ndarray | None, list[tuple[str, float]], bool]:
+        """The query's vector, (id, cosine similarity) best first, and whether every row of the
+        scopes committed before the call had its vector. A model that fails on the query leaves
+        the leg empty (no vector, not complete): the search answers what the other leg found."""
+        embedding = query.vector if query.vector is not None else self.embed_query(query.text)
+        fresh = asyncio.ensure_future(self.vectors_fresh(query.store_id, query.scopes, query.corpus))
+        try:
+            vector = await embedding
+        except Exception as exc:  # the model failed (it is reported by /healthz when it lasts)
+            fresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await fresh
+            log.warning("the query could not be embedded; searching without vectors: %s", exc)
+            return None, [], False
+        complete = await fresh
+        hits = await self.part(query.corpus).vectors.search(
+            query.store_id,
+            list(query.scopes),
+            vector,
+            query.limit,
+            session_id=query.session_id,
+            path_prefix=query.path_prefix,
+            where=query.where,
+        )
+        return vector, hits, complete
+
+    async def vectors_fresh(self, store_id: str, scopes: Sequence[str], corpus: Corpus = ENTRIES) -> bool:
+        """Return once no row of these scopes committed before the call lacks its vector (True),
+        or when the worker is failing or the wait has lasted FRESH_TIMEOUT (False)."""
+        deadline = time.monotonic() + FRESH_TIMEOUT
+        while await repo.has_unembedded(self.pool, store_id, scopes, corpus):
+            if not self.embedding_health.healthy and not self.embedding_health.outage:
+                return False  # the worker is failing (see /healthz): search the vectors there are
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.warning("embeddings are behind; searching the vectors there are")
+                return False
+            try:
+                await self.passes.wait_next(remaining)
+            except TimeoutError:
+                continue
+            await asyncio.sleep(0.01)  # rows another process holds: give it a moment
+        return True

@@ -34,8 +34,7 @@ from catalog.dialects.responses.routes import routers as responses_routers
 from catalog.dialects.sessions.routes import router as sessions_router
 from catalog.dialects.sessions.routes import store_router as sessions_store_router
 from catalog.dialects.transcripts.routes import routers as transcripts_routers
-from catalog.entries.routes import router as entries_router
-from catalog.entries.routes import system_router
+from catalog.erasure.routes import entries_router, system_router  # entries' routes with their DELETE
 from catalog.errors import handle_exception
 from catalog.governance import namespace
 from catalog.governance.groups.routes import router as groups_router

@@ -6,7 +6,6 @@ Order matters: migrations create the `vector` extension before the pool register
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -19,7 +18,7 @@ from catalog.audit.log.writer import AuditWriter, early_unlock_supported, record
 from catalog.auth import TokenVerifier
 from catalog.context import Context
 from catalog.db import DatabaseMonitor, EmbeddedPostgres, apply_migrations, create_pool
-from catalog.dialects import conversations, sessions
+from catalog.db.databases import create_database
 from catalog.dialects.pipelines import PipelineWorker
 from catalog.entries.expiry import ExpirySweeper
 from catalog.governance import Access, Authorizer, Node, SecurableType
@@ -37,14 +36,7 @@ EMBEDDED_DATABASE = "catalog"
 
 async def ensure_database(server_url: str, database: str) -> str:
     """Create `database` on the embedded server if needed; returns its URL."""
-    conn = await asyncpg.connect(server_url)
-    try:
-        exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database)
-        if not exists:
-            with contextlib.suppress(asyncpg.DuplicateDatabaseError):  # another process won the race
-                await conn.execute(f'CREATE DATABASE "{database}"')
-    finally:
-        await conn.close()
+    await create_database(server_url, database)
     return with_database(server_url, database)
 
 
@@ -185,11 +177,6 @@ class Runtime:
             pool=pool,
             access=Access(pool, authorizer, metastore),
             search=search,
-            scope_erasers=(
-                ("conversations", conversations.erase_scope),
-                ("sessions", sessions.erase_scope),
-            ),
-            scope_holders=(conversations.held_stores, sessions.held_stores),
             llm=llm.configured(settings),
             expiry_wake=(expiry := ExpirySweeper(pool)).wake,
         )

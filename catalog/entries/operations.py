@@ -140,10 +140,6 @@ class Batch(msgspec.Struct, frozen=True, kw_only=True):
     writes: tuple[Write, ...]
 
 
-class EraseSubject(msgspec.Struct, frozen=True, kw_only=True):
-    subject: str  # the scope `subject` and every scope starting `subject:`
-
-
 class History(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     key: ByKey
@@ -153,19 +149,6 @@ class Restore(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     key: ByKey
     version: int  # the etag of the version to write again
-
-
-class DeleteScope(msgspec.Struct, frozen=True, kw_only=True):
-    """Every entry of one scope in one store (right to be forgotten)."""
-
-    store: str
-    scope: str
-
-
-class Erase(msgspec.Struct, frozen=True, kw_only=True):
-    """A scope in every store (metastore admin)."""
-
-    scope: str
 
 
 class Search(msgspec.Struct, frozen=True, kw_only=True):

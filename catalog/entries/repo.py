@@ -4,15 +4,26 @@ log (`entry_changes`) is written by triggers. Rows come back as `EntryRow`s."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import asyncpg
 import msgspec
 
+from catalog.errors import CatalogError, InvalidParameter, is_unavailable
+
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
-Key: TypeAlias = tuple[str, str, str, str]  # store id, scope, session ('' for none), path
+
+
+class Key(NamedTuple):
+    """An entry's key, its fields in the order of the `$1`-`$4` of `_KEY` (passed as `*key`)."""
+
+    store_id: str
+    scope: str
+    session_id: str  # '' for none
+    path: str
 
 
 class EntryRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,7 +53,7 @@ class EntryRow(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def key(self) -> Key:
-        return (self.store_id, self.scope, self.session_id, self.path)
+        return Key(self.store_id, self.scope, self.session_id, self.path)
 
 
 class Fields(msgspec.Struct, frozen=True, kw_only=True):
@@ -287,6 +298,28 @@ async def erase_scope(conn: Conn, scope: str, *, subject: bool = False) -> list[
         subject,
     )
     return [(row["memory_store"], int(row["deleted"])) for row in rows]
+
+
+@asynccontextmanager
+async def savepoint(conn: asyncpg.Connection) -> AsyncIterator[None]:
+    """One entry's write of a batch, in a savepoint of the caller's transaction: released when the
+    block succeeds; rolled back to when it raises a catalog error or a PostgreSQL error, so the
+    transaction goes on without it. A PostgreSQL error comes out as a catalog error (400 "the
+    entry could not be written"), unless it says the database is unavailable: that one, like any
+    other exception, leaves the savepoint alone (there is nothing to roll back on) and the whole
+    transaction fails."""
+    await conn.execute("SAVEPOINT batch_entry")
+    try:
+        yield
+    except CatalogError:
+        await conn.execute("ROLLBACK TO SAVEPOINT batch_entry")
+        raise
+    except asyncpg.PostgresError as exc:
+        if is_unavailable(exc):
+            raise
+        await conn.execute("ROLLBACK TO SAVEPOINT batch_entry")
+        raise InvalidParameter("the entry could not be written") from exc
+    await conn.execute("RELEASE SAVEPOINT batch_entry")
 
 
 async def by_ids(conn: Conn, ids: Sequence[str]) -> dict[str, EntryRow]:

@@ -1,4 +1,8 @@
-"""Entries routes (Unity Catalog dialect), under `/memory-stores/{full_name}`."""
+"""Entries routes (Unity Catalog dialect), under `/memory-stores/{full_name}`.
+
+`route_handlers` are mounted, with the DELETE of the same path (one entry, or every entry of a
+scope in the store: an erasure), by `catalog.erasure.routes`: a path's handlers are registered
+in one router, and erasing a scope reaches slices above this one."""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import json
 import re
 from typing import Annotated, Any
 
-from litestar import Request, Response, delete, get, patch, post
+from litestar import Request, Response, get, patch, post
 from litestar.datastructures import ResponseHeader
 from litestar.di import NamedDependency
 from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
@@ -25,11 +29,6 @@ from catalog.entries.schemas import (
     EntryFields,
     EntrySummary,
     EntryVersion,
-    ErasedStore,
-    EraseRequest,
-    EraseResult,
-    EraseSubjectRequest,
-    EraseSubjectResult,
     HistoryResponse,
     ListEntriesResponse,
     RestoreRequest,
@@ -38,12 +37,10 @@ from catalog.entries.schemas import (
     SearchResult,
 )
 from catalog.errors import InvalidParameter
-from catalog.web import routing
-from catalog.web.openapi import Empty, errors
+from catalog.web.openapi import errors
 from catalog.wire.entry_keys import (
     MAX_PATH,
     MAX_SCOPES,
-    PATH_PATTERN,
     PREFIX_PATTERN,
     SCOPE_SCHEMA,
     PathParam,
@@ -302,35 +299,6 @@ async def update_entry(
     return _with_etag(to_entry(written.row, readable=written.readable))
 
 
-@delete("/{full_name:str}/entries", status_code=200, operation_id="deleteEntry", responses=errors(404, 409))
-async def delete_entry(
-    request: Req,
-    ctx: Ctx,
-    full_name: StoreFullName,
-    entry_scope: RequiredScope,
-    path: Annotated[
-        str | None, Parameter(pattern=PATH_PATTERN, max_length=MAX_PATH, description="the entry")
-    ] = None,
-    session_id: SessionId = None,
-    all: Annotated[
-        bool, Parameter(description="erase every entry of the scope in this store (instead of `path`)")
-    ] = False,
-    if_match: IfMatch = None,
-) -> Empty:
-    if all:
-        if path is not None:
-            raise InvalidParameter("give path or all=true, not both", "path")
-        await service.delete_scope(ctx, request.user, ops.DeleteScope(store=full_name, scope=entry_scope))
-        return Empty()
-    if path is None:
-        raise InvalidParameter("path is required (or all=true)", "path")
-    target = ops.ByKey(scope=entry_scope, path=path, session_id=session_id)
-    await service.delete(
-        ctx, request.user, ops.Delete(store=full_name, target=target, if_match=parse_if_match(if_match))
-    )
-    return Empty()
-
-
 @post(
     "/{full_name:str}/entries:search",
     status_code=200,
@@ -430,50 +398,14 @@ async def restore_entry(
     return _with_etag(to_entry(written.row, readable=True))
 
 
-@post("/erase-scope", status_code=200, operation_id="eraseScope", responses=errors(413))
-async def erase_scope(request: Req, ctx: Ctx, data: JSONBody[EraseRequest]) -> EraseResult:
-    erased = await service.erase(ctx, request.user, ops.Erase(scope=data.scope))
-    stores = [ErasedStore(memory_store=store, deleted=count) for store, count in erased.stores]
-    return EraseResult(
-        scope=data.scope,
-        deleted=sum(s.deleted for s in stores),
-        stores=stores,
-        also_deleted=erased.others,
-        held=erased.held,
-    )
-
-
-@post("/erase-subject", status_code=200, operation_id="eraseSubject", responses=errors(413))
-async def erase_subject(request: Req, ctx: Ctx, data: JSONBody[EraseSubjectRequest]) -> EraseSubjectResult:
-    """Erase a data subject everywhere: the scope `subject` and every scope `subject:...`."""
-    erased = await service.erase_subject(ctx, request.user, ops.EraseSubject(subject=data.subject))
-    return EraseSubjectResult(
-        subject=data.subject,
-        erased=dict(erased.stores),
-        held=erased.held,
-        also_deleted=erased.others,
-        audit_key_destroyed=erased.key_destroyed,
-    )
-
-
-router = routing.router(
-    path="/api/2.1/unity-catalog/memory-stores",
-    route_handlers=[
-        create_entry,
-        get_entry,
-        list_entries,
-        update_entry,
-        delete_entry,
-        search,
-        entry_history,
-        restore_entry,
-        batch_create,
-    ],
-    tags=["entries"],
-    memory_store=True,  # a missing store or entry is NOT_FOUND (catalog.errors.NotFound)
-)
-system_router = routing.router(
-    path="/api/2.1/unity-catalog/system",
-    route_handlers=[erase_scope, erase_subject],
-    tags=["system"],
-)
+# the memory store's entries routes but its DELETE (`catalog.erasure.routes` mounts them with it)
+route_handlers = [
+    create_entry,
+    get_entry,
+    list_entries,
+    update_entry,
+    search,
+    entry_history,
+    restore_entry,
+    batch_create,
+]

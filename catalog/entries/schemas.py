@@ -175,18 +175,6 @@ class BatchCreateResponse(msgspec.Struct, kw_only=True):
     results: list[BatchResultItem]  # one per entry, in order
 
 
-class EraseSubjectRequest(Input, kw_only=True):
-    subject: Scope
-
-
-class EraseSubjectResult(msgspec.Struct, kw_only=True):
-    subject: str
-    erased: dict[str, int]  # entries deleted, by store
-    held: list[str]  # stores under legal hold that keep the subject's entries
-    also_deleted: dict[str, int]  # conversations and sessions
-    audit_key_destroyed: bool  # its audit events can no longer be tied to it
-
-
 class EntryVersion(msgspec.Struct, omit_defaults=True, kw_only=True):
     etag: str  # the entry's ETag at this version (what `entries:restore` takes)
     contents: str | None = None
@@ -208,20 +196,3 @@ class RestoreRequest(Input, kw_only=True):
     etag: Annotated[
         str, msgspec.Meta(pattern=r'^(W/)?"?[0-9]{1,18}"?$', description="a version's etag from the history")
     ]
-
-
-class EraseRequest(Input, kw_only=True):
-    scope: Scope
-
-
-class ErasedStore(msgspec.Struct, kw_only=True):
-    memory_store: str
-    deleted: int
-
-
-class EraseResult(msgspec.Struct, kw_only=True):
-    scope: str
-    deleted: int  # entries, in every store
-    stores: list[ErasedStore]  # the stores that held entries of the scope, with how many
-    also_deleted: dict[str, int] = {}  # the scope's conversations and sessions (actor = scope)
-    held: list[str] = []  # stores under legal hold: their entries of the scope were left alone

@@ -22,10 +22,8 @@ from dataclasses import dataclass
 import asyncpg
 
 from catalog.audit.lineage import EntryRef, TranscriptRef, check_origin
-from catalog.audit.lineage import erase_scope as erase_lineage
 from catalog.audit.lineage import record as record_lineage
 from catalog.audit.log import audited, note_result
-from catalog.audit.log.pseudonyms import forget as forget_subject
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import operations as ops
@@ -50,7 +48,6 @@ from catalog.errors import (
     NotFound,
     PermissionDenied,
     ResourceConflict,
-    is_unavailable,
 )
 from catalog.governance import Securable, SecurableType
 from catalog.governance.namespace.service import ensure_not_held, held_stores_keeping, is_held, scope_binding
@@ -105,7 +102,7 @@ def _fields(op: ops.Write) -> Fields:
 
 
 def _key(store: Securable, key: ops.ByKey, prefix: str = "") -> Key:
-    return (
+    return Key(
         store.node.id,
         validate_scope(key.scope, f"{prefix}scope"),
         validate_session(key.session_id, f"{prefix}session_id"),
@@ -161,10 +158,10 @@ async def _find(ctx: Context, principal: Principal, store: Securable, target: op
     """The entry a target names (its scope held to the binding), or 404."""
     if isinstance(target, ops.ByKey):
         key = _key(store, target)
-        await check_binding(ctx, principal, store, [key[1]])
+        await check_binding(ctx, principal, store, [key.scope])
         row = await repo.get(ctx.pool, key)
         if row is None:
-            raise NotFound(f"no entry at {key[3]} in scope {key[1]}")
+            raise NotFound(f"no entry at {key.path} in scope {key.scope}")
         return row
     row = await repo.get_by_id(ctx.pool, store.node.id, target.entry_id)
     if row is None:
@@ -198,7 +195,9 @@ async def _sources(ctx: Context, principal: Principal, refs: Sequence[ops.Source
         key = _key(store, ref.key, f"{field}.")
         row = await repo.get(ctx.pool, key)
         if row is None:
-            raise InvalidParameter(f"{field}: no entry at {key[3]} in scope {key[1]} of {ref.store}", field)
+            raise InvalidParameter(
+                f"{field}: no entry at {key.path} in scope {key.scope} of {ref.store}", field
+            )
         rows.append(row)
     return rows
 
@@ -241,7 +240,7 @@ async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
         if op.mode == "EXCLUSIVE":
             row = await repo.insert_exclusive(conn, key, fields, principal.name)
             if row is None:
-                raise AlreadyExists(f"an entry already exists at {key[3]} in scope {scope}")
+                raise AlreadyExists(f"an entry already exists at {key.path} in scope {scope}")
         elif op.mode == "OVERWRITE":
             row = await repo.upsert_overwrite(conn, key, fields, principal.name)
         else:
@@ -263,7 +262,7 @@ async def _before_write(conn: asyncpg.Connection, key: Key) -> repo.WriteReady:
     ready = await repo.before_write(conn, key)
     if ready.kept_expired:
         raise ResourceConflict(
-            f"the memory store is under legal hold: the expired entry at {key[3]} in scope {key[1]} is "
+            f"the memory store is under legal hold: the expired entry at {key.path} in scope {key.scope} is "
             "kept until the hold is lifted, so its path cannot be written"
         )
     return ready
@@ -498,7 +497,7 @@ async def batch_write(ctx: Context, principal: Principal, op: ops.Batch) -> list
                 raise InvalidParameter("write_mode APPEND needs contents to append", "contents")
             key = _key(store, write_op.key)
             if key in seen:
-                raise InvalidParameter(f"path {key[3]} is given twice in this batch", "path")
+                raise InvalidParameter(f"path {key.path} is given twice in this batch", "path")
             if write_op.derived_from or write_op.origin is not None:
                 raise InvalidParameter(
                     "derived_from is not taken in a batch: write the entry alone", "derived_from"
@@ -510,18 +509,11 @@ async def batch_write(ctx: Context, principal: Principal, op: ops.Batch) -> list
             results[i] = BatchResult(write_op.key.path, "FAILED", exc.error_code, f"{field}: {exc.message}")
     async with audited(ctx.pool) as conn:
         for i, key, fields, write_op in checked:
-            await conn.execute("SAVEPOINT batch_entry")
             try:
-                results[i] = await _batch_one(conn, principal, key, fields, write_op, readable, held)
-            except (CatalogError, asyncpg.PostgresError) as exc:
-                if is_unavailable(exc):
-                    raise
-                await conn.execute("ROLLBACK TO SAVEPOINT batch_entry")
-                code = exc.error_code if isinstance(exc, CatalogError) else "INVALID_PARAMETER_VALUE"
-                message = exc.message if isinstance(exc, CatalogError) else "the entry could not be written"
-                results[i] = BatchResult(key[3], "FAILED", code, message)
-            else:
-                await conn.execute("RELEASE SAVEPOINT batch_entry")
+                async with repo.savepoint(conn):  # a failure undoes this entry's write only
+                    results[i] = await _batch_one(conn, principal, key, fields, write_op, readable, held)
+            except CatalogError as exc:
+                results[i] = BatchResult(key.path, "FAILED", exc.error_code, exc.message)
         note_result(sum(1 for r in results if r is not None and r.status != "FAILED"))
     _written(ctx)
     return [r for r in results if r is not None]
@@ -542,7 +534,7 @@ async def _batch_one(
     if op.mode == "EXCLUSIVE":
         row = await repo.insert_exclusive(conn, key, fields, principal.name)
         if row is None:
-            raise AlreadyExists(f"an entry already exists at {key[3]} in scope {key[1]}")
+            raise AlreadyExists(f"an entry already exists at {key.path} in scope {key.scope}")
     elif op.mode == "OVERWRITE":
         if existing is not None and held:
             raise ResourceConflict("the memory store is under legal hold: an entry cannot be overwritten")
@@ -550,9 +542,9 @@ async def _batch_one(
     else:
         row = await repo.upsert_append(conn, key, fields, principal.name, dedupe=readable)
         if row is None:
-            return BatchResult(key[3], "UNCHANGED")
+            return BatchResult(key.path, "UNCHANGED")
     await _expire(conn, row, op.ttl_seconds, ready.default_ttl)
-    return BatchResult(key[3], "UPDATED" if existing is not None else "CREATED")
+    return BatchResult(key.path, "UPDATED" if existing is not None else "CREATED")
 
 
 HISTORY_LIMIT = 1000  # versions one history answer holds at most (newest first)
@@ -564,7 +556,7 @@ async def history(ctx: Context, principal: Principal, op: ops.History) -> list[r
     key = _key(store, op.key)
     versions = await repo.history(ctx.pool, key, HISTORY_LIMIT)
     if not versions:
-        raise NotFound(f"no entry at {key[3]} in scope {key[1]} has a history")
+        raise NotFound(f"no entry at {key.path} in scope {key.scope} has a history")
     note_result(len(versions))
     return versions
 
@@ -578,7 +570,7 @@ async def restore(ctx: Context, principal: Principal, op: ops.Restore) -> Writte
     async with audited(ctx.pool) as conn:
         kept = await repo.version(conn, key, op.version)
         if kept is None:
-            raise NotFound(f"no version {op.version} of the entry at {key[3]} in scope {key[1]} is kept")
+            raise NotFound(f"no version {op.version} of the entry at {key.path} in scope {key.scope} is kept")
         if await repo.get(conn, key) is not None:
             await ensure_not_held(ctx, store, "replaced")
         row = await repo.restore(conn, key, kept, principal.name)
@@ -587,77 +579,16 @@ async def restore(ctx: Context, principal: Principal, op: ops.Restore) -> Writte
     return Written(row, True)
 
 
-async def delete_scope(ctx: Context, principal: Principal, op: ops.DeleteScope) -> int:
-    """Every entry of one scope in one store (right to be forgotten); how many."""
-    scope = validate_scope(op.scope)
-    store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
-    await ensure_not_held(ctx, store, "deleted")
-    async with audited(ctx.pool) as conn:
-        deleted = await repo.delete_scope(conn, store.node.id, scope)
-        await erase_lineage(conn, store.node.id, scope)  # its edges at either end, in this store
-        for _, eraser in ctx.scope_erasers:  # the scope's conversations, ...
-            await eraser(conn, store.node.id, scope)
-        note_result(deleted)
-    _written(ctx)
-    return deleted
+# --- erasure: what `catalog.erasure` runs of entries, in its transaction ---------------------------
+
+delete_scope = repo.delete_scope  # a scope's entries, with their history, from one store; how many
+erase_scope = repo.erase_scope  # a scope (or a subject's scopes) from every store not under legal hold
 
 
-async def _held(ctx: Context, conn: asyncpg.Connection, scope: str, *, subject: bool = False) -> list[str]:
-    """The stores under legal hold that keep anything of the scope (entries, conversations,
-    sessions), by name: erasure leaves them alone."""
-    held = set(await held_stores_keeping(conn, "entries", "scope", scope, subject=subject))
-    for holder in ctx.scope_holders:
-        held.update(await holder(conn, scope, subject=subject))
-    return sorted(held)
-
-
-@dataclass(frozen=True)
-class Erased:
-    stores: list[tuple[str, int]]  # (store full name, entries deleted), by name
-    others: dict[str, int]  # the scope's conversations, sessions, ... deleted with them
-    held: list[str]  # stores under legal hold that keep something of the scope (entries, sessions, ...)
-
-
-async def erase(ctx: Context, principal: Principal, op: ops.Erase) -> Erased:
-    """A scope from every store not under legal hold (metastore admin)."""
-    scope = validate_scope(op.scope)
-    await ctx.access.resolve(principal, "system.erase_scope", SecurableType.METASTORE)
-    async with audited(ctx.pool) as conn:
-        held = await _held(ctx, conn, scope)
-        erased = await repo.erase_scope(conn, scope)
-        await erase_lineage(conn, None, scope)  # its edges at either end, in every store
-        others = {name: await eraser(conn, None, scope) for name, eraser in ctx.scope_erasers}
-        note_result(sum(count for _, count in erased))
-    _written(ctx)
-    return Erased(erased, others, held)
-
-
-@dataclass(frozen=True)
-class ErasedSubject(Erased):
-    key_destroyed: bool  # the subject's audit key is gone (nothing of it is held)
-
-
-async def erase_subject(ctx: Context, principal: Principal, op: ops.EraseSubject) -> ErasedSubject:
-    """A data subject from every store not under legal hold (metastore admin): the scope
-    `subject` and every scope starting `subject:` (entries with their history, conversations,
-    sessions, lineage edges), in one transaction; then, unless a held store keeps some of it, the
-    subject's audit key is destroyed, so its events (which hold pseudonyms) can no longer be tied
-    to it."""
-    subject = validate_scope(op.subject, "subject")
-    if ":" in subject:
-        raise InvalidParameter(
-            "subject is what comes before the first ':' of a scope, without ':'", "subject"
-        )
-    await ctx.access.resolve(principal, "system.erase_subject", SecurableType.METASTORE)
-    async with audited(ctx.pool) as conn:
-        held = await _held(ctx, conn, subject, subject=True)
-        erased = await repo.erase_scope(conn, subject, subject=True)
-        await erase_lineage(conn, None, subject, subject=True)
-        others = {name: await eraser(conn, None, subject, subject=True) for name, eraser in ctx.scope_erasers}
-        destroyed = False if held else await forget_subject(conn, subject)
-        note_result(sum(count for _, count in erased))
-    _written(ctx)
-    return ErasedSubject(erased, others, held, destroyed)
+async def held_stores(conn: asyncpg.Connection, scope: str, *, subject: bool = False) -> list[str]:
+    """The stores under legal hold that keep entries of the scope (with `subject`: also of every
+    scope starting `scope:`): erasure leaves them alone."""
+    return await held_stores_keeping(conn, "entries", "scope", scope, subject=subject)
 
 
 def search_input(text: str, top_k: int) -> str:

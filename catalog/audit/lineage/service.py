@@ -130,7 +130,7 @@ async def erase_scope(
 ) -> int:
     """Delete the edges (entry to entry, transcript to entry) with the scope (with `subject`: or
     a scope starting `scope:`) at either end, in one store or (None) in every store, within the
-    erasing transaction; how many."""
+    erasing transaction (`catalog.erasure`); how many."""
     return await repo.erase_scope(conn, store_id, scope, subject=subject)
 
 

@@ -15,6 +15,7 @@ import asyncpg
 import msgspec
 
 from catalog.dialects.conversations.items import Item
+from catalog.errors import AlreadyExists
 
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
@@ -83,7 +84,7 @@ async def delete(conn: Conn, conversation_id: str) -> bool:
 
 async def append(conn: asyncpg.Connection, conversation_id: str, items: Sequence[Item], by: str) -> bool:
     """Append `items` in order (inside the caller's transaction); False if the conversation is gone.
-    Raises asyncpg.UniqueViolationError if an item id is already in the conversation."""
+    An item id already in the conversation is `AlreadyExists` (the transaction is then aborted)."""
     last = await conn.fetchval(
         "SELECT last_position FROM conversations WHERE id = $1 FOR UPDATE", conversation_id
     )
@@ -91,19 +92,24 @@ async def append(conn: asyncpg.Connection, conversation_id: str, items: Sequence
         return False
     if not items:
         return True
-    await conn.execute(
-        "INSERT INTO conversation_items (conversation_id, position, id, type, item, text, created_by) "
-        "SELECT $1, $2 + n, id, type, item::jsonb, text, $7 "
-        "FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) "
-        "WITH ORDINALITY AS u(id, type, item, text, n)",
-        conversation_id,
-        last,
-        [i.id for i in items],
-        [i.type for i in items],
-        [msgspec.json.encode(i.item).decode() for i in items],
-        [i.text for i in items],
-        by,
-    )
+    try:
+        await conn.execute(
+            "INSERT INTO conversation_items (conversation_id, position, id, type, item, text, created_by) "
+            "SELECT $1, $2 + n, id, type, item::jsonb, text, $7 "
+            "FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) "
+            "WITH ORDINALITY AS u(id, type, item, text, n)",
+            conversation_id,
+            last,
+            [i.id for i in items],
+            [i.type for i in items],
+            [msgspec.json.encode(i.item).decode() for i in items],
+            [i.text for i in items],
+            by,
+        )
+    except asyncpg.UniqueViolationError:
+        raise AlreadyExists(
+            f"an item with one of these ids is already in conversation {conversation_id}"
+        ) from None
     await conn.execute(
         "UPDATE conversations SET last_position = $2, updated_at = clock_timestamp() WHERE id = $1",
         conversation_id,
@@ -161,7 +167,7 @@ async def erase_scope(
     conn: asyncpg.Connection, store_id: str | None, scope: str, *, subject: bool = False
 ) -> int:
     """Delete a scope's conversations (with their items) from one store, or from every store
-    (`store_id` None) not under legal hold; how many."""
+    (`store_id` None) not under legal hold; how many. Run by `catalog.erasure`."""
     status: str = await conn.execute(
         "DELETE FROM conversations WHERE (scope = $2 OR ($3 AND starts_with(scope, $2 || ':'))) "
         "AND ($1::uuid IS NULL OR store_id = $1::uuid) "

@@ -13,8 +13,8 @@ Rules:
 - every change runs in one transaction with the request's audit event, whose securable is the
   store; appends serialize on the conversation's row (`repo.append`), so concurrent appends never
   lose or interleave an item;
-- erasing a scope (`entries.service.erase` / `delete_scope`) removes its conversations too
-  (`erase_scope`, handed to them through `Context.scope_erasers` by the composition root);
+- erasing a scope (`catalog.erasure`: everywhere, or in one store) removes its conversations too
+  (`erase_scope`; `held_stores` names the held stores that keep some), in the erasing transaction;
 - a create names its store and scope (`memory_store` requires `scope`). Without `memory_store`
   it goes to the server's default store (`CATALOG_DEFAULT_CONVERSATION_STORE`) in the scope it
   names, else in the caller's own (kind `user`: the token's `on_behalf_of`, else its subject),
@@ -48,17 +48,17 @@ from catalog.dialects.conversations.schemas import (
     ConversationUpdate,
 )
 from catalog.entries.service import resolve_store
-from catalog.errors import AlreadyExists, InvalidParameter, NotFound
+from catalog.errors import InvalidParameter, NotFound
 from catalog.governance import Securable
 from catalog.governance.namespace.service import ensure_not_held, held_stores_keeping
 from catalog.wire.entry_keys import validate_scope
 
-erase_scope = repo.erase_scope  # the scope eraser the composition root hands to entry erasure
+erase_scope = repo.erase_scope  # a scope's conversations, for `catalog.erasure`
 
 
 async def held_stores(conn: asyncpg.Connection, scope: str, *, subject: bool = False) -> list[str]:
-    """The stores under legal hold that keep conversations of the scope: its eraser leaves them
-    alone (the `ScopeHolder` the composition root hands to entry erasure)."""
+    """The stores under legal hold that keep conversations of the scope (with `subject`: also of
+    every scope starting `scope:`): `erase_scope` leaves them alone (for `catalog.erasure`)."""
     return await held_stores_keeping(conn, "conversations", "scope", scope, subject=subject)
 
 
@@ -86,13 +86,8 @@ async def _open(
 
 
 async def _append(conn: asyncpg.Connection, conversation_id: str, items: list[Any], by: str) -> None:
-    try:
-        appended = await repo.append(conn, conversation_id, items, by)
-    except asyncpg.UniqueViolationError:
-        raise AlreadyExists(
-            f"an item with one of these ids is already in conversation {conversation_id}"
-        ) from None
-    if not appended:
+    """Append the items (an id already in the conversation is 409 ALREADY_EXISTS), or 404."""
+    if not await repo.append(conn, conversation_id, items, by):
         raise NotFound(f"conversation {conversation_id} does not exist")
 
 

@@ -253,8 +253,8 @@ async def erase_scope(
     conn: asyncpg.Connection, store_id: str | None, scope: str, *, subject: bool = False
 ) -> int:
     """Delete an actor's sessions (with their items) from one store, or from every session store
-    (`store_id` None) not under legal hold; how many. An actor id is a scope: this is the
-    sessions' scope eraser."""
+    (`store_id` None) not under legal hold; how many. An actor id is a scope: this is how
+    `catalog.erasure` erases a scope's sessions."""
     status: str = await conn.execute(
         "DELETE FROM agent_sessions WHERE (actor_id = $2 OR ($3 AND starts_with(actor_id, $2 || ':'))) "
         "AND ($1::uuid IS NULL OR store_id = $1::uuid) "

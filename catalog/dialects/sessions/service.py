@@ -5,8 +5,8 @@ type (MEMORY_STORE), privileges, ownership, grants, scope binding and audit as a
 memory-store routes do not see it, nor these routes a memory store (404 NOT_FOUND). Reading
 sessions and items needs READ_MEMORY_STORE (`sessions.read`), changing them WRITE_MEMORY_STORE
 (`sessions.write`); an actor id is a scope, held to the store's scope binding like an entry scope,
-and erasing a scope (`entries.service.erase`) removes that actor's sessions with their items
-(`erase_scope`, handed to it through `Context.scope_erasers` by the composition root).
+and erasing a scope (`catalog.erasure`: everywhere, or in one store) removes that actor's sessions
+with their items (`erase_scope`; `held_stores` names the held stores that keep some).
 """
 
 from __future__ import annotations
@@ -67,12 +67,12 @@ from catalog.wire.inputs import within
 from catalog.wire.pagination import Pages, collect_page
 
 KIND = "session"
-erase_scope = repo.erase_scope  # the scope eraser the composition root hands to entry erasure
+erase_scope = repo.erase_scope  # an actor's sessions, for `catalog.erasure`
 
 
 async def held_stores(conn: Connection, scope: str, *, subject: bool = False) -> list[str]:
-    """The stores under legal hold that keep sessions of the actor (the scope): its eraser leaves
-    them alone (the `ScopeHolder` the composition root hands to entry erasure)."""
+    """The stores under legal hold that keep sessions of the actor (the scope; with `subject`: also
+    of every actor starting `scope:`): `erase_scope` leaves them alone (for `catalog.erasure`)."""
     return await namespace.held_stores_keeping(conn, "agent_sessions", "actor_id", scope, subject=subject)
 
 

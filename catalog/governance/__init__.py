@@ -1,8 +1,9 @@
 """Governance: who may do what to which securable.
 
 The engine, re-exported here: the action registry (`actions`), the authorizer deciding with Casbin
-(`authorize`, `engine`, `policy`; the model is `policies/model.conf`) and the one access seam every
-service goes through (`access`). The slices governed by it, each with its routes: `namespace`
+(`authorize`, `engine`, `policy`; the model is `policies/model.conf`), its SQL (`repo`: the policy
+and the securables' chains, which `locate` builds) and the one access seam every service goes
+through (`access`). The slices governed by it, each with its routes: `namespace`
 (catalogs, schemas, memory stores), `permissions` (grants), `groups` and `principals` (SCIM)."""
 
 from catalog.governance.access import Access

@@ -29,6 +29,7 @@ import asyncpg
 from catalog.audit.log.writer import note_decision
 from catalog.auth.principal import Principal
 from catalog.errors import PermissionDenied
+from catalog.governance import repo
 from catalog.governance.actions import EFFECTIVE, METASTORE_ADMIN, Action, Privilege
 from catalog.governance.engine import CasbinEngine
 from catalog.governance.policy import ACCOUNT_USERS, PolicyState
@@ -76,15 +77,14 @@ class Authorizer:
     async def load(self) -> None:
         """Load the whole policy (at start)."""
         assert self.pool is not None
-        async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
-            revision = await conn.fetchval("SELECT coalesce(max(seq), 0) FROM policy_log")
-            policy = PolicyState(revision=revision)
-            for row in await conn.fetch("SELECT id::text, display_name FROM groups"):
-                policy.apply("group", "add", row[0], row[1], "")
-            for row in await conn.fetch("SELECT group_id::text, member_type, member FROM group_members"):
-                policy.apply("member", "add", row[0], row[1], row[2])
-            for row in await conn.fetch("SELECT securable_id::text, principal, privilege FROM grants"):
-                policy.apply("grant", "add", row[0], row[1], row[2])
+        rows = await repo.load_policy(self.pool)
+        policy = PolicyState(revision=rows.revision)
+        for row in rows.groups:
+            policy.apply("group", "add", row[0], row[1], "")
+        for row in rows.members:
+            policy.apply("member", "add", row[0], row[1], row[2])
+        for row in rows.grants:
+            policy.apply("grant", "add", row[0], row[1], row[2])
         self.policy = policy
         self._cache.clear()
 
@@ -97,12 +97,7 @@ class Authorizer:
             if revision is not None and revision <= self.policy.revision:
                 return
             while True:
-                # the LIMIT keeps the plan on the primary key even as a generic prepared plan
-                rows = await self.pool.fetch(
-                    "SELECT seq, kind, op, a, b, c FROM policy_log WHERE seq > $1 ORDER BY seq LIMIT $2",
-                    self.policy.revision,
-                    _SYNC_BATCH,
-                )
+                rows = await repo.policy_changes(self.pool, self.policy.revision, _SYNC_BATCH)
                 for row in rows:
                     self.apply(row["kind"], row["op"], row["a"], row["b"], row["c"])
                     self.policy.revision = row["seq"]

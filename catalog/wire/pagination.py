@@ -4,11 +4,11 @@ Page size: absent or 0 = the server default, above the cap = the cap, negative =
 
 A page token is `<payload>.<mac>`, both base64url: the payload is the JSON of the last key a page
 returned, the MAC is HMAC-SHA256 over the list's name, its filters and the payload, keyed with the
-database's page-token key (table `page_token_key`, created once by migration 0010, so every process
-on the database signs and checks with the same key). A token therefore works only on the list and
-with the filters that issued it: one from another list, with other filters, altered, or not a token
-at all is 400 naming `page_token`. Lists are ordered by their key, so pages are stable under
-concurrent inserts (a row is never returned twice).
+database's page-token key (read by `catalog.db.keys` from table `page_token_key`, created once by
+migration 0010, so every process on the database signs and checks with the same key). A token
+therefore works only on the list and with the filters that issued it: one from another list, with
+other filters, altered, or not a token at all is 400 naming `page_token`. Lists are ordered by their
+key, so pages are stable under concurrent inserts (a row is never returned twice).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import asyncpg
 import msgspec
 from litestar.params import Parameter
 
+from catalog.db.keys import page_token_key
 from catalog.errors import InvalidParameter
 from catalog.wire.inputs import integer
 
@@ -52,15 +53,6 @@ def scim_window(start_index: int | None, count: int | None, *, cap: int) -> tupl
     return start, page_size(count, default=cap, cap=cap, field="count")
 
 
-async def token_key(pool: asyncpg.Pool) -> bytes:
-    """The database's signing key (one short query; only a request that reads or issues a token
-    asks for it)."""
-    key = await pool.fetchval("SELECT key FROM page_token_key")
-    if key is None:
-        raise RuntimeError("page_token_key is empty: the migrations have not run")
-    return bytes(key)
-
-
 def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -80,8 +72,8 @@ class Pages:
         self._key: bytes | None = None
 
     async def _mac(self, payload: str) -> str:
-        if self._key is None:
-            self._key = await token_key(self._pool)
+        if self._key is None:  # only a request that reads or issues a token asks for the key
+            self._key = await page_token_key(self._pool)
         return _b64(hmac.new(self._key, self._context + payload.encode(), hashlib.sha256).digest())
 
     async def token(self, last: Any) -> str:

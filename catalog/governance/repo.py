@@ -1,0 +1,68 @@
+"""SQL of the governance engine: its reads of the policy (loaded whole at start, then followed
+through `policy_log`) and of a securable's chain. The engine's only module that talks to
+PostgreSQL; the policy's writes are the slices' (`permissions`, `groups`, and `namespace` for a
+rename), made through their own repos."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+
+# The chain of existing objects named by (catalog, schema, store), each part NULL when not asked
+# for, with the policy revision read in the same statement (so a request decides on a policy at
+# least as new as what it sees).
+_CHAIN = """
+SELECT c.id AS c_id, c.owner AS c_owner, s.id AS s_id, s.owner AS s_owner, m.id AS m_id, m.owner AS m_owner,
+       (SELECT coalesce(max(seq), 0) FROM policy_log) AS revision
+FROM (SELECT 1) AS one
+LEFT JOIN catalogs c ON c.name = $1
+LEFT JOIN schemas s ON s.catalog_id = c.id AND s.name = $2
+LEFT JOIN memory_stores m ON m.schema_id = s.id AND m.name = $3 AND ($4::text IS NULL OR m.kind = $4)
+"""
+
+
+@dataclass(frozen=True)
+class PolicyRows:
+    """The whole policy as of `revision`, read in one snapshot: the rows of `groups` (id,
+    display_name), `group_members` (group_id, member_type, member) and `grants` (securable_id,
+    principal, privilege)."""
+
+    revision: int
+    groups: list[asyncpg.Record]
+    members: list[asyncpg.Record]
+    grants: list[asyncpg.Record]
+
+
+async def load_policy(pool: asyncpg.Pool) -> PolicyRows:
+    """Every group, membership and grant, with the policy log's revision they are current at
+    (one repeatable-read transaction, so the revision and the rows agree)."""
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+        revision = await conn.fetchval("SELECT coalesce(max(seq), 0) FROM policy_log")
+        groups = await conn.fetch("SELECT id::text, display_name FROM groups")
+        members = await conn.fetch("SELECT group_id::text, member_type, member FROM group_members")
+        grants = await conn.fetch("SELECT securable_id::text, principal, privilege FROM grants")
+    return PolicyRows(revision, groups, members, grants)
+
+
+async def policy_changes(pool: asyncpg.Pool, after: int, limit: int) -> list[asyncpg.Record]:
+    """At most `limit` rows of `policy_log` past seq `after`, in seq order: seq, kind, op, a, b, c."""
+    # the LIMIT keeps the plan on the primary key even as a generic prepared plan
+    rows: list[asyncpg.Record] = await pool.fetch(
+        "SELECT seq, kind, op, a, b, c FROM policy_log WHERE seq > $1 ORDER BY seq LIMIT $2", after, limit
+    )
+    return rows
+
+
+async def chain_row(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    catalog: str | None,
+    schema: str | None,
+    store: str | None,
+    store_kind: str | None,
+) -> asyncpg.Record:
+    """The ids and owners of the named catalog, schema and store (`c_`, `s_`, `m_`; NULL where
+    absent; a store only of `store_kind` unless None) and the policy `revision`."""
+    row = await conn.fetchrow(_CHAIN, catalog, schema, store, store_kind)
+    assert row is not None  # one row always: the joins are outer joins onto a single row
+    return row

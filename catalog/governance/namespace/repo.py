@@ -1,16 +1,18 @@
 """SQL for the namespace. The only module of this slice that talks to PostgreSQL; SQLSTATE
-classes (never message text) become the catalog's errors here."""
+classes (never message text) become the catalog's errors here. It answers rows of its own
+(`CatalogRow`, `SchemaRow`, `StoreRow`: ids as text, times in epoch milliseconds); the service
+shapes them into the wire types."""
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from dataclasses import dataclass, fields
+from typing import Any, TypeAlias
 
 import asyncpg
 
 from catalog.db import atomic
 from catalog.db.locks import POLICY_LOG
 from catalog.errors import AlreadyExists, NotFound
-from catalog.governance.namespace.schemas import CatalogInfo, MemoryStoreInfo, SchemaInfo
 from catalog.governance.securables import SecurableType
 
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
@@ -25,6 +27,22 @@ def _audit_columns(alias: str) -> str:
         f"(extract(epoch FROM {alias}.created_at) * 1000)::bigint AS created_at, {alias}.created_by, "
         f"(extract(epoch FROM {alias}.updated_at) * 1000)::bigint AS updated_at, {alias}.updated_by"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceRow:
+    """The columns every namespace table has: its owner, properties and who changed it when."""
+
+    owner: str
+    properties: dict[str, str]
+    created_at: int
+    created_by: str
+    updated_at: int
+    updated_by: str
+
+
+def _common(row: asyncpg.Record) -> dict[str, Any]:
+    return {field.name: row[field.name] for field in fields(NamespaceRow)}
 
 
 # --- metastore ---------------------------------------------------------------------------------
@@ -74,25 +92,20 @@ async def get_metastore(conn: Conn) -> asyncpg.Record:
 _CATALOG_SELECT = f"SELECT c.id, c.name, c.comment, {_audit_columns('c')} FROM catalogs c"
 
 
-def _catalog(row: asyncpg.Record, metastore_id: str) -> CatalogInfo:
-    return CatalogInfo(
-        name=row["name"],
-        full_name=row["name"],
-        id=str(row["id"]),
-        metastore_id=metastore_id,
-        owner=row["owner"],
-        properties=row["properties"],
-        comment=row["comment"],
-        created_at=row["created_at"],
-        created_by=row["created_by"],
-        updated_at=row["updated_at"],
-        updated_by=row["updated_by"],
-    )
+@dataclass(frozen=True, slots=True)
+class CatalogRow(NamespaceRow):
+    id: str
+    name: str
+    comment: str | None
+
+
+def _catalog(row: asyncpg.Record) -> CatalogRow:
+    return CatalogRow(id=str(row["id"]), name=row["name"], comment=row["comment"], **_common(row))
 
 
 async def insert_catalog(
-    conn: Conn, metastore_id: str, *, name: str, comment: str | None, properties: dict[str, str], owner: str
-) -> CatalogInfo:
+    conn: Conn, *, name: str, comment: str | None, properties: dict[str, str], owner: str
+) -> CatalogRow:
     try:
         catalog_id = await conn.fetchval(
             "INSERT INTO catalogs (name, comment, properties, owner, created_by, updated_by) "
@@ -106,19 +119,19 @@ async def insert_catalog(
         raise AlreadyExists(f"catalog {name} already exists") from exc
     row = await conn.fetchrow(_CATALOG_SELECT + " WHERE c.id = $1", catalog_id)
     assert row is not None
-    return _catalog(row, metastore_id)
+    return _catalog(row)
 
 
-async def get_catalog(conn: Conn, metastore_id: str, name: str) -> CatalogInfo | None:
+async def get_catalog(conn: Conn, name: str) -> CatalogRow | None:
     row = await conn.fetchrow(_CATALOG_SELECT + " WHERE c.name = $1", name)
-    return _catalog(row, metastore_id) if row else None
+    return _catalog(row) if row else None
 
 
-async def list_catalogs(conn: Conn, metastore_id: str, after: str | None, limit: int) -> list[CatalogInfo]:
+async def list_catalogs(conn: Conn, after: str | None, limit: int) -> list[CatalogRow]:
     rows = await conn.fetch(
         _CATALOG_SELECT + " WHERE ($1::text IS NULL OR c.name > $1) ORDER BY c.name LIMIT $2", after, limit
     )
-    return [_catalog(row, metastore_id) for row in rows]
+    return [_catalog(row) for row in rows]
 
 
 async def count_schemas(conn: Conn, catalog_name: str) -> int:
@@ -138,33 +151,33 @@ _SCHEMA_SELECT = (
 )
 
 
-def _schema(row: asyncpg.Record, metastore_id: str) -> SchemaInfo:
-    return SchemaInfo(
+@dataclass(frozen=True, slots=True)
+class SchemaRow(NamespaceRow):
+    id: str
+    name: str
+    catalog_name: str
+    comment: str | None
+
+
+def _schema(row: asyncpg.Record) -> SchemaRow:
+    return SchemaRow(
+        id=str(row["id"]),
         name=row["name"],
-        full_name=f"{row['catalog_name']}.{row['name']}",
         catalog_name=row["catalog_name"],
-        schema_id=str(row["id"]),
-        metastore_id=metastore_id,
-        owner=row["owner"],
-        properties=row["properties"],
         comment=row["comment"],
-        created_at=row["created_at"],
-        created_by=row["created_by"],
-        updated_at=row["updated_at"],
-        updated_by=row["updated_by"],
+        **_common(row),
     )
 
 
 async def insert_schema(
     conn: Conn,
-    metastore_id: str,
     *,
     catalog_id: str,
     name: str,
     comment: str | None,
     properties: dict[str, str],
     owner: str,
-) -> SchemaInfo:
+) -> SchemaRow:
     try:
         schema_id = await conn.fetchval(
             "INSERT INTO schemas (catalog_id, name, comment, properties, owner, created_by, updated_by) "
@@ -181,24 +194,22 @@ async def insert_schema(
         raise NotFound("catalog does not exist") from exc
     row = await conn.fetchrow(_SCHEMA_SELECT + " WHERE s.id = $1", schema_id)
     assert row is not None
-    return _schema(row, metastore_id)
+    return _schema(row)
 
 
-async def get_schema(conn: Conn, metastore_id: str, catalog: str, name: str) -> SchemaInfo | None:
+async def get_schema(conn: Conn, catalog: str, name: str) -> SchemaRow | None:
     row = await conn.fetchrow(_SCHEMA_SELECT + " WHERE c.name = $1 AND s.name = $2", catalog, name)
-    return _schema(row, metastore_id) if row else None
+    return _schema(row) if row else None
 
 
-async def list_schemas(
-    conn: Conn, metastore_id: str, catalog: str, after: str | None, limit: int
-) -> list[SchemaInfo]:
+async def list_schemas(conn: Conn, catalog: str, after: str | None, limit: int) -> list[SchemaRow]:
     rows = await conn.fetch(
         _SCHEMA_SELECT + " WHERE c.name = $1 AND ($2::text IS NULL OR s.name > $2) ORDER BY s.name LIMIT $3",
         catalog,
         after,
         limit,
     )
-    return [_schema(row, metastore_id) for row in rows]
+    return [_schema(row) for row in rows]
 
 
 async def count_stores(conn: Conn, schema_id: str) -> int:
@@ -214,25 +225,33 @@ _STORE_SELECT = (
 )
 
 
-def _store(row: asyncpg.Record, metastore_id: str) -> MemoryStoreInfo:
-    return MemoryStoreInfo(
+@dataclass(frozen=True, slots=True)
+class StoreRow(NamespaceRow):
+    """A memory store or a session store (each list asks for one kind)."""
+
+    id: str
+    name: str
+    catalog_name: str
+    schema_name: str
+    description: str | None
+    scope_binding: str
+    shared_scopes: list[str]
+    legal_hold: bool
+    default_ttl_seconds: int | None
+
+
+def _store(row: asyncpg.Record) -> StoreRow:
+    return StoreRow(
+        id=str(row["id"]),
         name=row["name"],
-        full_name=f"{row['catalog_name']}.{row['schema_name']}.{row['name']}",
         catalog_name=row["catalog_name"],
         schema_name=row["schema_name"],
-        memory_store_id=str(row["id"]),
-        metastore_id=metastore_id,
-        owner=row["owner"],
-        properties=row["properties"],
         description=row["description"],
         scope_binding=row["scope_binding"],
         shared_scopes=list(row["shared_scopes"]),
         legal_hold=row["legal_hold"],
         default_ttl_seconds=row["default_ttl_seconds"],
-        created_at=row["created_at"],
-        created_by=row["created_by"],
-        updated_at=row["updated_at"],
-        updated_by=row["updated_by"],
+        **_common(row),
     )
 
 
@@ -270,7 +289,6 @@ async def legal_hold(conn: Conn, store_id: str) -> bool:
 
 async def insert_store(
     conn: Conn,
-    metastore_id: str,
     *,
     schema_id: str,
     name: str,
@@ -280,7 +298,7 @@ async def insert_store(
     scope_binding: str = "caller",
     shared_scopes: list[str] | None = None,
     kind: str = "memory",
-) -> MemoryStoreInfo:
+) -> StoreRow:
     try:
         store_id = await conn.fetchval(
             "INSERT INTO memory_stores "
@@ -302,17 +320,17 @@ async def insert_store(
         raise NotFound("schema does not exist") from exc
     row = await conn.fetchrow(_STORE_SELECT + " WHERE m.id = $1", store_id)
     assert row is not None
-    return _store(row, metastore_id)
+    return _store(row)
 
 
-async def get_store(conn: Conn, metastore_id: str, store_id: str) -> MemoryStoreInfo | None:
+async def get_store(conn: Conn, store_id: str) -> StoreRow | None:
     row = await conn.fetchrow(_STORE_SELECT + " WHERE m.id = $1", store_id)
-    return _store(row, metastore_id) if row else None
+    return _store(row) if row else None
 
 
 async def list_stores(
-    conn: Conn, metastore_id: str, schema_id: str, after: str | None, limit: int, kind: str = "memory"
-) -> list[MemoryStoreInfo]:
+    conn: Conn, schema_id: str, after: str | None, limit: int, kind: str = "memory"
+) -> list[StoreRow]:
     rows = await conn.fetch(
         _STORE_SELECT + " WHERE m.schema_id = $1 AND m.kind = $4 AND ($2::text IS NULL OR m.name > $2) "
         "ORDER BY m.name LIMIT $3",
@@ -321,7 +339,7 @@ async def list_stores(
         limit,
         kind,
     )
-    return [_store(row, metastore_id) for row in rows]
+    return [_store(row) for row in rows]
 
 
 # --- updates and deletes (one shape for the three tables) --------------------------------------

@@ -1,4 +1,5 @@
-"""Catalogs, schemas and memory stores: validate, authorize, then one repository call.
+"""Catalogs, schemas and memory stores: validate, authorize, then one repository call, whose
+rows are shaped here into the wire types (`CatalogInfo`, `SchemaInfo`, `MemoryStoreInfo`).
 
 Renames (`new_name` on an update): the object keeps its id, so what is below it keeps its ids,
 grants, entries, lineage and search documents, and answers under the new full names at once. The
@@ -19,6 +20,7 @@ from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound, ResourceConflict
 from catalog.governance import Access, Securable, SecurableType
 from catalog.governance.namespace import repo
+from catalog.governance.namespace.repo import CatalogRow, SchemaRow, StoreRow
 from catalog.governance.namespace.schemas import (
     MAX_COMMENT,
     MAX_PROPERTIES,
@@ -70,6 +72,64 @@ def _owner(value: str | None) -> str | None:
     return value
 
 
+# --- the wire shapes of the repo's rows -------------------------------------------------------------
+
+
+def _catalog_info(ctx: Context, row: CatalogRow) -> CatalogInfo:
+    return CatalogInfo(
+        name=row.name,
+        full_name=row.name,
+        id=row.id,
+        metastore_id=ctx.metastore_id,
+        owner=row.owner,
+        properties=row.properties,
+        comment=row.comment,
+        created_at=row.created_at,
+        created_by=row.created_by,
+        updated_at=row.updated_at,
+        updated_by=row.updated_by,
+    )
+
+
+def _schema_info(ctx: Context, row: SchemaRow) -> SchemaInfo:
+    return SchemaInfo(
+        name=row.name,
+        full_name=f"{row.catalog_name}.{row.name}",
+        catalog_name=row.catalog_name,
+        schema_id=row.id,
+        metastore_id=ctx.metastore_id,
+        owner=row.owner,
+        properties=row.properties,
+        comment=row.comment,
+        created_at=row.created_at,
+        created_by=row.created_by,
+        updated_at=row.updated_at,
+        updated_by=row.updated_by,
+    )
+
+
+def _store_info(ctx: Context, row: StoreRow) -> MemoryStoreInfo:
+    return MemoryStoreInfo(
+        name=row.name,
+        full_name=f"{row.catalog_name}.{row.schema_name}.{row.name}",
+        catalog_name=row.catalog_name,
+        schema_name=row.schema_name,
+        memory_store_id=row.id,
+        metastore_id=ctx.metastore_id,
+        owner=row.owner,
+        properties=row.properties,
+        description=row.description,
+        scope_binding=row.scope_binding,
+        shared_scopes=row.shared_scopes,
+        legal_hold=row.legal_hold,
+        default_ttl_seconds=row.default_ttl_seconds,
+        created_at=row.created_at,
+        created_by=row.created_by,
+        updated_at=row.updated_at,
+        updated_by=row.updated_by,
+    )
+
+
 # --- metastore ---------------------------------------------------------------------------------
 
 
@@ -94,15 +154,16 @@ async def create_catalog(ctx: Context, principal: Principal, body: CatalogCreate
     properties = _properties(body.properties) or {}
     await ctx.access.resolve(principal, "catalog.create", SecurableType.METASTORE, [])
     async with audited(ctx.pool) as conn:
-        return await repo.insert_catalog(
-            conn, ctx.metastore_id, name=name, comment=comment, properties=properties, owner=principal.name
+        row = await repo.insert_catalog(
+            conn, name=name, comment=comment, properties=properties, owner=principal.name
         )
+    return _catalog_info(ctx, row)
 
 
 async def get_catalog(ctx: Context, principal: Principal, name: str) -> CatalogInfo:
     name = validate_name(name)
     await ctx.access.resolve(principal, "catalog.get", CATALOG, [name])
-    return await _must(repo.get_catalog(ctx.pool, ctx.metastore_id, name), f"catalog {name}")
+    return _catalog_info(ctx, await _must(repo.get_catalog(ctx.pool, name), f"catalog {name}"))
 
 
 async def list_catalogs(
@@ -111,21 +172,21 @@ async def list_catalogs(
     size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
     root = await ctx.access.resolve(principal, "catalog.list", SecurableType.METASTORE, [])
 
-    def visible(c: CatalogInfo) -> bool:
+    def visible(c: CatalogRow) -> bool:
         return ctx.access.visible(
             principal, "catalog.get", Access.child(root, CATALOG, c.name, c.id, c.owner)
         )
 
     pages = Pages(ctx.pool, "catalogs")
-    catalogs, token = await collect_page(
-        lambda after, limit: repo.list_catalogs(ctx.pool, ctx.metastore_id, after, limit),
+    rows, token = await collect_page(
+        lambda after, limit: repo.list_catalogs(ctx.pool, after, limit),
         lambda c: c.name,
         visible,
         pages=pages,
         after=await pages.after(page_token, str),
         size=size,
     )
-    return ListCatalogsResponse(catalogs=catalogs, next_page_token=token)
+    return ListCatalogsResponse(catalogs=[_catalog_info(ctx, row) for row in rows], next_page_token=token)
 
 
 async def update_catalog(ctx: Context, principal: Principal, name: str, body: CatalogUpdate) -> CatalogInfo:
@@ -140,7 +201,7 @@ async def update_catalog(ctx: Context, principal: Principal, name: str, body: Ca
     rename = _rename(ctx, securable, new_name)
     await _update(ctx, principal, securable, comment, properties, owner, rename=rename)
     name = rename[-1] if rename else name
-    return await _must(repo.get_catalog(ctx.pool, ctx.metastore_id, name), f"catalog {name}")
+    return _catalog_info(ctx, await _must(repo.get_catalog(ctx.pool, name), f"catalog {name}"))
 
 
 async def delete_catalog(ctx: Context, principal: Principal, name: str, force: bool) -> None:
@@ -163,21 +224,22 @@ async def create_schema(ctx: Context, principal: Principal, body: SchemaCreate) 
     properties = _properties(body.properties) or {}
     parent = await ctx.access.resolve(principal, "schema.create", CATALOG, [catalog_name])
     async with audited(ctx.pool) as conn:
-        return await repo.insert_schema(
+        row = await repo.insert_schema(
             conn,
-            ctx.metastore_id,
             catalog_id=parent.node.id,
             name=name,
             comment=comment,
             properties=properties,
             owner=principal.name,
         )
+    return _schema_info(ctx, row)
 
 
 async def get_schema(ctx: Context, principal: Principal, full_name: str) -> SchemaInfo:
     catalog_name, name = split_full_name(full_name, 2)
     await ctx.access.resolve(principal, "schema.get", SCHEMA, [catalog_name, name])
-    return await _must(repo.get_schema(ctx.pool, ctx.metastore_id, catalog_name, name), f"schema {full_name}")
+    row = await _must(repo.get_schema(ctx.pool, catalog_name, name), f"schema {full_name}")
+    return _schema_info(ctx, row)
 
 
 async def list_schemas(
@@ -193,21 +255,21 @@ async def list_schemas(
     size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
     parent = await ctx.access.resolve(principal, "schema.list", CATALOG, [catalog_name])
 
-    def visible(s: SchemaInfo) -> bool:
+    def visible(s: SchemaRow) -> bool:
         return ctx.access.visible(
-            principal, "schema.get", Access.child(parent, SCHEMA, s.name, s.schema_id, s.owner)
+            principal, "schema.get", Access.child(parent, SCHEMA, s.name, s.id, s.owner)
         )
 
     pages = Pages(ctx.pool, "schemas", catalog_name=catalog_name)
-    schemas, token = await collect_page(
-        lambda after, limit: repo.list_schemas(ctx.pool, ctx.metastore_id, catalog_name, after, limit),
+    rows, token = await collect_page(
+        lambda after, limit: repo.list_schemas(ctx.pool, catalog_name, after, limit),
         lambda s: s.name,
         visible,
         pages=pages,
         after=await pages.after(page_token, str),
         size=size,
     )
-    return ListSchemasResponse(schemas=schemas, next_page_token=token)
+    return ListSchemasResponse(schemas=[_schema_info(ctx, row) for row in rows], next_page_token=token)
 
 
 async def update_schema(ctx: Context, principal: Principal, full_name: str, body: SchemaUpdate) -> SchemaInfo:
@@ -222,9 +284,8 @@ async def update_schema(ctx: Context, principal: Principal, full_name: str, body
     rename = _rename(ctx, securable, new_name)
     await _update(ctx, principal, securable, comment, properties, owner, rename=rename)
     name = rename[-1] if rename else name
-    return await _must(
-        repo.get_schema(ctx.pool, ctx.metastore_id, catalog_name, name), f"schema {catalog_name}.{name}"
-    )
+    row = await _must(repo.get_schema(ctx.pool, catalog_name, name), f"schema {catalog_name}.{name}")
+    return _schema_info(ctx, row)
 
 
 async def delete_schema(ctx: Context, principal: Principal, full_name: str, force: bool) -> None:
@@ -253,9 +314,8 @@ async def create_store(
     shared = _shared_scopes(body.shared_scopes)
     parent = await ctx.access.resolve(principal, "memory_store.create", SCHEMA, [catalog_name, schema_name])
     async with audited(ctx.pool) as conn:
-        return await repo.insert_store(
+        row = await repo.insert_store(
             conn,
-            ctx.metastore_id,
             schema_id=parent.node.id,
             name=name,
             description=description,
@@ -265,6 +325,7 @@ async def create_store(
             shared_scopes=shared,
             kind=kind,
         )
+    return _store_info(ctx, row)
 
 
 def _shared_scopes(value: list[str] | None) -> list[str] | None:
@@ -286,9 +347,7 @@ async def get_store(
 ) -> MemoryStoreInfo:
     parts = split_full_name(full_name, 3)
     securable = await ctx.access.resolve(principal, "memory_store.get", STORE, parts, store_kind=kind)
-    return await _must(
-        repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
-    )
+    return await _store_must(ctx, securable, full_name)
 
 
 async def see_store(ctx: Context, principal: Principal, full_name: str) -> tuple[MemoryStoreInfo, Securable]:
@@ -296,10 +355,7 @@ async def see_store(ctx: Context, principal: Principal, full_name: str) -> tuple
     MANAGE: what `list_stores` shows it for), and its securable, to decide what else to show."""
     parts = split_full_name(full_name, 3)
     securable = await ctx.access.resolve(principal, "memory_store.see", STORE, parts)
-    info = await _must(
-        repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
-    )
-    return info, securable
+    return await _store_must(ctx, securable, full_name), securable
 
 
 async def list_stores(
@@ -322,21 +378,23 @@ async def list_stores(
     size = page_size(max_results, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
     parent = await ctx.access.resolve(principal, "memory_store.list", SCHEMA, parts)
 
-    def visible(m: MemoryStoreInfo) -> bool:
-        child = Access.child(parent, STORE, m.name, m.memory_store_id, m.owner)
+    def visible(m: StoreRow) -> bool:
+        child = Access.child(parent, STORE, m.name, m.id, m.owner)
         return ctx.access.visible(principal, "memory_store.see", child)
 
     list_name = "memory_stores" if kind == "memory" else f"{kind}_stores"
     pages = Pages(ctx.pool, list_name, catalog_name=parts[0], schema_name=parts[1])
-    stores, token = await collect_page(
-        lambda after, limit: repo.list_stores(ctx.pool, ctx.metastore_id, parent.node.id, after, limit, kind),
+    rows, token = await collect_page(
+        lambda after, limit: repo.list_stores(ctx.pool, parent.node.id, after, limit, kind),
         lambda m: m.name,
         visible,
         pages=pages,
         after=await pages.after(page_token, str),
         size=size,
     )
-    return ListMemoryStoresResponse(memory_stores=stores, next_page_token=token)
+    return ListMemoryStoresResponse(
+        memory_stores=[_store_info(ctx, row) for row in rows], next_page_token=token
+    )
 
 
 async def update_store(
@@ -360,7 +418,7 @@ async def update_store(
     rename = _rename(ctx, securable, new_name)
     if add_properties:
         if properties is None:
-            current = await repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id)
+            current = await repo.get_store(ctx.pool, securable.node.id)
             properties = dict(current.properties) if current is not None else {}
         properties = _properties({**properties, **add_properties})
     await _update(
@@ -375,9 +433,7 @@ async def update_store(
         body.default_ttl_seconds,
         rename=rename,
     )
-    return await _must(
-        repo.get_store(ctx.pool, ctx.metastore_id, securable.node.id), f"memory store {full_name}"
-    )
+    return await _store_must(ctx, securable, full_name)
 
 
 async def delete_store(ctx: Context, principal: Principal, full_name: str, *, kind: str = "memory") -> None:
@@ -496,6 +552,11 @@ async def _must(result: Awaitable[T | None], what: str) -> T:
     if value is None:
         raise NotFound(f"{what} does not exist")
     return value
+
+
+async def _store_must(ctx: Context, store: Securable, full_name: str) -> MemoryStoreInfo:
+    """The store as it is now (404 naming `full_name` when it has just gone)."""
+    return _store_info(ctx, await _must(repo.get_store(ctx.pool, store.node.id), f"memory store {full_name}"))
 
 
 async def scope_binding(ctx: Context, store: Securable) -> tuple[str, list[str]]:

@@ -149,7 +149,7 @@ async def check_binding(ctx: Context, principal: Principal, store: Securable, sc
 
 async def _ensure_may_read(ctx: Context, principal: Principal, store: Securable, what: str) -> None:
     try:
-        await ctx.access.check(principal, "entries.read", store)
+        await ctx.access.ensure(principal, "entries.read", store)
     except PermissionDenied as exc:
         raise PermissionDenied(f"{what} reads the entry's text: {exc.message}") from None
 

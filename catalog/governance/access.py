@@ -6,6 +6,8 @@ Rules:
   checks the action and records the decision for the request's audit event; a denial is 403
   whether or not the object exists when the caller lacks USE on a parent (no existence leak), and
   a missing object behind usable parents is 404 (`missing` chooses the error class);
+- `ensure()` checks and records a further action on a securable already resolved, and raises 403
+  on a denial, as `Authorizer.ensure` does (`Authorizer.check` only decides and records);
 - `visible()` answers whether an action would be allowed, without recording anything: lists use it
   to hide rows, and services use it to decide how much of an answer to show (a write-only caller
   gets no contents); a hidden row is not a denied request;
@@ -63,7 +65,7 @@ class Access:
             raise missing(f"{kind} {securable.full_name} does not exist")
         return securable
 
-    async def check(self, principal: Principal, action_name: str, securable: Securable) -> Decision:
+    async def ensure(self, principal: Principal, action_name: str, securable: Securable) -> Decision:
         """Check (and record) a further action on a securable already resolved; raises 403."""
         return await self.authorizer.ensure(principal, action(action_name), securable)
 

@@ -127,7 +127,7 @@ async def prepare(ctx: Context, principal: Principal, request: ResponseCreate) -
         )
         # the model reads the conversation on the caller's behalf: a write-only caller may append
         # to it but never have it read to a model (which would repeat it)
-        await ctx.access.check(principal, "conversations.read", store)
+        await ctx.access.ensure(principal, "conversations.read", store)
         origin = ops.TranscriptSource(
             kind="conversation",
             store=store.full_name,

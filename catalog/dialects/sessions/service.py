@@ -431,7 +431,7 @@ async def fork_session(ctx: Context, principal: Principal, name: str, body: Sess
     metadata = _metadata(body.metadata)
     up_to_id = _item_id(body.up_to_item_id) if body.up_to_item_id is not None else None
     store = await _store(ctx, principal, name, "sessions.write")
-    await ctx.access.check(principal, "sessions.read", store)  # it reads the source's items
+    await ctx.access.ensure(principal, "sessions.read", store)  # it reads the source's items
     await check_binding(ctx, principal, store, [actor])
     async with audited(ctx.pool) as conn:
         # the source's row lock: its items cannot change while they are copied
@@ -525,7 +525,7 @@ async def list_items(
 async def pop_item(ctx: Context, principal: Principal, name: str, sid: str) -> PoppedItem:
     """Removes and answers the last item: WRITE, and READ since it answers what it removed."""
     store = await _store(ctx, principal, name, "sessions.write")
-    await ctx.access.check(principal, "sessions.read", store)
+    await ctx.access.ensure(principal, "sessions.read", store)
     await namespace.ensure_not_held(ctx, store, "removed", kind="session store", things="items")
     async with audited(ctx.pool) as conn:
         item = await repo.pop(conn, await _locked(conn, ctx, principal, store, sid))

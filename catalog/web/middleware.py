@@ -15,7 +15,7 @@ from urllib.parse import unquote_plus
 
 from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
 
-from catalog.audit.log.writer import AuditContext, current
+from catalog.audit.log.writer import PendingEvent, current
 from catalog.errors import RequestTimeout, error_body, is_unavailable, log_unexpected
 
 request_log = logging.getLogger("catalog.request")
@@ -177,7 +177,7 @@ class RequestContext:
         state["request_id"] = request_id
         started = time.perf_counter()
         status = 500
-        audit = AuditContext()
+        audit = PendingEvent()
         runtime = self._runtime(scope)
         audited = runtime is not None and _audited(scope)
         if audited:
@@ -311,7 +311,7 @@ class RequestContext:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _audit(
-        self, scope: Scope, state: dict[str, Any], audit: AuditContext, request_id: str, status: int
+        self, scope: Scope, state: dict[str, Any], audit: PendingEvent, request_id: str, status: int
     ) -> None:
         runtime = self._runtime(scope)
         if runtime is None or not _audited(scope) or audit.committed:
@@ -326,7 +326,7 @@ class RequestContext:
         self,
         scope: Scope,
         state: dict[str, Any],
-        audit: AuditContext,
+        audit: PendingEvent,
         request_id: str,
         send: Send,
         exc: Exception,
@@ -398,7 +398,7 @@ def _audited(scope: Scope) -> bool:
 
 
 def request_event(
-    scope: Scope, state: dict[str, Any], audit: AuditContext, request_id: str, status: int
+    scope: Scope, state: dict[str, Any], audit: PendingEvent, request_id: str, status: int
 ) -> dict[str, Any]:
     """The request's audit event, as far as the request has got."""
     route = _storable(scope.get("path_template") or scope.get("path", ""))

@@ -1,12 +1,12 @@
 """The audit log's recorder: one hash-chained event per request (and per system event, and per
 operation of background work: `background`), appended durably before the request is answered.
-Reading and verifying it is the `audit` slice's."""
+Its SQL is in `repo`. Reading and verifying it is the `auditors` slice's."""
 
 from catalog.audit.log.background import background
 from catalog.audit.log.background import record as record_background
 from catalog.audit.log.writer import (
-    AuditContext,
     AuditWriter,
+    PendingEvent,
     audited,
     begin_operation,
     current,
@@ -21,8 +21,8 @@ from catalog.audit.log.writer import (
 )
 
 __all__ = [
-    "AuditContext",
     "AuditWriter",
+    "PendingEvent",
     "audited",
     "background",
     "begin_operation",

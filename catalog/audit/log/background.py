@@ -1,7 +1,7 @@
 """Audit events of work that no HTTP request carries: a memory pipeline's run, done by a
 background worker as the pipeline's owner.
 
-`background(writer, request_id=..., principal=..., params=...)` makes an `AuditContext` current
+`background(writer, request_id=..., principal=..., params=...)` makes a `PendingEvent` current
 as `catalog.web.middleware.RequestContext` does for a request, so the code inside is audited as it would be
 inside one:
 - each `operation()` (one session's extraction, each tool call of the model, nested or not) gets
@@ -11,9 +11,9 @@ inside one:
   denial is recorded as one), carries `request_id` (stable for the piece of work, so the events of
   a run resumed by another process share it), `params` merged into its `request_params`, the user
   agent `USER_AGENT` and no source IP;
-- the context itself appends nothing when the block ends (there is no response to account for):
-  `record(context, ...)` appends the events that are no operation, e.g. the work's start and end,
-  with decision `system`.
+- the pending event itself appends nothing when the block ends (there is no response to account
+  for): `record(pending, ...)` appends the events that are no operation, e.g. the work's start and
+  end, with decision `system`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from catalog.audit.log.writer import AuditContext, AuditWriter, current
+from catalog.audit.log.writer import AuditWriter, PendingEvent, current
 
 USER_AGENT = "memory-catalog background worker"
 
@@ -30,24 +30,24 @@ USER_AGENT = "memory-catalog background worker"
 @contextmanager
 def background(
     writer: AuditWriter, *, request_id: str, principal: str, params: dict[str, Any]
-) -> Iterator[AuditContext]:
-    context = AuditContext(enabled=writer.enabled, early_unlock=writer.early_unlock)
+) -> Iterator[PendingEvent]:
+    pending = PendingEvent(enabled=writer.enabled, early_unlock=writer.early_unlock)
 
-    def event_for(inner: AuditContext, status: int) -> dict[str, Any]:
+    def event_for(inner: PendingEvent, status: int) -> dict[str, Any]:
         return _event(inner, status, request_id, principal, params)
 
-    context.event_for = event_for
-    context.describe = lambda status: event_for(context, status)
-    context.record = writer.record
-    token = current.set(context)
+    pending.event_for = event_for
+    pending.describe = lambda status: event_for(pending, status)
+    pending.record = writer.record
+    token = current.set(pending)
     try:
-        yield context
+        yield pending
     finally:
         current.reset(token)
 
 
 async def record(
-    context: AuditContext,
+    pending: PendingEvent,
     *,
     action_name: str,
     securable_type: str | None,
@@ -58,9 +58,9 @@ async def record(
     reason: str | None = None,
 ) -> None:
     """Append one event of the background work (not an operation): decision `system`, status 200."""
-    if not context.enabled or context.event_for is None or context.record is None:
+    if not pending.enabled or pending.event_for is None or pending.record is None:
         return
-    event = AuditContext(
+    event = PendingEvent(
         action_name=action_name,
         securable_type=securable_type,
         securable_full_name=securable_full_name,
@@ -70,33 +70,33 @@ async def record(
         result_count=result_count,
         params=params,
     )
-    await context.record(**context.event_for(event, 200))
+    await pending.record(**pending.event_for(event, 200))
 
 
 def _event(
-    context: AuditContext, status: int, request_id: str, principal: str, params: dict[str, Any]
+    pending: PendingEvent, status: int, request_id: str, principal: str, params: dict[str, Any]
 ) -> dict[str, Any]:
     """An event as `catalog.web.middleware.request_event` builds a request's, without the HTTP parts."""
     error_code = None
-    if context.outcome is not None:
-        status, error_code = context.outcome
-    decision = context.decision or ("deny" if status == 403 else "allow")
+    if pending.outcome is not None:
+        status, error_code = pending.outcome
+    decision = pending.decision or ("deny" if status == 403 else "allow")
     return {
         "request_id": request_id,
         "principal": principal,
         "on_behalf_of": None,
         "source_ip": None,
         "user_agent": USER_AGENT,
-        "action_name": context.action_name or "background.work",
-        "securable_type": context.securable_type,
-        "securable_full_name": context.securable_full_name,
-        "securable_id": context.securable_id,
-        "privilege": context.privilege,
+        "action_name": pending.action_name or "background.work",
+        "securable_type": pending.securable_type,
+        "securable_full_name": pending.securable_full_name,
+        "securable_id": pending.securable_id,
+        "privilege": pending.privilege,
         "decision": decision,
-        "reason": context.reason or error_code,
+        "reason": pending.reason or error_code,
         "status_code": status,
         "error_code": error_code,
-        "request_params": {**params, **(context.params or {})},
-        "result_count": context.result_count,
-        "policy_revision": context.policy_revision,
+        "request_params": {**params, **(pending.params or {})},
+        "result_count": pending.result_count,
+        "policy_revision": pending.policy_revision,
     }

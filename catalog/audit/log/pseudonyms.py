@@ -7,7 +7,7 @@ Rules:
   each subject has a random key in `subject_keys`, created with its first event, outside the
   chain (the auditor role cannot read it). The table holds no clear-text subject: a key is found
   by the subject's keyed hash, sha256(pepper || subject), the pepper being one random value of
-  the database (`audit_pepper`, also unreadable to auditors), computed in SQL;
+  the database (`audit_pepper`, also unreadable to auditors), computed in SQL (`repo`);
 - in an event, the values of `scope`, `actor_id`, `scopes`, `actor_ids` (request parameters: a
   list, or one string when given once) and the `on_behalf_of` column become `ps_<hex>` =
   HMAC-SHA256(key of their subject, kind, value);
@@ -32,6 +32,8 @@ from typing import Any
 
 import asyncpg
 
+from catalog.audit.log import repo
+
 SCOPE_KEYS = ("scope", "actor_id")
 SCOPE_LISTS = ("scopes", "actor_ids")
 PATH_KEYS = ("path", "path_prefix")
@@ -40,8 +42,6 @@ PREFIX = "ps_"
 REDACTED = "[redacted]"
 # actions whose scope parameters look a scope up rather than act on it: they create no key
 LOOKUPS = frozenset({"audit.read"})
-# the subject's keyed hash, in SQL: `{subject}` is the SQL text of the subject
-_SUBJECT_ID = "sha256((SELECT pepper FROM audit_pepper) || convert_to({subject}, 'UTF8'))"
 
 
 def subject_of(scope: str) -> str:
@@ -82,27 +82,10 @@ async def keys_for(
     if not wanted:
         return {}
     if not create:
-        rows = await conn.fetch(
-            "SELECT t.subject, k.key FROM unnest($1::text[]) AS t(subject) "
-            f"JOIN subject_keys k ON k.subject_id = {_SUBJECT_ID.format(subject='t.subject')}",
-            wanted,
-        )
-        return {row["subject"]: bytes(row["key"]) for row in rows}
+        return await repo.existing_keys(conn, wanted)
     fresh = [secrets.token_bytes(32) for _ in wanted]
     for _ in range(3):  # a concurrent first event of the same subject: read what it committed
-        rows = await conn.fetch(
-            "WITH wanted AS ("
-            f"  SELECT t.subject, {_SUBJECT_ID.format(subject='t.subject')} AS subject_id, t.key "
-            "  FROM unnest($1::text[], $2::bytea[]) AS t(subject, key)), "
-            "new AS (INSERT INTO subject_keys (subject_id, key) SELECT subject_id, key FROM wanted "
-            "  ON CONFLICT (subject_id) DO NOTHING RETURNING subject_id, key), "
-            "found AS (SELECT subject_id, key FROM new UNION ALL "
-            "  SELECT k.subject_id, k.key FROM subject_keys k JOIN wanted w USING (subject_id)) "
-            "SELECT w.subject, f.key FROM wanted w JOIN found f USING (subject_id)",
-            wanted,
-            fresh,
-        )
-        keys = {row["subject"]: bytes(row["key"]) for row in rows}
+        keys = await repo.create_keys(conn, wanted, fresh)
         if len(keys) == len(wanted):
             return keys
     raise RuntimeError(f"could not read or create the audit keys of {len(wanted)} subjects")
@@ -160,16 +143,10 @@ async def pseudonymize(conn: asyncpg.Connection | asyncpg.Pool, events: Sequence
 
 async def scope_pseudonym(conn: asyncpg.Connection | asyncpg.Pool, scope: str) -> str | None:
     """What events hold for `scope`, or None when its subject has no key (never seen, or erased)."""
-    key = await conn.fetchval(
-        f"SELECT key FROM subject_keys WHERE subject_id = {_SUBJECT_ID.format(subject='$1::text')}",
-        subject_of(scope),
-    )
-    return None if key is None else pseudonym(bytes(key), "scope", scope)
+    key = await repo.subject_key(conn, subject_of(scope))
+    return None if key is None else pseudonym(key, "scope", scope)
 
 
 async def forget(conn: asyncpg.Connection, subject: str) -> bool:
     """Destroy the subject's key (crypto-shredding); whether there was one."""
-    status: str = await conn.execute(
-        f"DELETE FROM subject_keys WHERE subject_id = {_SUBJECT_ID.format(subject='$1::text')}", subject
-    )
-    return status.endswith(" 1")
+    return await repo.delete_subject_key(conn, subject)

@@ -15,13 +15,15 @@ changes commit synchronously while holding the lock.
 Outages: the event of a request refused because the database is unreachable cannot be appended
 then; `defer()` keeps it (in memory, at most `MAX_DEFERRED`) and the writer appends it once the
 database answers again.
+
+What a request learns about itself on the way is its `PendingEvent` (`current`); the statements
+are `repo`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -35,6 +37,7 @@ from typing import Any
 
 import asyncpg
 
+from catalog.audit.log import repo
 from catalog.audit.log.chain import HASHED_COLUMNS, canonical_parts, plain_body
 from catalog.audit.log.pseudonyms import pseudonymize
 from catalog.errors import is_unavailable
@@ -46,38 +49,25 @@ COLUMNS = (*HASHED_COLUMNS, "prev_hash", "hash")
 MAX_DEFERRED = 20_000
 RETRY_SECONDS = 1.0
 
-# After a change committed with `synchronous_commit = off`: a transaction that writes a WAL record
-# and commits synchronously, so that its flush (which covers every earlier record) completes
-# before the server answers.
-FLUSH_TAIL = (
-    "BEGIN; SET LOCAL synchronous_commit = on; "
-    "SELECT pg_logical_emit_message(true, 'memory-catalog', 'flush'); COMMIT"
-)
-
 
 async def early_unlock_supported(conn: asyncpg.Connection) -> bool:
     """Whether this database lets us write the flush marker (managed services may refuse it)."""
     try:
-        async with conn.transaction():
-            await conn.execute("SELECT pg_logical_emit_message(true, 'memory-catalog', 'probe')")
-            raise _Probed
-    except _Probed:
-        return True
+        await repo.probe_flush_marker(conn)
     except asyncpg.PostgresError as exc:
         log.warning("changes will hold the audit chain's lock until flushed: %s", exc)
         return False
+    return True
 
 
 _WAKE: tuple[dict[str, Any], None] = ({}, None)  # a queue item that only wakes the writer
 
 
-class _Probed(Exception):
-    """Rolls the probe's transaction back."""
-
-
 @dataclass
-class AuditContext:
-    """What a request learns about itself on the way (filled by the authorizer and services)."""
+class PendingEvent:
+    """What a request learns about itself on the way (filled by the authorizer and services), which
+    becomes its audit event; one per request, per operation inside it, or per piece of background
+    work, made current in `current`."""
 
     action_name: str | None = None
     securable_type: str | None = None
@@ -89,9 +79,9 @@ class AuditContext:
     policy_revision: int | None = None
     result_count: int | None = None
     describe: Callable[[int], dict[str, Any]] | None = None  # the request's event for a status
-    # the event of a context of this request for a status (`describe` is it for this context), and
+    # the event, for a status, of any pending event of this request (`describe`: of this one), and
     # how an event is appended: what `operation()` needs to give an operation an event of its own
-    event_for: Callable[[AuditContext, int], dict[str, Any]] | None = None
+    event_for: Callable[[PendingEvent, int], dict[str, Any]] | None = None
     record: Callable[..., Awaitable[None]] | None = None
     params: dict[str, Any] | None = None  # what the request did beyond its query (a tool call)
     # the status and error code of an operation whose transport answered 200 anyway (an MCP tool
@@ -102,51 +92,51 @@ class AuditContext:
     # the status a change's event records when it commits with the change (`audited`): what the
     # request answers once the change is made (a web console form answers 303 See Other)
     success_status: int = 200
-    early_unlock: bool = True  # see FLUSH_TAIL
+    early_unlock: bool = True  # see repo.FLUSH_TAIL
 
 
-current: ContextVar[AuditContext | None] = ContextVar("audit_context", default=None)
+current: ContextVar[PendingEvent | None] = ContextVar("pending_event", default=None)
 
 
 def note_decision(action_name: str, securable: Any, decision: Any) -> None:
     """Called by the authorizer: the request's action, securable and decision (first one wins the
     action; a later denial replaces an earlier allow)."""
-    context = current.get()
-    if context is None:
+    pending = current.get()
+    if pending is None:
         return
-    if context.action_name is None or not decision.allowed:
-        context.action_name = action_name
-        context.securable_type = securable.type.value
-        context.securable_full_name = securable.full_name
-        context.securable_id = securable.node.id if securable.exists else None
-        context.privilege = decision.privilege
-        context.decision = "allow" if decision.allowed else "deny"
-        context.reason = decision.reason
-        context.policy_revision = securable.revision
+    if pending.action_name is None or not decision.allowed:
+        pending.action_name = action_name
+        pending.securable_type = securable.type.value
+        pending.securable_full_name = securable.full_name
+        pending.securable_id = securable.node.id if securable.exists else None
+        pending.privilege = decision.privilege
+        pending.decision = "allow" if decision.allowed else "deny"
+        pending.reason = decision.reason
+        pending.policy_revision = securable.revision
 
 
 def begin_operation(params: dict[str, Any]) -> None:
     """The request's transport was authorized; what follows is the operation its event records
     (a tool call: the entry operation it runs names the action and the decision)."""
-    context = current.get()
-    if context is None:
+    pending = current.get()
+    if pending is None:
         return
-    context.action_name = context.securable_type = context.securable_full_name = None
-    context.securable_id = context.privilege = context.decision = context.reason = None
-    context.policy_revision = context.result_count = None
-    context.params = params
+    pending.action_name = pending.securable_type = pending.securable_full_name = None
+    pending.securable_id = pending.privilege = pending.decision = pending.reason = None
+    pending.policy_revision = pending.result_count = None
+    pending.params = params
 
 
 @asynccontextmanager
-async def operation(params: dict[str, Any]) -> AsyncIterator[AuditContext]:
+async def operation(params: dict[str, Any]) -> AsyncIterator[PendingEvent]:
     """An operation inside a request that gets an audit event of its own: each tool call a model
     makes while the server answers a response. Inside the block, the authorizer's decision, the
-    counts and `note_outcome` go to the operation's context, not the request's; a change made
+    counts and `note_outcome` go to the operation's pending event, not the request's; a change made
     inside commits the operation's event with itself (`audited`), else the event is appended when
     the block ends (with status 500 if it raised). Events share the request's id. Operations nest
     (each tool call of one session's extraction in a pipeline run): an inner one is its own event."""
     parent = current.get()
-    child = AuditContext(params=params, enabled=False)
+    child = PendingEvent(params=params, enabled=False)
     event_for, record = (parent.event_for, parent.record) if parent is not None else (None, None)
     if parent is not None and parent.enabled and event_for is not None and record is not None:
         child.enabled = True
@@ -176,39 +166,39 @@ def note_refusal(decision: str, reason: str) -> None:
     """The request was refused before any securable was asked about (`deny`: a web console form
     without its CSRF token; `unauthenticated`: a console page without a session, redirected to
     sign-in rather than answered 401); its event records the decision and the reason."""
-    context = current.get()
-    if context is not None:
-        context.decision = decision
-        context.reason = reason
+    pending = current.get()
+    if pending is not None:
+        pending.decision = decision
+        pending.reason = reason
 
 
 def note_success_status(status: int) -> None:
-    """The status the request answers when its change succeeds (see `AuditContext.success_status`)."""
-    context = current.get()
-    if context is not None:
-        context.success_status = status
+    """The status the request answers when its change succeeds (see `PendingEvent.success_status`)."""
+    pending = current.get()
+    if pending is not None:
+        pending.success_status = status
 
 
 def note_outcome(status: int, error_code: str) -> None:
-    """The operation failed although its transport answers 200 (see `AuditContext.outcome`)."""
-    context = current.get()
-    if context is not None:
-        context.outcome = (status, error_code)
+    """The operation failed although its transport answers 200 (see `PendingEvent.outcome`)."""
+    pending = current.get()
+    if pending is not None:
+        pending.outcome = (status, error_code)
 
 
 def note_params(params: dict[str, Any]) -> None:
     """What the request did beyond its query (setting a legal hold), kept in its event's
     `request_params`."""
-    context = current.get()
-    if context is not None:
-        context.params = {**(context.params or {}), **params}
+    pending = current.get()
+    if pending is not None:
+        pending.params = {**(pending.params or {}), **params}
 
 
 def note_result(count: int) -> None:
     """How many entries the request read or wrote (request lineage)."""
-    context = current.get()
-    if context is not None:
-        context.result_count = count
+    pending = current.get()
+    if pending is not None:
+        pending.result_count = count
 
 
 class AuditWriter:
@@ -354,12 +344,7 @@ class AuditWriter:
         ids = [str(event["event_id"]) for event, _ in batch if str(event["event_id"]) in self._uncertain]
         if not ids:
             return batch
-        found = {
-            str(row[0])
-            for row in await conn.fetch(
-                "SELECT event_id FROM audit_events WHERE event_id = ANY($1::uuid[])", ids
-            )
-        }
+        found = await repo.appended_ids(conn, ids)
         self._uncertain.difference_update(ids)
         return [(event, future) for event, future in batch if str(event["event_id"]) not in found]
 
@@ -408,10 +393,6 @@ def _append_arguments(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
     return rows, heads, tails
 
 
-def _hex(data: bytes) -> str:
-    return f"decode('{data.hex()}', 'hex')"
-
-
 async def append_on(
     conn: asyncpg.Connection,
     events: list[dict[str, Any]],
@@ -422,24 +403,11 @@ async def append_on(
     """Append events in the connection's transaction (or as their own when there is none);
     PostgreSQL numbers and hashes them under the chain's lock, held until the transaction ends.
     `commit=True` ends the caller's transaction in the same message, so that no other work of
-    this process runs while the lock is held (only hex digits are spliced into that statement).
+    this process runs while the lock is held (`repo.append`).
     Scopes, paths and end users are replaced by their pseudonyms first (`pseudonyms`)."""
     await pseudonymize(conn, events)
     rows, heads, tails = _append_arguments(events)
-    if not commit:
-        await conn.execute("SELECT audit_append($1, $2, $3)", rows, heads, tails)
-        return
-    append_sql = (
-        f"SELECT audit_append(convert_from({_hex(json.dumps(rows).encode())}, 'UTF8')::jsonb, "
-        f"ARRAY[{', '.join(map(_hex, heads))}], ARRAY[{', '.join(map(_hex, tails))}]); "
-    )
-    if not early_unlock:
-        await conn.execute("SET LOCAL synchronous_commit = on; " + append_sql + "COMMIT")
-        return
-    # The commit itself does not wait for its WAL flush, so the chain's lock is let go before the
-    # disk is reached and concurrent changes share their flushes; FLUSH_TAIL then waits for a
-    # flush that covers the change too: nothing is answered before it is durable.
-    await conn.execute("SET LOCAL synchronous_commit = off; " + append_sql + "COMMIT; " + FLUSH_TAIL)
+    await repo.append(conn, rows, heads, tails, commit=commit, early_unlock=early_unlock)
 
 
 @asynccontextmanager
@@ -447,23 +415,23 @@ async def audited(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
     """A transaction for a change: the request's audit event commits in it, or neither does.
     (If the change fails, the request's error is audited the usual way.) Code inside must not
     open `conn.transaction()` itself: see `catalog.db.atomic`."""
-    context = current.get()
-    describe = context.describe if context is not None and context.enabled and not context.committed else None
+    pending = current.get()
+    describe = pending.describe if pending is not None and pending.enabled and not pending.committed else None
     async with pool.acquire() as conn:
-        await conn.execute("BEGIN")
+        await repo.begin(conn)
         try:
             yield conn
             if describe is not None:
-                assert context is not None
-                early = context.early_unlock
-                event = complete(describe(context.success_status))
+                assert pending is not None
+                early = pending.early_unlock
+                event = complete(describe(pending.success_status))
                 await append_on(conn, [event], commit=True, early_unlock=early)
             else:
-                await conn.execute("COMMIT")
+                await repo.commit(conn)
         except BaseException:
             if not conn.is_closed():
                 with contextlib.suppress(Exception):
-                    await conn.execute("ROLLBACK")
+                    await repo.rollback(conn)
             raise
-    if context is not None and describe is not None:
-        context.committed = True
+    if pending is not None and describe is not None:
+        pending.committed = True

@@ -32,7 +32,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
 from catalog import __version__
-from catalog.audit.log import AuditContext, begin_operation, current, note_outcome, note_params
+from catalog.audit.log import PendingEvent, begin_operation, current, note_outcome, note_params
 from catalog.context import Context
 from catalog.errors import InvalidParameter, RetryLater, is_unavailable, log_unexpected
 from catalog.toolkit.instructions import MEMORY_INSTRUCTIONS
@@ -50,7 +50,7 @@ class Binding:
 
     ctx: Context
     bound: Bound
-    audit: AuditContext | None
+    audit: PendingEvent | None
     request_id: str
 
 

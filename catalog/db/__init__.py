@@ -1,4 +1,6 @@
-"""PostgreSQL: the embedded server, migrations and the connection pool."""
+"""PostgreSQL: the embedded server, migrations, the connection pool, the health probe, and the few
+statements of the server itself (`databases`: creating the embedded database; `keys`: the
+page-token key)."""
 
 from catalog.db.embedded import EmbeddedPostgres, running_url
 from catalog.db.health import DatabaseMonitor

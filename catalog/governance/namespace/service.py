@@ -459,7 +459,7 @@ async def ensure_not_held(
         )
 
 
-held_stores_keeping = repo.held_stores_keeping  # for each slice's `ScopeHolder` (catalog.context)
+held_stores_keeping = repo.held_stores_keeping  # each slice answers erasure which held stores keep a scope
 
 
 # --- shared --------------------------------------------------------------------------------------

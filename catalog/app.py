@@ -1,6 +1,6 @@
 """`create_app(settings)`: the whole HTTP application.
 
-request → RequestContext (request id, log line) → exception mapper → JWT authentication
+request → RequestMiddleware (request id, log line, audit event) → exception mapper → JWT authentication
 → route (parse) → service (authorize, validate) → repo (SQL) → PostgreSQL
 """
 
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from litestar import Litestar, Request, Response
+from litestar import Litestar, Response
 from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
@@ -24,6 +24,7 @@ from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
 from catalog.console import CONSOLE_PATHS, console_error
 from catalog.console import router as console_router
 from catalog.context import Context
+from catalog.db import DatabaseMonitor
 from catalog.dialects.agents.routes import router as agents_router
 from catalog.dialects.agents.routes import store_router as agents_store_router
 from catalog.dialects.conversations.routes import routers as conversations_routers
@@ -35,7 +36,6 @@ from catalog.dialects.sessions.routes import router as sessions_router
 from catalog.dialects.sessions.routes import store_router as sessions_store_router
 from catalog.dialects.transcripts.routes import routers as transcripts_routers
 from catalog.erasure.routes import entries_router, system_router  # entries' routes with their DELETE
-from catalog.errors import handle_exception
 from catalog.governance import namespace
 from catalog.governance.groups.routes import router as groups_router
 from catalog.governance.permissions.routes import router as permissions_router
@@ -44,20 +44,31 @@ from catalog.metrics.routes import router as metrics_router
 from catalog.runtime import Runtime
 from catalog.search.embedder import Encoder
 from catalog.settings import Settings
+from catalog.web.deps import Req, ServerParts, install
+from catalog.web.errors import handle_exception
 from catalog.web.health import databricks_config, healthz
-from catalog.web.middleware import RequestContext
+from catalog.web.middleware import RequestMiddleware
 from catalog.web.openapi import finish
 
 
-def _context(request: Request[Any, Any, Any]) -> Context:
-    context: Context = request.app.state.runtime.context
-    return context
+def _runtime(app: Litestar) -> Runtime:
+    """The running server, which the lifespan puts in the app's state (the tests read it there)."""
+    runtime: Runtime = app.state.runtime
+    return runtime
+
+
+def _context(request: Req) -> Context:
+    return _runtime(request.app).context
+
+
+def _database(request: Req) -> DatabaseMonitor:
+    return _runtime(request.app).db
 
 
 _CONSOLE = re.compile(CONSOLE_PATHS)
 
 
-def _handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+def _handle_exception(request: Req, exc: Exception) -> Response[Any]:
     """The app's exception handler: JSON for the API; an error page under /console/ (an unknown
     console path, a method it does not take: errors raised before a console route is reached)."""
     if _CONSOLE.match(request.scope.get("path", "")):
@@ -73,6 +84,8 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
         runtime = await Runtime.start(settings, encoder)
         app.state.runtime = runtime
         app.state.verifier = runtime.verifier
+        # what the HTTP shell reads where Litestar injects nothing (catalog.web.deps)
+        install(app, ServerParts(context=runtime.context, database=runtime.db, audit=runtime.audit))
         try:
             yield
         finally:
@@ -104,7 +117,10 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             console_router,
         ],
         lifespan=[lifespan, toolkit.lifespan],
-        dependencies={"ctx": Provide(_context, sync_to_thread=False)},
+        dependencies={
+            "ctx": Provide(_context, sync_to_thread=False),
+            "database": Provide(_database, sync_to_thread=False),
+        },
         # OPTIONS too: no route is open without a token but those in AUTH_EXEMPT_PATHS; the web
         # console authenticates its session cookie's token the same way (catalog.console.session)
         middleware=[
@@ -128,5 +144,5 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
         debug=False,
     )
     finish(app)  # the OpenAPI document, completed once (see catalog/web/openapi.py)
-    app.asgi_handler = RequestContext(app.asgi_handler)
+    app.asgi_handler = RequestMiddleware(app.asgi_handler)
     return app

@@ -1,21 +1,20 @@
-"""The one error hierarchy and the one mapping to the wire shape.
+"""The one error hierarchy, and the wire shape of an error.
 
-Every error a client sees is `{"error_code", "message", "details"}` with the status the API
-documents for its code (README, "API"; the OpenAPI document names each route's). Litestar's own
-exceptions (validation, unknown route, body too large) are mapped here too, and anything
-unexpected becomes INTERNAL_ERROR with no trace, logged with the request id.
+Every error a client sees is `{"error_code", "message", "details"}` (`error_body`) with the status
+the API documents for its code (README, "API"; the OpenAPI document names each route's). Services
+raise the errors below and know nothing of HTTP: `catalog.web.errors` maps them (and Litestar's
+own exceptions, and the database's) to a response. Also here, for every part of the server
+(requests and background workers alike): `is_unavailable`, which tells an outage of the database
+from a bug, and `log_unexpected`, which logs an unexpected error's trace at most once a minute.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Any
 
 import asyncpg
-from litestar import MediaType, Request, Response
-from litestar.exceptions import HTTPException, ValidationException
 
 log = logging.getLogger("catalog.errors")
 
@@ -152,74 +151,44 @@ def error_body(error_code: str, message: str, details: list[dict[str, Any]] | No
     return {"error_code": error_code, "message": message, "details": details or []}
 
 
-def _from_litestar(exc: HTTPException) -> CatalogError:
-    if isinstance(exc, ValidationException):
-        problems = exc.extra if isinstance(exc.extra, list) else []
-        for problem in problems:
-            if isinstance(problem, dict) and problem.get("message"):
-                key = problem.get("key")
-                field = key if key and key != "data" else None
-                where = f" (field `{field}`)" if field else ""
-                return InvalidParameter(f"invalid request: {problem['message']}{where}", field)
-        return InvalidParameter(f"invalid request: {exc.detail}")
-    status = exc.status_code
-    if status == 413:
-        return PayloadTooLarge("request body is too large")
-    if status == 404:
-        return NotFound("no such endpoint")
-    if status == 401:
-        return Unauthenticated(exc.detail or "authentication required")
-    if status == 403:
-        return PermissionDenied(exc.detail or "permission denied")
-    if status == 405:
-        err = CatalogError("method not allowed on this endpoint")
-        err.status_code, err.error_code = 405, "INVALID_PARAMETER_VALUE"
-        return err
-    if 400 <= status < 500:
-        return InvalidParameter(f"invalid request: {exc.detail}")
-    return CatalogError("internal error")
-
-
-# SQLSTATE classes and client errors that mean "the database cannot serve this right now":
-# connection exceptions (08), operator intervention (57: shutdown, crash, starting up) and
-# insufficient resources (53: too many connections, disk full), and the socket going away.
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.OperatorInterventionError,
-    asyncpg.InsufficientResourcesError,
-    asyncpg.ConnectionDoesNotExistError,
-    ConnectionError,
+# What says "the database cannot serve this right now", told by class wherever asyncpg's class
+# tells it. PostgreSQL's SQLSTATE classes (by code, so that a code asyncpg has no class for, an
+# `UnknownPostgresError`, is told too): 08 connection exception (`PostgresConnectionError`,
+# `ConnectionDoesNotExistError`: the connection went away mid-operation), 53 insufficient
+# resources (too many connections, disk full), 57P operator intervention that ends the session
+# (shutdown, crash, `CannotConnectNowError` while starting up, database dropped). Not the rest
+# of class 57, which ends no session: 57014, a statement cancelled by statement_timeout, is a slow
+# query, not an outage.
+_UNAVAILABLE_SQLSTATES = ("08", "53", "57P")
+_UNAVAILABLE_OS: tuple[type[BaseException], ...] = (
+    ConnectionError,  # refused, reset: the socket going away
     FileNotFoundError,  # the embedded server's socket file is gone
     TimeoutError,  # no connection within the pool's timeout
 )
+# Two cases asyncpg tells only by message, with no subclass or SQLSTATE to tell them by:
+# - a pooled connection whose server went away is closed (and may have been handed back to the
+#   pool): a bare `InterfaceError` ("connection is closed", "pool is closed", "connection has been
+#   released back to the pool"). Its subclasses (`ClientConfigurationError`, the unsupported
+#   features) say what else went wrong and are never an outage;
+# - a connection whose server went away mid-operation is left in a state its protocol reports as
+#   an `InternalClientError`, "cannot switch to state N; another operation (M) is in progress"
+#   (its other messages are bugs); the monitor's probe tells whether the database is down.
+_GONE_MESSAGES = ("closed", "released back")
+_STUCK_MESSAGE = "another operation"
 
 
 def is_unavailable(exc: BaseException) -> bool:
     """Whether `exc` says the database is unreachable or refusing work (not a bug, not bad input)."""
-    if isinstance(exc, asyncpg.QueryCanceledError):  # statement_timeout: a slow query, not an outage
-        return False
-    if isinstance(exc, _UNAVAILABLE):
+    if isinstance(exc, asyncpg.PostgresError):
+        return str(exc.sqlstate or "").startswith(_UNAVAILABLE_SQLSTATES)
+    if isinstance(exc, _UNAVAILABLE_OS):
         return True
+    if type(exc) is asyncpg.InterfaceError:
+        message = str(exc).lower()
+        return any(text in message for text in _GONE_MESSAGES)
     if isinstance(exc, asyncpg.InternalClientError):
-        # a connection whose server went away mid-operation is left in a state asyncpg reports
-        # as "another operation is in progress"; the monitor's probe tells whether it is down
-        return "another operation" in str(exc)
-    # a pooled connection whose server went away is closed (and may be handed back to the pool)
-    message = str(exc).lower()
-    return isinstance(exc, asyncpg.InterfaceError) and ("closed" in message or "released back" in message)
-
-
-def to_catalog_error(exc: Exception) -> CatalogError:
-    if isinstance(exc, CatalogError):
-        return exc
-    if is_unavailable(exc):
-        return TemporarilyUnavailable("the database is unavailable; retry shortly", retry_after=2.0)
-    if isinstance(exc, HTTPException):
-        return _from_litestar(exc)
-    if isinstance(exc, asyncpg.CharacterNotInRepertoireError | asyncpg.UntranslatableCharacterError):
-        # a NUL character (or \u0000 in JSON) in some text value: PostgreSQL cannot store it
-        return InvalidParameter("text values must not contain NUL characters (\\u0000)")
-    return CatalogError("internal error")
+        return _STUCK_MESSAGE in str(exc)
+    return False
 
 
 _TRACED: dict[tuple[str, str, str], float] = {}
@@ -239,45 +208,3 @@ def log_unexpected(exc: BaseException, *, request_id: str | None, route: str | N
         log.error("internal error", exc_info=exc, extra=extra)
     else:
         log.error("internal error (seen before; trace logged at most once a minute)", extra=extra)
-
-
-def wire_code(err: CatalogError, request: Request[Any, Any, Any]) -> str:
-    """The error code answered for `err` on this request's route (see `NotFound`)."""
-    handler = request.scope.get("route_handler")
-    if isinstance(err, NotFound) and handler is not None and handler.opt.get(MEMORY_STORE_ROUTE):
-        return err.memory_store_error_code
-    return err.error_code
-
-
-def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    """The single exception handler, registered for `Exception` on the app."""
-    err = to_catalog_error(exc)
-    request_id = request.scope.get("state", {}).get("request_id")
-    if isinstance(err, TemporarilyUnavailable) and not isinstance(exc, CatalogError):
-        runtime = getattr(request.app.state, "runtime", None)
-        if runtime is not None:
-            runtime.db.suspect()  # probe now; requests are refused at once while it is down
-    elif err.status_code >= 500 and not isinstance(err, ANSWERED_AS_IS):
-        log_unexpected(exc, request_id=request_id, route=request.scope.get("path"))
-        err = CatalogError(f"internal error (request id {request_id})")
-    error_code = wire_code(err, request)
-    request.scope.setdefault("state", {})["error_code"] = error_code
-    # Litestar's own headers stay (a 405 names the allowed methods in `Allow`, RFC 9110)
-    kept = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
-    return Response(
-        content=error_body(error_code, err.message, err.details),
-        status_code=err.status_code,
-        media_type=MediaType.JSON,
-        headers={**kept, **retry_headers(err)},
-    )
-
-
-def retry_headers(err: CatalogError) -> dict[str, str]:
-    if isinstance(err, RequestTimeout):  # the rest of the body may still come: not a next request
-        return {"Connection": "close"}
-    if isinstance(err, NotConfigured | UpstreamFailed):
-        # the server has retried the upstream itself: OpenAI's clients would send it twice more
-        return {"x-should-retry": "false"}
-    if isinstance(err, RetryLater):
-        return {"Retry-After": str(max(1, math.ceil(err.retry_after)))}
-    return {}

@@ -20,9 +20,10 @@ from pg_gate import PgGate
 from catalog import errors
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
-from catalog.errors import TemporarilyUnavailable, is_unavailable, to_catalog_error
+from catalog.errors import TemporarilyUnavailable, is_unavailable
 from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
+from catalog.web.errors import to_catalog_error
 from catalog.web.middleware import JsonFormatter, PlainFormatter, configure_logging
 
 UC = "/api/2.1/unity-catalog"
@@ -41,6 +42,10 @@ UC = "/api/2.1/unity-catalog"
             "cannot call Connection.execute(): connection has been released back to the pool"
         ),
         TimeoutError(),
+        asyncpg.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
+        # a SQLSTATE of those classes that asyncpg has no class for is told by its code
+        asyncpg.PostgresError.new({"C": "08P99", "M": "a later server's connection failure"}),
+        asyncpg.PostgresError.new({"C": "57P99", "M": "a later server's shutdown"}),
     ],
 )
 def test_an_unreachable_database_is_503_temporarily_unavailable(exc):
@@ -53,9 +58,12 @@ def test_an_unreachable_database_is_503_temporarily_unavailable(exc):
     "exc",
     [
         asyncpg.QueryCanceledError("canceling statement due to statement timeout"),
+        asyncpg.OperatorInterventionError("an operator's intervention that ends no session"),
         asyncpg.UniqueViolationError("duplicate key"),
         RuntimeError("a bug"),
         asyncpg.InterfaceError("cannot perform operation: another operation is in progress"),
+        # an InterfaceError's subclass says what went wrong, whatever its message holds
+        asyncpg.ClientConfigurationError("invalid sslmode 'closed'"),
     ],
 )
 def test_other_errors_are_not_outages(exc):

@@ -14,7 +14,7 @@ from litestar.response import Redirect
 from catalog.audit.log import note_refusal
 from catalog.auth import Principal
 from catalog.console.session import COOKIE, COOKIE_PATH, CsrfRefused, SignInRequired, csrf_token
-from catalog.errors import handle_exception
+from catalog.web.errors import handle_exception
 
 _templates = Environment(
     loader=PackageLoader("catalog.console", "templates"),

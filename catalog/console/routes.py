@@ -1,5 +1,5 @@
 """The web console at /console/: pages rendered on the server from the same services the REST
-routes call. Each request passes through the app's RequestContext (one audit event per request)
+routes call. Each request passes through the app's RequestMiddleware (one audit event per request)
 and, but for the sign-in page and the static files, through the console's session
 (`session.ConsoleSession`), which authenticates the cookie's token as a bearer token is
 authenticated. Forms that change something carry the session's CSRF token and are answered with
@@ -12,7 +12,6 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from litestar import Request, Response, Router, get, post
-from litestar.di import NamedDependency
 from litestar.middleware import DefineMiddleware
 from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.static_files import create_static_files_router
@@ -32,15 +31,14 @@ from catalog.console.session import (
     read_form,
     same_origin,
 )
-from catalog.context import Context
 from catalog.errors import FieldError, InvalidParameter, Unauthenticated
+from catalog.web.deps import Ctx
 
 Req = Request[Principal, str, Any]
 Query = FromQuery[str | None]
 # `scope` is Litestar's name for the ASGI scope: the parameter is read under another name
 ScopeQuery = Annotated[str | None, QueryParameter(name="scope")]
 PathPart = FromPath[str]
-Ctx = NamedDependency[Context]
 
 # the console's paths: the API's bearer-token middleware leaves them to the console's session
 CONSOLE_PATHS = r"^/console(/|$)"

@@ -19,7 +19,7 @@ Rules:
   costs `ATTEMPT_TIMEOUT`); the attempt keeps a wrong verdict from turning away a request that
   could run: one that finds a healthy connection is served, whatever the probes said, and its
   success is an answer (the verdict is up again). While the verdict is up nothing is attempted:
-  a request that meets an unreachable database fails by itself (503, catalog.errors) and calls
+  a request that meets an unreachable database fails by itself (503, catalog.web.errors) and calls
   `suspect()`, which probes at once;
 - the monitor probes on its own every `interval_up` seconds while up, and every `interval_down`
   while down or while its last probe went unanswered;

@@ -10,12 +10,10 @@ import json
 import re
 from typing import Annotated, Any
 
-from litestar import Request, Response, get, patch, post
+from litestar import Response, get, patch, post
 from litestar.datastructures import ResponseHeader
-from litestar.di import NamedDependency
 from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 
-from catalog.context import Context
 from catalog.entries import EntryRow, service
 from catalog.entries import operations as ops
 from catalog.entries.operations import WriteMode
@@ -37,6 +35,7 @@ from catalog.entries.schemas import (
     SearchResult,
 )
 from catalog.errors import InvalidParameter
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import errors
 from catalog.wire.entry_keys import (
     MAX_PATH,
@@ -53,8 +52,6 @@ from catalog.wire.entry_keys import (
 from catalog.wire.metadata import validate as validate_metadata
 from catalog.wire.pagination import PageSize, PageToken
 
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 StoreFullName = StoreFullNameParam
 EntryPath = PathParam
 SessionId = SessionParam

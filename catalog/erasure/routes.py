@@ -6,13 +6,11 @@ one router: `entries_router` is the store's entries routes (`catalog.entries.rou
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Request, delete, post
-from litestar.di import NamedDependency
+from litestar import delete, post
 from litestar.params import JSONBody, Parameter
 
-from catalog.context import Context
 from catalog.entries import operations as ops
 from catalog.entries import routes as entries_routes
 from catalog.entries import service as entries
@@ -27,6 +25,7 @@ from catalog.erasure.schemas import (
 )
 from catalog.errors import InvalidParameter
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import Empty, errors
 from catalog.wire.entry_keys import (
     MAX_PATH,
@@ -36,8 +35,6 @@ from catalog.wire.entry_keys import (
     StoreFullNameParam,
 )
 
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 StoreFullName = StoreFullNameParam
 SessionId = SessionParam
 RequiredScope = RequiredScopeParam

@@ -17,12 +17,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from litestar import Request, get
+from litestar import get
 from litestar.di import NamedDependency
 from litestar.response import Response
 
 from catalog.context import Context
+from catalog.db import DatabaseMonitor
 from catalog.errors import NotFound
+from catalog.web.deps import Ctx
 
 CHECK_TIMEOUT = 5.0  # seconds this check waits for a connection, and for its query
 
@@ -44,8 +46,7 @@ DEGRADED_CHECKS: tuple[Callable[[Context], Awaitable[CheckResult]], ...] = (sear
 
 
 @get("/healthz", operation_id="health", tags=["operations"])
-async def healthz(request: Request[Any, Any, Any], ctx: NamedDependency[Context]) -> Response[dict[str, Any]]:
-    database = request.app.state.runtime.db
+async def healthz(ctx: Ctx, database: NamedDependency[DatabaseMonitor]) -> Response[dict[str, Any]]:
     if not await database.admit():
         return Response({"status": "unavailable", **database.status()}, status_code=503)
     reasons: list[str] = []

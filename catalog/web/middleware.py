@@ -17,6 +17,8 @@ from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Sc
 
 from catalog.audit.log.writer import PendingEvent, current
 from catalog.errors import RequestTimeout, error_body, is_unavailable, log_unexpected
+from catalog.settings import Settings
+from catalog.web.deps import ServerParts, server_parts
 
 request_log = logging.getLogger("catalog.request")
 
@@ -151,7 +153,7 @@ def _nul_field(scope: Scope) -> str | None:
     return None
 
 
-class RequestContext:
+class RequestMiddleware:
     """The outermost wrapper: request id, log line, and the audit event, written (and committed)
     before the response starts, so that no answered request lacks its event.
 
@@ -178,14 +180,15 @@ class RequestContext:
         started = time.perf_counter()
         status = 500
         audit = PendingEvent()
-        runtime = self._runtime(scope)
-        audited = runtime is not None and _audited(scope)
+        parts = self._parts(scope)
+        audited = parts is not None and _audited(scope)
         if audited:
-            audit.enabled = runtime.audit.enabled
-            audit.early_unlock = runtime.audit.early_unlock
+            assert parts is not None
+            audit.enabled = parts.audit.enabled
+            audit.early_unlock = parts.audit.early_unlock
             audit.event_for = lambda context, status: request_event(scope, state, context, request_id, status)
             audit.describe = lambda status: request_event(scope, state, audit, request_id, status)
-            audit.record = runtime.audit.record
+            audit.record = parts.audit.record
         else:
             audit.enabled = False
         token = current.set(audit)
@@ -215,22 +218,22 @@ class RequestContext:
             await send(message)
 
         try:
-            refusal = await self._refusal(scope, runtime)
+            refusal = await self._refusal(scope, parts)
             if refusal is not None:
                 await self._reply(state, send_with_id, *refusal)
                 return
             self.in_flight += 1
             try:
-                await self._call_app(scope, receive, send_with_id, runtime)
+                await self._call_app(scope, receive, send_with_id, parts)
             except TimeoutError:
-                if response_started or replaced:
+                if response_started or replaced or parts is None:  # no limit without the server's settings
                     raise
                 await self._reply(
                     state,
                     send_with_id,
                     504,
                     "DEADLINE_EXCEEDED",
-                    f"the request took longer than the server allows ({_limit(scope, runtime.settings):g} s)",
+                    f"the request took longer than the server allows ({_limit(scope, parts.settings):g} s)",
                 )
             finally:
                 self.in_flight -= 1
@@ -254,8 +257,8 @@ class RequestContext:
                 },
             )
 
-    async def _call_app(self, scope: Scope, receive: Receive, send: Send, runtime: Any) -> None:
-        settings = runtime.settings if runtime is not None else None
+    async def _call_app(self, scope: Scope, receive: Receive, send: Send, parts: ServerParts | None) -> None:
+        settings = parts.settings if parts is not None else None
         if settings is not None and settings.body_timeout > 0:
             receive = _patient_receive(receive, settings.body_timeout)
         limit = _limit(scope, settings) if settings is not None else 0
@@ -265,7 +268,9 @@ class RequestContext:
         async with asyncio.timeout(limit):
             await self.app(scope, receive, send)
 
-    async def _refusal(self, scope: Scope, runtime: Any) -> tuple[int, str, str, float | None] | None:
+    async def _refusal(
+        self, scope: Scope, parts: ServerParts | None
+    ) -> tuple[int, str, str, float | None] | None:
         """(status, error code, message, retry after) when the request is refused before the app."""
         field = _nul_field(scope)
         if field is not None:
@@ -278,16 +283,16 @@ class RequestContext:
                 f"query parameter `{repeated}` may be given only once",
                 None,
             )
-        if runtime is None or not _audited(scope):
+        if parts is None or not _audited(scope):
             return None
-        if not await runtime.db.admit():  # known down, and the request's own quick attempt failed
+        if not await parts.database.admit():  # known down, and the request's own quick attempt failed
             return (
                 503,
                 "TEMPORARILY_UNAVAILABLE",
                 "the database is unavailable; retry shortly",
-                runtime.db.retry_after,
+                parts.database.retry_after,
             )
-        cap = runtime.settings.max_concurrent_requests
+        cap = parts.settings.max_concurrent_requests
         if cap and self.in_flight >= cap:
             return 503, "TEMPORARILY_UNAVAILABLE", f"the server is busy ({cap} requests in progress)", 1.0
         return None
@@ -313,14 +318,14 @@ class RequestContext:
     async def _audit(
         self, scope: Scope, state: dict[str, Any], audit: PendingEvent, request_id: str, status: int
     ) -> None:
-        runtime = self._runtime(scope)
-        if runtime is None or not _audited(scope) or audit.committed:
+        parts = self._parts(scope)
+        if parts is None or not _audited(scope) or audit.committed:
             return
         event = request_event(scope, state, audit, request_id, status)
         if status == 503 and state.get("error_code") == "TEMPORARILY_UNAVAILABLE":
-            runtime.audit.defer(**event)  # the database is away: appended when it is back
+            parts.audit.defer(**event)  # the database is away: appended when it is back
             return
-        await runtime.audit.record(**event)
+        await parts.audit.record(**event)
 
     async def _audit_failed(
         self,
@@ -333,9 +338,10 @@ class RequestContext:
     ) -> int:
         """The response's audit event could not be written: answer an error instead (its own
         event deferred). Returns the status sent."""
-        runtime = self._runtime(scope)
+        parts = self._parts(scope)
+        assert parts is not None  # only an audited request's event is written
         if is_unavailable(exc):
-            runtime.db.suspect()
+            parts.database.suspect()
             status, code, message = (
                 503,
                 "TEMPORARILY_UNAVAILABLE",
@@ -346,7 +352,7 @@ class RequestContext:
             status, code, message = 500, "INTERNAL_ERROR", f"internal error (request id {request_id})"
         state["error_code"] = code
         audit.decision, audit.reason = None, code
-        runtime.audit.defer(**request_event(scope, state, audit, request_id, status))
+        parts.audit.defer(**request_event(scope, state, audit, request_id, status))
         body = json.dumps(error_body(code, message)).encode()
         headers = [
             (b"content-type", b"application/json"),
@@ -354,18 +360,18 @@ class RequestContext:
             (b"x-request-id", request_id.encode()),
         ]
         if status == 503:
-            headers.append((b"retry-after", str(math.ceil(runtime.db.retry_after)).encode()))
+            headers.append((b"retry-after", str(math.ceil(parts.database.retry_after)).encode()))
         start: HTTPResponseStartEvent = {"type": "http.response.start", "status": status, "headers": headers}
         await send(start)
         await send({"type": "http.response.body", "body": body, "more_body": False})
         return status
 
     @staticmethod
-    def _runtime(scope: Scope) -> Any:
-        return getattr(scope["app"].state, "runtime", None) if "app" in scope else None  # type: ignore[typeddict-item]
+    def _parts(scope: Scope) -> ServerParts | None:
+        return server_parts(scope["app"]) if "app" in scope else None  # type: ignore[typeddict-item]
 
 
-def _limit(scope: Scope, settings: Any) -> float:
+def _limit(scope: Scope, settings: Settings) -> float:
     """How long the request may take (0: no limit)."""
     if MODEL_ROUTES.search(scope.get("path", "")):
         return float(settings.llm_request_timeout)  # it waits for the upstream model

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from litestar import Request, get
-from litestar.di import NamedDependency
+from litestar import get
 from litestar.params import FromQuery, Parameter, QueryParameter
 
 from catalog.audit.auditors import service
 from catalog.audit.lineage import service as lineage_service
 from catalog.audit.lineage.schemas import Direction, Lineage, OpenLineageEvents
-from catalog.context import Context
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import errors
 from catalog.wire.entry_keys import MAX_PATH, PATH_PATTERN, SCOPE_SCHEMA, ScopeParam
 from catalog.wire.entry_keys import SessionParam as SessionId
 from catalog.wire.entry_keys import StoreFullNameParam as StoreFullName
 from catalog.wire.inputs import NO_NUL, integer
 from catalog.wire.pagination import PageSize, PageToken
-
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 
 EpochMs = Annotated[
     int | None,

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Request, delete, get, patch, post
-from litestar.di import NamedDependency
+from litestar import delete, get, patch, post
 from litestar.params import JSONBody, Parameter
 
-from catalog.context import Context
 from catalog.dialects.agents import service
 from catalog.dialects.agents.schemas import (
     ENTRY_UPDATE_MASK_PATTERN,
@@ -28,14 +26,12 @@ from catalog.dialects.agents.schemas import (
     StoreUpdate,
 )
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import Empty, errors
 from catalog.wire.entry_keys import MAX_PATH, PATH_PATTERN, PREFIX_PATTERN
 from catalog.wire.entry_keys import SessionParam as SessionId
 from catalog.wire.inputs import MAX_SCOPE, NO_CONTROL, integer
 from catalog.wire.pagination import PageToken
-
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 
 _STORE_ID_TEXT = "3-56 lowercase letters, digits or '-', starting with a letter, not ending with '-'"
 StoreId = Annotated[str, Parameter(pattern=STORE_ID_PATTERN, description=_STORE_ID_TEXT)]

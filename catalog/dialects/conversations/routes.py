@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from litestar import Request, Router, delete, get, post
-from litestar.di import NamedDependency
+from litestar import Router, delete, get, post
 from litestar.params import JSONBody, Parameter
 
-from catalog.context import Context
 from catalog.dialects.conversations import service
 from catalog.dialects.conversations.schemas import (
     MAX_ID,
@@ -24,11 +22,9 @@ from catalog.dialects.conversations.schemas import (
     ConversationUpdate,
 )
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import errors
 from catalog.wire.inputs import integer
-
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 
 BASE = "/ai-gateway/mlflow/v1/conversations"
 ALIAS = "/v1/conversations"

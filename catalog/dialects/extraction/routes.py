@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Request, post
-from litestar.di import NamedDependency
+from litestar import post
 from litestar.params import JSONBody, Parameter
 
-from catalog.context import Context
 from catalog.dialects.extraction import service
 from catalog.dialects.extraction.schemas import ExtractionRequest, ExtractionResult
 from catalog.dialects.sessions.schemas import (
@@ -19,10 +17,9 @@ from catalog.dialects.sessions.schemas import (
     STORE_NAME_TEXT,
 )
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import errors
 
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 StoreName = Annotated[str, Parameter(pattern=STORE_NAME_PATTERN, description=STORE_NAME_TEXT)]
 SessionIdParam = Annotated[str, Parameter(pattern=SESSION_ID_PATTERN, description=SESSION_ID_TEXT)]
 

@@ -28,6 +28,7 @@ from catalog.entries.service import resolve_store
 from catalog.errors import MEMORY_STORE_ROUTE, InvalidParameter, NotFound, PayloadTooLarge, PermissionDenied
 from catalog.governance.namespace.service import scope_binding
 from catalog.toolkit.tools import Bound
+from catalog.web.deps import ServerParts, server_parts
 from catalog.wire.entry_keys import validate_scope
 
 BASE = "/mcp/memory-stores"
@@ -80,15 +81,23 @@ async def memory_mcp(scope: Scope, receive: Receive, send: Send) -> None:
     if method != "POST":
         raise MethodNotAllowedException(headers={"Allow": ALLOW})
     app: Any = scope["app"]
-    runtime = app.state.runtime
-    bound = await bind(runtime.context, scope["user"], full_name, _requested_scope(scope))
+    ctx = _parts(app).context
+    bound = await bind(ctx, scope["user"], full_name, _requested_scope(scope))
     _ensure_json(scope)
     state: Any = scope["state"]
-    state[STATE_KEY] = Binding(runtime.context, bound, current.get(), state.get("request_id", ""))
-    body = await _body(receive, runtime.settings.mcp_max_body_bytes)
+    state[STATE_KEY] = Binding(ctx, bound, current.get(), state.get("request_id", ""))
+    body = await _body(receive, ctx.settings.mcp_max_body_bytes)
     if body is None:
         return  # the client went away before its message arrived: nothing was done, nothing to answer
     await app.state.mcp.handle_request(scope, _replay(body, receive), send)
+
+
+def _parts(app: Litestar) -> ServerParts:
+    """The running server's parts (an ASGI mount is given no dependencies): the app's lifespan,
+    which runs before this module's, has put them there."""
+    parts = server_parts(app)
+    assert parts is not None, "the MCP route is served only by a started app"
+    return parts
 
 
 def _ensure_json(scope: Scope) -> None:
@@ -150,6 +159,6 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 @asynccontextmanager
 async def lifespan(app: Litestar) -> AsyncIterator[None]:
-    async with serving(app.state.runtime.settings.mcp_max_body_bytes) as manager:
+    async with serving(_parts(app).settings.mcp_max_body_bytes) as manager:
         app.state.mcp = manager
         yield

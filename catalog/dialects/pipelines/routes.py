@@ -3,13 +3,11 @@ AgentKit transport's `*_memory_pipeline*` calls (and `agentbricks memory pipelin
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Request, delete, get, patch, post
-from litestar.di import NamedDependency
+from litestar import delete, get, patch, post
 from litestar.params import JSONBody, Parameter
 
-from catalog.context import Context
 from catalog.dialects.pipelines import service
 from catalog.dialects.pipelines.schemas import (
     UPDATE_FIELDS,
@@ -23,12 +21,10 @@ from catalog.dialects.pipelines.schemas import (
     RunRequest,
 )
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import Empty, errors
 from catalog.wire.inputs import integer
 from catalog.wire.pagination import PageToken
-
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 
 # a malformed id names no pipeline (or run): 404, like a missing one
 PipelineId = Annotated[str, Parameter(schema_extra={"format": "uuid"}, description="the pipeline's id")]

@@ -12,23 +12,19 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from litestar import Request, Response, Router, post
-from litestar.di import NamedDependency
+from litestar import Response, Router, post
 from litestar.params import JSONBody
 from litestar.response import Stream
 
-from catalog.context import Context
 from catalog.dialects.responses import service
 from catalog.dialects.responses.schemas import ResponseCreate
 from catalog.dialects.responses.service import Completed, Event, MessageDone, Prepared, Text, ToolRan
 from catalog.errors import UpstreamFailed, is_unavailable
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import errors
 
 log = logging.getLogger("catalog.responses")
-
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 
 BASE = "/ai-gateway/mlflow/v1/responses"
 ALIAS = "/v1/responses"

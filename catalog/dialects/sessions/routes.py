@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Request, delete, get, patch, post
-from litestar.di import NamedDependency
+from litestar import delete, get, patch, post
 from litestar.params import JSONBody, Parameter
 
-from catalog.context import Context
 from catalog.dialects.sessions import service
 from catalog.dialects.sessions.schemas import (
     ORDER_BY_PATTERN,
@@ -34,12 +32,10 @@ from catalog.dialects.sessions.schemas import (
     SessionUpdate,
 )
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import Empty, errors
 from catalog.wire.inputs import integer
 from catalog.wire.pagination import PageToken
-
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 
 StoreName = Annotated[str, Parameter(pattern=STORE_NAME_PATTERN, description=STORE_NAME_TEXT)]
 SessionIdParam = Annotated[str, Parameter(pattern=SESSION_ID_PATTERN, description=SESSION_ID_TEXT)]

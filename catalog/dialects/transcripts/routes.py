@@ -3,13 +3,11 @@ store's sessions (agent dialect). A missing store is NOT_FOUND, as on the other 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Request, post
-from litestar.di import NamedDependency
+from litestar import post
 from litestar.params import JSONBody, Parameter
 
-from catalog.context import Context
 from catalog.dialects.sessions.schemas import STORE_NAME_PATTERN, STORE_NAME_TEXT
 from catalog.dialects.transcripts import service
 from catalog.dialects.transcripts.repo import TranscriptRow
@@ -24,12 +22,11 @@ from catalog.dialects.transcripts.schemas import (
     SessionItemSearchResponse,
 )
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import errors
 from catalog.wire import rfc3339
 from catalog.wire.entry_keys import StoreFullNameParam as StoreFullName
 
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 StoreName = Annotated[str, Parameter(pattern=STORE_NAME_PATTERN, description=STORE_NAME_TEXT)]
 
 

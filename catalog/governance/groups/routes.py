@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Request, delete, get, patch, post
-from litestar.di import NamedDependency
+from litestar import delete, get, patch, post
 from litestar.params import JSONBody, Parameter
 
-from catalog.context import Context
 from catalog.governance.groups import service
 from catalog.governance.groups.schemas import Group, GroupCreate, GroupList, GroupPatch
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import Empty, errors
 from catalog.wire.inputs import integer
 from catalog.wire.pagination import MAX_PAGE_PARAMETER
 
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 # a malformed id names no group: 404, like a missing one
 GroupId = Annotated[str, Parameter(schema_extra={"format": "uuid"}, description="the group's id")]
 

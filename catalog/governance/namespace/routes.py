@@ -3,13 +3,11 @@ function, shape the reply. Success is always 200 with a JSON body; a delete answ
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Request, delete, get, patch, post
-from litestar.di import NamedDependency
+from litestar import delete, get, patch, post
 from litestar.params import JSONBody, Parameter
 
-from catalog.context import Context
 from catalog.governance.namespace import service
 from catalog.governance.namespace.schemas import (
     CatalogCreate,
@@ -27,6 +25,7 @@ from catalog.governance.namespace.schemas import (
     SchemaUpdate,
 )
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import Empty, errors
 from catalog.wire.names import (
     MAX_FULL_NAME,
@@ -35,9 +34,6 @@ from catalog.wire.names import (
     STORE_FULL_NAME_PATTERN,
 )
 from catalog.wire.pagination import MaxResults, PageToken
-
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 
 NameParam = Annotated[
     str, Parameter(pattern=NAME_PATTERN, max_length=255, description="letters, digits, '_', '-'")

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Request, get, patch
-from litestar.di import NamedDependency
+from litestar import get, patch
 from litestar.params import JSONBody, Parameter
 
-from catalog.context import Context
 from catalog.governance.permissions import service
 from catalog.governance.permissions.schemas import (
     EffectivePermissionsList,
@@ -16,13 +14,11 @@ from catalog.governance.permissions.schemas import (
     UpdatePermissions,
 )
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import errors
 from catalog.wire.inputs import MAX_PRINCIPAL, NOT_BLANK
 from catalog.wire.names import FULL_NAME_PATTERN, MAX_FULL_NAME
 from catalog.wire.pagination import MaxResults, PageToken
-
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 
 SecurableTypeParam = Annotated[
     str,

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from litestar import Request, get
-from litestar.di import NamedDependency
+from litestar import get
 from litestar.params import Parameter
 
-from catalog.context import Context
 from catalog.governance.principals import service
 from catalog.governance.principals.schemas import User, UserList
 from catalog.web import routing
+from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import errors
 from catalog.wire.inputs import integer
 from catalog.wire.pagination import MAX_PAGE_PARAMETER
-
-Req = Request[Any, Any, Any]
-Ctx = NamedDependency[Context]
 
 
 @get("/Me", operation_id="getCurrentUser", responses=errors())

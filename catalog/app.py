@@ -20,7 +20,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from catalog import __version__
 from catalog.audit.auditors.routes import router as audit_router
-from catalog.auth import AUTH_EXEMPT_PATHS, JWTAuthMiddleware
+from catalog.auth import AUTH_EXEMPT_PATHS, AuthParts, JWTAuthMiddleware, install_auth
 from catalog.console import CONSOLE_PATHS, console_error
 from catalog.console import router as console_router
 from catalog.context import Context
@@ -83,7 +83,7 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         runtime = await Runtime.start(settings, encoder)
         app.state.runtime = runtime
-        app.state.verifier = runtime.verifier
+        install_auth(app, AuthParts(runtime.verifier, runtime.limiter, runtime.principals))
         # what the HTTP shell reads where Litestar injects nothing (catalog.web.deps)
         install(app, ServerParts(context=runtime.context, database=runtime.db, audit=runtime.audit))
         try:

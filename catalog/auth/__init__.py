@@ -1,6 +1,12 @@
 """Authentication: bearer JWTs verified against the dev key, a static public key or a JWKS."""
 
-from catalog.auth.middleware import AUTH_EXEMPT_PATHS, JWTAuthMiddleware, authenticate
+from catalog.auth.middleware import (
+    AUTH_EXEMPT_PATHS,
+    AuthParts,
+    JWTAuthMiddleware,
+    authenticate,
+    install_auth,
+)
 from catalog.auth.principal import Principal
 from catalog.auth.signing import ensure_dev_key, load_dev_private_key
 from catalog.auth.tokens import ALLOWED_ALGORITHMS, TokenVerifier, mint_dev_token
@@ -8,11 +14,13 @@ from catalog.auth.tokens import ALLOWED_ALGORITHMS, TokenVerifier, mint_dev_toke
 __all__ = [
     "ALLOWED_ALGORITHMS",
     "AUTH_EXEMPT_PATHS",
+    "AuthParts",
     "JWTAuthMiddleware",
     "Principal",
     "TokenVerifier",
     "authenticate",
     "ensure_dev_key",
+    "install_auth",
     "load_dev_private_key",
     "mint_dev_token",
 ]

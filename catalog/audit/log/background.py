@@ -2,7 +2,7 @@
 background worker as the pipeline's owner.
 
 `background(writer, request_id=..., principal=..., params=...)` makes a `PendingEvent` current
-as `catalog.web.middleware.RequestContext` does for a request, so the code inside is audited as it would be
+as `catalog.web.middleware.RequestMiddleware` does for a request, so the code inside is audited as it would be
 inside one:
 - each `operation()` (one session's extraction, each tool call of the model, nested or not) gets
   an event of its own, and a change made with `audited()` inside it commits that event with

@@ -23,7 +23,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed-dev
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
 
-.PHONY: help install dev run test bench soak lint fmt typecheck clean
+.PHONY: help install dev run test bench soak lint fmt typecheck docs docs-serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -58,6 +58,12 @@ soak: $(VENV)/.installed-dev ## the soak benchmark in full: 32 clients, mixed lo
 lint: $(VENV)/.installed-dev ## ruff check, and the one-way slice layers (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
+
+docs: $(VENV)/.installed-dev ## build the documentation site into site/ (MkDocs, strict)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(VENV)/.installed-dev ## serve the documentation site on http://127.0.0.1:8000, rebuilt on each change
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 fmt: $(VENV)/.installed-dev ## ruff format
 	$(BIN)/ruff format .

@@ -251,6 +251,9 @@ def test_every_failure_is_one_error_line_and_exit_1(live):
     failed(catalog(live, "stores", "show", store, who="mallory"), "PERMISSION_DENIED")
     failed(catalog(live, "stores", "show", store, "--token", "not-a-token"), "UNAUTHENTICATED")
     assert "CATALOG_TOKEN" in failed(catalog(live, "stores", "show", store, who=None), "UNAUTHENTICATED")
+    # an empty --token (`--token "$ALICE"` with ALICE unset) is refused, not CATALOG_TOKEN's admin
+    for where in (["--token", "", "stores", "show", store], ["stores", "show", store, "--token", ""]):
+        assert "--token" in failed(catalog(live, *where), "USAGE")
     nowhere = f"http://127.0.0.1:{free_port()}"
     assert nowhere in failed(catalog(live, "stores", "show", store, "--url", nowhere), "CONNECTION_FAILED")
 

@@ -99,7 +99,11 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
 def client_for(args: argparse.Namespace) -> Client:
     from catalog.client import Client
 
-    token = getattr(args, "token", None) or os.environ.get("CATALOG_TOKEN")
+    given = getattr(args, "token", None)
+    if given is not None and not given.strip():
+        # `--token "$ALICE"` with ALICE unset must not act as CATALOG_TOKEN's principal instead
+        raise CatalogError(0, "USAGE", "--token is empty")
+    token = given or os.environ.get("CATALOG_TOKEN")
     if not token:
         raise CatalogError(
             0,

@@ -1,0 +1,673 @@
+"""A cluster of real processes for the tests: N `catalog serve` nodes behind HAProxy, on one
+PostgreSQL primary with a synchronous streaming standby, verifying the tokens of an external
+issuer. Nothing is mocked: each piece is the program an operator runs.
+
+    with Cluster(tmp_root, nodes=3) as cluster:
+        token = cluster.issuer.token("admin")
+        httpx.get(cluster.url + "/healthz")  # through HAProxy
+        httpx.get(cluster.nodes[0].url + "/healthz")  # one node, directly
+        cluster.nodes[1].kill()  # kill -9
+        cluster.primary.kill(); cluster.standby.promote()  # failover
+
+The pieces:
+- `Postgres`: a data dir made by `initdb` (the primary) or `pg_basebackup -R` from the primary
+  (the standby), served by the PostgreSQL binaries pgserver ships (with pgvector), on a TCP port of
+  127.0.0.1 and no Unix socket. The primary has `synchronous_standby_names = 'standby'` and
+  `synchronous_commit = on`: a commit is acknowledged once the standby has flushed it, so a write
+  a node acknowledged survives the primary's loss. When the tests run as root, PostgreSQL (which
+  refuses to) runs as pgserver's own system user `pgserver`;
+- `HAProxy`: Debian's `haproxy` in the foreground, round robin over the nodes with an HTTP health
+  check on `/healthz` (`HAPROXY_CHECK`), a fresh server connection per request
+  (`option http-server-close`) and redispatch of a request whose connection failed, with an
+  admin socket the tests read the servers' states from;
+- `Node`: `catalog serve` in a subprocess, with a data dir of its own (its search index) and the
+  database named by a multi-host URL (`postgresql://127.0.0.1:P1,127.0.0.1:P2/catalog?
+  target_session_attrs=read-write`): after a failover it connects to whichever host accepts writes;
+- `Issuer`: an Ed25519 key pair; the nodes get the public key (`CATALOG_JWT_PUBLIC_KEY`), the
+  tests sign tokens with the private key.
+
+Every process is started on a port found free and stopped (or killed) at the end, whatever
+happened; `Cluster.close()` then checks that no port is still bound and removes the temporary
+directory (kept when CATALOG_TEST_KEEP is set, for reading the logs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any, Self
+
+import httpx
+import jwt
+import psutil
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+REPO = Path(__file__).resolve().parents[1]
+UC = "/api/2.1/unity-catalog"
+DATABASE = "catalog"
+ISSUER = "https://issuer.cluster.test"
+AUDIENCE = "memory-catalog-cluster"
+STANDBY_NAME = "standby"  # the standby's application_name, which the primary waits for
+DRAIN_SECONDS = 3.0  # CATALOG_DRAIN_SECONDS of the nodes: longer than HAProxy takes to see a node go
+# HAProxy checks every 500 ms; 2 failures take a server out, 2 successes bring it back
+HAPROXY_CHECK = "inter 500ms fastinter 250ms downinter 500ms fall 2 rise 2"
+
+
+def pg_bin() -> Path:
+    import pgserver
+
+    return Path(pgserver.__file__).parent / "pginstall" / "bin"
+
+
+def haproxy_binary() -> str | None:
+    return shutil.which("haproxy") or next(
+        (p for p in ("/usr/sbin/haproxy", "/usr/local/sbin/haproxy") if os.access(p, os.X_OK)), None
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def wait_until(condition: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
+    """Poll `condition()` until it returns something true; its value, or AssertionError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and every descendant of it, at once (a host that dies)."""
+    try:
+        parent = psutil.Process(pid)
+        victims = [parent, *parent.children(recursive=True)]
+    except psutil.Error:
+        return
+    for victim in victims:
+        with contextlib.suppress(psutil.Error):
+            victim.kill()
+    psutil.wait_procs(victims, timeout=10)
+
+
+class _LogPump:
+    """Copies a child's output (a pipe) into its log file, line by line, from a thread: the child
+    never writes a file itself (a test may limit the size of the files it writes), and a test can
+    wait for a line."""
+
+    def __init__(self, stream: IO[str], path: Path) -> None:
+        self.path = path
+        self._stream = stream
+        self._out = path.open("a")
+        self._lines: list[str] = []
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"log-{path.name}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        for line in self._stream:
+            self._out.write(line)
+            self._out.flush()
+            with self._cond:
+                self._lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._lines.append("")  # end of output
+            self._cond.notify_all()
+
+    def wait_for(self, prefix: str, timeout: float) -> str | None:
+        """The first line starting with `prefix`, or None at the end of output or the deadline."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for line in self._lines[seen:]:
+                    if line == "":
+                        return None
+                    if line.startswith(prefix):
+                        return line.strip()
+                seen = len(self._lines)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+
+    def close(self) -> None:
+        self._thread.join(10)
+        self._out.close()
+
+
+class Issuer:
+    """An external token issuer: its public key is all the nodes know of it."""
+
+    def __init__(self) -> None:
+        self._key = Ed25519PrivateKey.generate()
+        self.public_pem = (
+            self._key.public_key()
+            .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+            .decode()
+        )
+
+    def token(self, sub: str, *, ttl: int = 3600, **claims: Any) -> str:
+        now = int(time.time())
+        body = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + ttl, **claims}
+        return jwt.encode(body, self._key, algorithm="EdDSA", headers={"kid": "cluster-test"})
+
+    def headers(self, sub: str = "admin", **claims: Any) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token(sub, **claims)}"}
+
+
+class Postgres:
+    """One PostgreSQL server of the pair: `Postgres.primary(...)` or `Postgres.standby_of(...)`."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.name = name
+        self.pgdata = root / name
+        self.port = free_port()
+        self.log_path = root / f"{name}.log"
+        self.user = None
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root: as pgserver's own user
+            from pgserver.utils import ensure_user_exists
+
+            ensure_user_exists("pgserver")
+            self.user = "pgserver"
+        self.postmaster_pid: int | None = None
+
+    def _run(self, program: str, *args: str, timeout: float = 120) -> str:
+        result = subprocess.run(
+            [str(pg_bin() / program), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            user=self.user,
+            cwd=self.pgdata.parent,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"{program} {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+        return result.stdout
+
+    def _own(self, path: Path) -> None:
+        if self.user is not None:
+            import pwd
+
+            entry = pwd.getpwnam(self.user)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def _configure(self, settings: dict[str, str]) -> None:
+        """Lines in postgresql.auto.conf (read last: they win over postgresql.conf)."""
+        with (self.pgdata / "postgresql.auto.conf").open("a") as conf:
+            for name, value in settings.items():
+                conf.write(f"{name} = '{value}'\n")
+
+    @classmethod
+    def primary(cls, root: Path) -> Postgres:
+        pg = cls(root, "primary")
+        pg.pgdata.mkdir(mode=0o700)
+        pg._own(pg.pgdata)
+        pg._run("initdb", "-D", str(pg.pgdata), "--auth=trust", "--encoding=utf8", "-U", "postgres", "-N")
+        pg._configure(
+            {
+                "listen_addresses": "127.0.0.1",
+                "port": str(pg.port),
+                "unix_socket_directories": "",
+                "wal_level": "replica",
+                "max_wal_senders": "4",
+                "hot_standby": "on",
+                "synchronous_commit": "on",
+                "synchronous_standby_names": STANDBY_NAME,
+                "max_connections": "150",
+                "shared_buffers": "32MB",
+                "fsync": "on",
+            }
+        )
+        pg.start()
+        return pg
+
+    @classmethod
+    def standby_of(cls, primary: Postgres, root: Path) -> Postgres:
+        pg = cls(root, STANDBY_NAME)
+        pg.pgdata.mkdir(mode=0o700)
+        pg._own(pg.pgdata)
+        pg._run(
+            "pg_basebackup",
+            "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
+            "-D", str(pg.pgdata), "-X", "stream", "-R", "-c", "fast",
+        )  # fmt: skip
+        pg._configure(
+            {
+                "port": str(pg.port),
+                "primary_conninfo": (
+                    f"host=127.0.0.1 port={primary.port} user=postgres application_name={STANDBY_NAME}"
+                ),
+                # once promoted it has no standby of its own, and must not wait for one
+                "synchronous_standby_names": "",
+            }
+        )
+        pg.start()
+        return pg
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{DATABASE}"
+
+    def start(self) -> None:
+        self.log_path.touch()
+        self._own(self.log_path)
+        self._run("pg_ctl", "-D", str(self.pgdata), "-l", str(self.log_path), "-w", "-t", "60", "start")
+        self.postmaster_pid = int((self.pgdata / "postmaster.pid").read_text().splitlines()[0])
+
+    def running(self) -> bool:
+        return self.postmaster_pid is not None and psutil.pid_exists(self.postmaster_pid)
+
+    def stop(self) -> None:
+        if not self.running():
+            return
+        try:
+            self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "-t", "30", "stop")
+        except (RuntimeError, subprocess.TimeoutExpired):
+            assert self.postmaster_pid is not None
+            _kill_tree(self.postmaster_pid)
+        self.postmaster_pid = None
+
+    def kill(self) -> None:
+        """kill -9 of the postmaster and every backend at once: the primary's host is lost."""
+        assert self.postmaster_pid is not None
+        _kill_tree(self.postmaster_pid)
+        self.postmaster_pid = None
+
+    def promote(self) -> None:
+        self._run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "promote")
+
+    def sql(self, query: str, database: str = "postgres") -> str:
+        return self._run(
+            "psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", database,
+            "-AtX", "-v", "ON_ERROR_STOP=1", "-c", query, timeout=30,
+        ).strip()  # fmt: skip
+
+
+class Node:
+    """`catalog serve` on a port of its own; `start()` again after `stop()` or `kill()` keeps the
+    port, the data dir (its index) and the settings."""
+
+    def __init__(self, root: Path, name: str, env: dict[str, str]) -> None:
+        self.name = name
+        self.data_dir = root / name
+        self.data_dir.mkdir()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = root / f"{name}.log"
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+        self.env = {**inherited, "CATALOG_DATA_DIR": str(self.data_dir), **env}
+        self.process: subprocess.Popen[str] | None = None
+        self._pump: _LogPump | None = None
+
+    def spawn(self) -> None:
+        """Start the process; `wait_started()` waits for it to listen."""
+        assert self.process is None, f"{self.name} runs already"
+        wait_until(lambda: port_free(self.port), 30, f"port {self.port} of {self.name} to be free")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "catalog", "serve", "--port", str(self.port)],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+        )
+        assert self.process.stdout is not None
+        self._pump = _LogPump(self.process.stdout, self.log_path)
+
+    def wait_started(self, timeout: float = 120) -> None:
+        assert self._pump is not None
+        if self._pump.wait_for("listening on", timeout) is None:
+            self.kill()
+            raise RuntimeError(f"{self.name} did not start:\n{self.problems()}")
+
+    def start(self) -> None:
+        self.spawn()
+        self.wait_started()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def terminate(self) -> None:
+        """SIGTERM; `wait()` for the exit."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float = 60) -> int:
+        assert self.process is not None
+        try:
+            code = self.process.wait(timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait(10)
+            self._reap()
+        return code
+
+    def stop(self, timeout: float = 60) -> int | None:
+        """SIGTERM and wait for the exit (killed after `timeout`); its exit code."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.terminate()
+        return self.wait(timeout)
+
+    def kill(self) -> None:
+        """kill -9."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+        self._reap()
+
+    def _reap(self) -> None:
+        if self._pump is not None:
+            self._pump.close()
+            self._pump = None
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+        self.process = None
+
+    def limit_file_size(self, limit: int | None) -> None:
+        """RLIMIT_FSIZE of the running process: files it writes cannot grow past `limit` bytes (a
+        write past it fails with EFBIG, as on a full disk; Python ignores SIGXFSZ); None lifts it."""
+        value = resource.RLIM_INFINITY if limit is None else limit
+        resource.prlimit(self.pid, resource.RLIMIT_FSIZE, (value, value))
+
+    def health(self) -> httpx.Response:
+        return httpx.get(f"{self.url}/healthz", timeout=10)
+
+    def problems(self) -> str:
+        """The warnings and errors the node logged (JSON lines), each with the end of its trace."""
+        lines = []
+        if not self.log_path.exists():
+            return ""
+        for line in self.log_path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                lines.append(line[:500])
+                continue
+            if record.get("level") in ("warning", "error", "critical"):
+                lines.append(f"{record.get('logger')}: {record.get('message')} {record.get('reason', '')}")
+                if record.get("exception"):
+                    lines.append(record["exception"][-2500:])
+        return "\n".join(lines)[-8000:]
+
+    def log_records(self) -> list[dict[str, Any]]:
+        records = []
+        for line in self.log_path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                records.append(json.loads(line))
+        return records
+
+
+class HAProxy:
+    """HAProxy in the foreground in front of the nodes; `states()` reads the servers' states from
+    its admin socket."""
+
+    def __init__(self, root: Path, nodes: list[Node]) -> None:
+        binary = haproxy_binary()
+        assert binary is not None, "haproxy is not installed"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.socket_path = root / "haproxy.sock"
+        self.config_path = root / "haproxy.cfg"
+        self.log_path = root / "haproxy.log"
+        self.config_path.write_text(self.config(nodes))
+        check = subprocess.run([binary, "-c", "-f", str(self.config_path)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+        self._log = self.log_path.open("a")
+        self.process = subprocess.Popen(
+            [binary, "-db", "-f", str(self.config_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(self.socket_path.exists, 30, "HAProxy's admin socket")
+
+    def config(self, nodes: list[Node]) -> str:
+        servers = "\n".join(f"    server {n.name} 127.0.0.1:{n.port} check" for n in nodes)
+        return f"""\
+global
+    maxconn 1000
+    stats socket {self.socket_path} mode 600 level admin
+    log stdout format raw local0 info
+
+defaults
+    mode http
+    log global
+    option httplog
+    option http-server-close    # a new connection to a node per request: none is reused as it stops
+    option redispatch 1         # a request whose connection failed is retried on another node
+    retries 3
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+    timeout check 2s
+
+frontend catalog
+    bind 127.0.0.1:{self.port}
+    default_backend nodes
+
+backend nodes
+    balance roundrobin
+    option httpchk GET /healthz
+    http-check expect status 200
+    default-server {HAPROXY_CHECK}
+{servers}
+"""
+
+    def command(self, line: str) -> str:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(5)
+            sock.connect(str(self.socket_path))
+            sock.sendall(line.encode() + b"\n")
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks).decode()
+
+    def states(self) -> dict[str, str]:
+        """Each server's state as HAProxy sees it: `UP`, `DOWN`, `UP 1/2`, `DOWN 1/2`, `MAINT`, ..."""
+        lines = self.command("show stat").splitlines()
+        header = lines[0].lstrip("# ").split(",")
+        states = {}
+        for line in lines[1:]:
+            row = dict(zip(header, line.split(","), strict=False))
+            if row.get("pxname") == "nodes" and row.get("svname") not in ("FRONTEND", "BACKEND"):
+                states[row["svname"]] = row["status"]
+        return states
+
+    def wait_state(self, name: str, state: str, timeout: float = 30) -> None:
+        wait_until(lambda: self.states().get(name) == state, timeout, f"HAProxy to see {name} {state}", 0.05)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGUSR1)  # soft stop: finish what is in flight
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()
+
+
+class Cluster:
+    """The whole topology (see the module's docstring); a context manager that tears down
+    everything it started, also when starting fails half way."""
+
+    def __init__(self, nodes: int = 3, *, env: dict[str, str] | None = None) -> None:
+        if haproxy_binary() is None:
+            raise RuntimeError("haproxy is not installed (Debian: apt-get install haproxy)")
+        self.node_count = nodes
+        self.extra_env = env or {}
+        self.root = Path(tempfile.mkdtemp(prefix="catcluster-"))
+        self.root.chmod(0o755)  # PostgreSQL's user (when running as root) must reach its data dir
+        self.issuer = Issuer()
+        self.primary: Postgres | None = None
+        self.standby: Postgres | None = None
+        self.nodes: list[Node] = []
+        self.haproxy: HAProxy | None = None
+        self.ports: list[int] = []
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def database_url(self) -> str:
+        """The multi-host URL the nodes use: the primary first, then the standby; asyncpg connects
+        to the first that accepts writes."""
+        assert self.primary is not None and self.standby is not None
+        hosts = f"127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}"
+        return f"postgresql://postgres@{hosts}/{DATABASE}?target_session_attrs=read-write"
+
+    @property
+    def url(self) -> str:
+        assert self.haproxy is not None
+        return self.haproxy.url
+
+    def node_env(self) -> dict[str, str]:
+        return {
+            "CATALOG_DATABASE_URL": self.database_url,
+            "CATALOG_JWT_PUBLIC_KEY": self.issuer.public_pem,
+            "CATALOG_JWT_ISSUER": ISSUER,
+            "CATALOG_JWT_AUDIENCE": AUDIENCE,
+            "CATALOG_LOG_FORMAT": "json",
+            # every connection comes from HAProxy's address
+            "CATALOG_MAX_CONNECTIONS_PER_CLIENT": "0",
+            "CATALOG_DRAIN_SECONDS": f"{DRAIN_SECONDS:g}",
+            **self.extra_env,
+        }
+
+    def start(self) -> None:
+        self.primary = Postgres.primary(self.root)
+        self.ports.append(self.primary.port)
+        self.standby = Postgres.standby_of(self.primary, self.root)
+        self.ports.append(self.standby.port)
+        wait_until(
+            lambda: (
+                self.primary is not None
+                and self.primary.sql(
+                    f"SELECT sync_state FROM pg_stat_replication WHERE application_name = '{STANDBY_NAME}'"
+                )
+                == "sync"
+            ),
+            30,
+            "the standby to be synchronous",
+        )
+        self.primary.sql(f"CREATE DATABASE {DATABASE}")
+        env = self.node_env()
+        self.nodes = [Node(self.root, f"node{i + 1}", env) for i in range(self.node_count)]
+        self.ports.extend(n.port for n in self.nodes)
+        # the first node migrates and bootstraps the database; the others then start together
+        self.nodes[0].start()
+        for node in self.nodes[1:]:
+            node.spawn()
+        for node in self.nodes[1:]:
+            node.wait_started()
+        self.haproxy = HAProxy(self.root, self.nodes)
+        self.ports.append(self.haproxy.port)
+        self.wait_all_up()
+
+    def wait_all_up(self, timeout: float = 60) -> None:
+        """Every node runs and HAProxy sends it requests."""
+        assert self.haproxy is not None
+        haproxy = self.haproxy
+        wait_until(
+            lambda: all(v == "UP" for v in haproxy.states().values()),
+            timeout,
+            "HAProxy to see every node UP",
+            0.1,
+        )
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+    def close(self) -> None:
+        errors: list[str] = []
+        running = [node for node in self.nodes if node.running()]
+        for node in running:  # SIGTERM to all at once, then wait for each
+            with contextlib.suppress(Exception):
+                node.terminate()
+        for node in running:
+            try:
+                code = node.wait()
+            except Exception as exc:
+                errors.append(f"{node.name}: {type(exc).__name__}: {exc}")
+            else:
+                if code != 0:
+                    errors.append(f"{node.name} exited {code} on SIGTERM")
+        steps = [node.kill for node in self.nodes]  # reaps the ones killed or stopped before
+        if self.haproxy is not None:
+            steps.append(self.haproxy.stop)
+        if self.standby is not None:
+            steps.append(self.standby.stop)
+        if self.primary is not None:
+            steps.append(self.primary.stop)
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # tear everything down regardless, then report
+                errors.append(f"{step}: {type(exc).__name__}: {exc}")
+        for node in self.nodes:  # a node that would not stop
+            if node.process is not None:
+                node.kill()
+        busy = []
+        for port in self.ports:
+            with contextlib.suppress(AssertionError):
+                wait_until(lambda p=port: port_free(p), 10, f"port {port}")  # type: ignore[misc]
+            if not port_free(port):
+                busy.append(port)
+        if busy:
+            errors.append(f"ports still bound after the cluster stopped: {busy}")
+        if os.environ.get("CATALOG_TEST_KEEP"):
+            print(f"cluster kept in {self.root}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)
+        if errors:
+            raise RuntimeError("; ".join(errors))

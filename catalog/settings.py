@@ -57,6 +57,9 @@ class Settings:
     first_byte_timeout: float = 5.0  # seconds a new connection may stay silent before it is closed
     header_timeout: float = 10.0  # seconds a client may take to send a request's line and headers
     body_timeout: float = 30.0  # seconds a client may pause while sending a request body
+    # seconds `catalog serve` goes on serving after SIGTERM/SIGINT while /healthz answers 503
+    # (catalog.web.serving.Drain): longer than a load balancer takes to see /healthz fail
+    drain_seconds: float = 5.0
     # the upstream model (catalog.llm): an OpenAI-compatible Chat Completions endpoint, or none
     llm_base_url: str | None = None
     llm_api_key: str | None = field(default=None, repr=False)
@@ -98,6 +101,8 @@ class Settings:
             raise SettingsError("CATALOG_LLM_MAX_STEPS must be between 1 and 64")
         if not self.pipeline_interval > 0:
             raise SettingsError("CATALOG_PIPELINE_INTERVAL must be a positive number of seconds")
+        if self.drain_seconds < 0:
+            raise SettingsError("CATALOG_DRAIN_SECONDS must not be negative (0: stop at once)")
         if not self.scope_index_interval > 0:
             raise SettingsError("CATALOG_SCOPE_INDEX_INTERVAL must be a positive number of seconds")
         if self.default_conversation_store is not None and not _THREE_PART.match(
@@ -156,6 +161,7 @@ class Settings:
             first_byte_timeout=number("CATALOG_FIRST_BYTE_TIMEOUT", 5.0),
             header_timeout=number("CATALOG_HEADER_TIMEOUT", 10.0),
             body_timeout=number("CATALOG_BODY_TIMEOUT", 30.0),
+            drain_seconds=number("CATALOG_DRAIN_SECONDS", 5.0),
             llm_base_url=get("CATALOG_LLM_BASE_URL"),
             llm_api_key=get("CATALOG_LLM_API_KEY"),
             llm_model=get("CATALOG_LLM_MODEL"),

@@ -200,16 +200,39 @@ class Runtime:
         )
 
     async def close(self) -> None:
-        if self.pipelines is not None:  # first: it lets its runs' leases go, and audits through the writer
-            await self.pipelines.close()
-        if self.expiry is not None:
-            await self.expiry.close()
-        await self.db.close()
-        await self.audit.close()
-        if self.context.search is not None:
-            await self.context.search.close()
-        if self.context.llm is not None:
-            await self.context.llm.close()
-        await self.context.pool.close()
+        """Stop the background work, then let go of the database: the pipeline worker first (it
+        lets its runs' leases go, and audits through the writer), the expiry sweeper, search (a
+        last full-text index commit, the embedding claims let go), the audit writer (it appends
+        what is waiting), the pools, and the embedded PostgreSQL if this process started it
+        (another process using it keeps it running). A step that fails is logged and the next
+        ones still run."""
+        began = time.monotonic()
+        steps: list[tuple[str, Callable[[], Awaitable[None]] | None]] = [
+            ("pipelines", self.pipelines.close if self.pipelines is not None else None),
+            ("expiry", self.expiry.close if self.expiry is not None else None),
+            ("search", self.context.search.close if self.context.search is not None else None),
+            ("database monitor", self.db.close),
+            ("audit", self.audit.close),
+            ("llm", self.context.llm.close if self.context.llm is not None else None),
+            ("pool", self.context.pool.close),
+        ]
         if self.embedded is not None:
-            await asyncio.to_thread(self.embedded.stop)
+            embedded = self.embedded
+
+            async def stop_embedded() -> None:
+                await asyncio.to_thread(embedded.stop)
+
+            steps.append(("embedded postgres", stop_embedded))
+        failed = []
+        for name, step in steps:
+            if step is None:
+                continue
+            try:
+                await step()
+            except Exception:
+                failed.append(name)
+                log.exception("stopping %s failed", name, extra={"step": name})
+        extra: dict[str, object] = {"seconds": round(time.monotonic() - began, 2)}
+        if failed:
+            extra["failed"] = failed
+        log.info("stopped", extra=extra)

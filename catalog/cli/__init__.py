@@ -8,10 +8,12 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from catalog.client import cli as remote
@@ -32,8 +34,25 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _server_class() -> type:
     import uvicorn
 
+    from catalog.web.serving import Drain
+
+    log = logging.getLogger("catalog.serve")
+
     class Server(uvicorn.Server):
-        """Stops cleanly on SIGTERM/SIGINT and exits 0 (uvicorn re-raises the signal otherwise)."""
+        """uvicorn's server, which drains before it stops and exits 0 (uvicorn re-raises the
+        signal otherwise).
+
+        The first SIGTERM or SIGINT starts the drain (`catalog.web.serving.Drain`): `/healthz`
+        answers 503 `draining` while requests are still accepted and served (with `Connection:
+        close`). Once `CATALOG_DRAIN_SECONDS` have passed (at once when nothing has asked
+        `/healthz`: no balancer watches), uvicorn's shut-down: the listening socket closes, idle
+        connections close, requests in progress finish (for as long as a request may take), then
+        the lifespan's end stops the background work (`catalog.runtime.Runtime.close`). A second
+        signal ends the drain's wait at once; a third SIGINT stops without waiting for requests.
+        """
+
+        drain: Drain
+        _drain_logged = False
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -44,7 +63,37 @@ def _server_class() -> type:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
 
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # (a signal handler: it only sets flags; on_tick logs and acts)
+            if self.started and not self.should_exit:
+                self.drain.begin()  # the first signal starts the drain, a second ends its wait
+                return
+            super().handle_exit(sig, frame)
+
+        async def on_tick(self, counter: int) -> bool:
+            drain = self.drain
+            if drain.draining and not self.should_exit:
+                if not self._drain_logged:
+                    self._drain_logged = True
+                    log.info(
+                        "draining: /healthz answers 503; serving until the wait ends",
+                        extra={"seconds": round(drain.seconds_left(), 1), "health_checked": drain.watched},
+                    )
+                if drain.over():
+                    log.info("drained: closing the listening socket, finishing requests in progress")
+                    self.should_exit = True
+            return bool(await super().on_tick(counter))
+
     return Server
+
+
+def _longest_request(settings: Settings) -> float | None:
+    """How long a request may take (None: no limit): what the shut-down waits for those in
+    progress, a second more for a 504 to be written."""
+    limits = [settings.request_timeout]
+    if settings.llm_base_url is not None:
+        limits.append(settings.llm_request_timeout)  # the routes that wait for the model
+    return None if 0 in limits else max(limits) + 1.0
 
 
 def serve_app(
@@ -54,17 +103,19 @@ def serve_app(
     on_started: Callable[[], None] | None = None,
     settings: Settings | None = None,
 ) -> bool:
-    """Serve `app` with uvicorn until SIGTERM/SIGINT; print `listening on URL` once it accepts
-    connections (after `on_started`). Returns whether it ever started."""
+    """Serve `app` with uvicorn until SIGTERM/SIGINT (then drain and stop: see `_server_class`);
+    print `listening on URL` once it accepts connections (after `on_started`). Returns whether it
+    ever started."""
     import functools
 
     import uvicorn
 
-    from catalog.web.serving import CatalogProtocol
+    from catalog.web.serving import CatalogProtocol, Drain, Draining
 
     settings = settings or Settings()
+    drain = Drain(settings.drain_seconds)
     config = uvicorn.Config(
-        app,
+        Draining(app, drain),
         host=host,
         port=port,
         http=functools.partial(  # type: ignore[arg-type]
@@ -77,9 +128,10 @@ def serve_app(
         log_config=None,
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=_longest_request(settings),  # type: ignore[arg-type]
     )
     server = _server_class()(config)
+    server.drain = drain
 
     async def announce() -> None:
         while not server.started:

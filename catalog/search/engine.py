@@ -151,6 +151,9 @@ class SearchEngine:
     # large scopes' own vector indexes (catalog.search.scope_index): kept every this many seconds
     scope_index_interval: float = 600.0
     _worker: asyncio.Task[None] | None = None
+    # the rows each corpus's passes have claimed and not yet let go (released at close if a
+    # pass cut short could not: else they wait for this process's sessions to end)
+    _claimed: dict[Corpus, set[str]] = field(default_factory=dict)
     _scopes_task: asyncio.Task[None] | None = None
     _stopping: bool = False
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -224,6 +227,7 @@ class SearchEngine:
                 self._worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._worker
+        await self._release_claims()
         for part in self.corpora.values():
             await part.indexer.close()
         await self.embedder.close()
@@ -275,10 +279,13 @@ class SearchEngine:
         text. The rows are claimed with a lease (`repo.claim_unembedded`), so several processes
         and lanes share the work and no write waits for the model; a vector is stored only if its
         row is still at the version it was computed from."""
+        claimed = self._claimed.setdefault(corpus, set())
         async with self.pool.acquire() as conn:
             rows = await repo.claim_unembedded(conn, limit, corpus, EMBED_LEASE)
             if not rows:
                 return 0
+            ids = [r["id"] for r in rows]
+            claimed.update(ids)
             try:
                 texts = [embedding_text(r["contents"], r["description"]) for r in rows]
                 # a model error raises here: nothing is stored, the rows stay stale
@@ -290,10 +297,25 @@ class SearchEngine:
                 )
             finally:
                 # the rows left stale (changed meanwhile, or the model failed) are free again; if
-                # this process dies first, their lease runs out instead
-                await repo.release_claims(conn, [r["id"] for r in rows], corpus)
+                # this process dies first, they are free once its session is gone
+                await repo.release_claims(conn, ids, corpus)
+                claimed.difference_update(ids)
         self.embedded_total += len(rows)
         return len(rows)
+
+    async def _release_claims(self) -> None:
+        """At close, once no pass runs: let go of the claims a pass cut short left (its release
+        failed with the connection it was cancelled on), so another process embeds those rows
+        at once rather than when this one's sessions end."""
+        for corpus, ids in self._claimed.items():
+            if not ids:
+                continue
+            try:
+                await repo.release_claims(self.pool, list(ids), corpus)
+            except Exception as exc:  # they are free anyway once the pool's sessions close
+                log.warning("embedding claims not released at shut-down: %s", exc)
+            else:
+                ids.clear()
 
     async def _claims_run_out(self) -> float | None:
         """Seconds until a claim another process holds (or held when it died) on a stale row

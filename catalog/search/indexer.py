@@ -23,6 +23,9 @@ Rules:
   searches use what the index holds instead of waiting for passes that cannot succeed.
 - The watermark file may lag the in-memory watermark (it could not be written): harmless, the
   rows past it are replayed at the next start; it is written again at every pass until it is.
+- At shut-down the loop makes a last pass once it is asked to stop (after the server's last
+  requests), so the index and its watermark file hold every change committed before it: the next
+  start has none of them to replay.
 - No polling while idle: with the change feed listening (`catalog.search.passes.ChangeFeed`),
   the loop sleeps until a commit anywhere, a local write or a search wakes it, or until the
   oldest young gap expires; without the feed (not yet connected, or lost) it polls every
@@ -94,6 +97,15 @@ def open_slot(root: Path) -> FullTextIndex:
             )
             return FullTextIndex(directory)
     raise RuntimeError(f"every index slot under {root} is locked by another process: {last_error}")
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexPosition:
+    """How far the index is behind its change log (what `/healthz` reports)."""
+
+    watermark: int  # every change row up to here is committed in the index
+    latest: int  # the change log's highest seq
+    behind: int  # change rows up to `latest` not yet committed in the index (`Indexer.lag`)
 
 
 class Indexer:
@@ -170,14 +182,15 @@ class Indexer:
             self._task = asyncio.create_task(self._loop(delay), name="indexer")
 
     def request_stop(self) -> None:
-        """Ask the loop to stop after the pass in progress (`close()` waits for it)."""
+        """Ask the loop to stop after the pass in progress and a last one (`close()` waits)."""
         self._stopping = True
         self._stop.set()
         self.passes.wake.set()
 
     async def close(self) -> None:
-        """Stop after the pass in progress (a pass's thread cannot be interrupted), then let the
-        writer finish its merges and release its lock."""
+        """Stop after the pass in progress and a last one that commits what is left (a pass's
+        thread cannot be interrupted; both get 30 s), then let the writer finish its merges and
+        release its lock."""
         self.request_stop()
         if self._task is not None:
             try:
@@ -227,6 +240,10 @@ class Indexer:
             return head
         applied = sum(1 for seq in self._done_above if self.watermark < seq <= head)
         return max(0, head - self.watermark - applied)
+
+    async def position(self) -> IndexPosition:
+        head = await change_log.head(self.pool, self.corpus)
+        return IndexPosition(self.watermark, head, self.lag(head))
 
     async def status(self) -> WorkerStatus:
         head = await change_log.head(self.pool, self.corpus)
@@ -331,6 +348,22 @@ class Indexer:
         return max(0.01, expires - time.monotonic() + 0.01)
 
     async def _loop(self, delay: float = 0.0) -> None:
+        await self._passes(delay)
+        await self._last_pass()
+
+    async def _last_pass(self) -> None:
+        """At shut-down (the server's requests are finished by then): apply and commit what
+        committed since the last pass, and save the watermark, so the next start has nothing of
+        it to replay. Not while failing or owing a rebuild (the next start does that)."""
+        if not self.health.healthy or self._needs_rebuild or self.index is None:
+            return
+        try:
+            while await self._sync():
+                pass
+        except Exception as exc:  # replayed at the next start, as after a crash
+            log.warning("full-text index: the last pass at shut-down failed: %s", describe(exc)[0])
+
+    async def _passes(self, delay: float) -> None:
         while not self._stopping:
             if delay:
                 # backing off: a write or a search must not bring the retry forward

@@ -1,6 +1,9 @@
 """Operational routes, open without a token: health and the Databricks SDK's config probe.
 
 `/healthz`:
+- 503 `{"status": "draining", "reason": ..., "seconds_left": S}` from the first SIGTERM or SIGINT
+  of `catalog serve`, while it still serves requests for `CATALOG_DRAIN_SECONDS` so that a load
+  balancer's checks take it out of rotation first (catalog.web.serving.Drain);
 - 503 `{"status": "unavailable", "reason": ...}` when the server cannot serve: the database is
   unreachable (the monitor's verdict is down and a quick attempt fails, as for any request; or
   this check's own query is refused), or there is no search index;
@@ -10,6 +13,15 @@
   probes timing out: a busy machine is not an outage, see catalog.db.health). Each check in
   `DEGRADED_CHECKS` adds its reasons and figures;
 - 200 `{"status": "ok"}` otherwise.
+
+A full-text index behind its change log (changes committed in PostgreSQL that it has not applied
+yet) adds `"index": {"behind": N, "watermark": W, "latest": L}` to a 200 answer (the transcripts'
+index: `"transcripts_index"`), and only then (a node caught up answers just its status). Being
+behind never makes the node unhealthy by itself: reads come from PostgreSQL, a search waits for
+the index to catch up (read-your-writes) and says `degraded` in its answer when it does not, and
+an index that fails to catch up (a full disk) is a `degraded` reason of its own. `N` counts change
+rows: a busy node is a few behind at any instant; one whose `N` grows while `watermark` stays put
+has an indexer that is stuck, which is for an alert on it, not for the load balancer.
 """
 
 from __future__ import annotations
@@ -24,7 +36,9 @@ from litestar.response import Response
 from catalog.context import Context
 from catalog.db import DatabaseMonitor
 from catalog.errors import NotFound
-from catalog.web.deps import Ctx
+from catalog.search.corpus import ENTRIES
+from catalog.web.deps import Ctx, Req
+from catalog.web.serving import drain_of
 
 CHECK_TIMEOUT = 5.0  # seconds this check waits for a connection, and for its query
 
@@ -45,8 +59,35 @@ async def search_check(ctx: Context) -> CheckResult:
 DEGRADED_CHECKS: tuple[Callable[[Context], Awaitable[CheckResult]], ...] = (search_check,)
 
 
+async def index_positions(ctx: Context) -> dict[str, Any]:
+    """`index` (and `transcripts_index`): each full-text index that is behind its change log."""
+    assert ctx.search is not None
+    found: dict[str, Any] = {}
+    for corpus, part in ctx.search.corpora.items():
+        position = await part.indexer.position()
+        if position.behind:
+            name = "index" if corpus is ENTRIES else f"{corpus.name}_index"
+            found[name] = {
+                "behind": position.behind,
+                "watermark": position.watermark,
+                "latest": position.latest,
+            }
+    return found
+
+
 @get("/healthz", operation_id="health", tags=["operations"])
-async def healthz(ctx: Ctx, database: NamedDependency[DatabaseMonitor]) -> Response[dict[str, Any]]:
+async def healthz(
+    request: Req, ctx: Ctx, database: NamedDependency[DatabaseMonitor]
+) -> Response[dict[str, Any]]:
+    drain = drain_of(request.scope)
+    if drain is not None:
+        drain.watched = True  # something watches this server's health: a drain waits for it
+        if drain.draining:
+            reason = "shutting down: serving for a few seconds more, then stopping"
+            return Response(
+                {"status": "draining", "reason": reason, "seconds_left": round(drain.seconds_left(), 1)},
+                status_code=503,
+            )
     if not await database.admit():
         return Response({"status": "unavailable", **database.status()}, status_code=503)
     reasons: list[str] = []
@@ -74,9 +115,13 @@ async def healthz(ctx: Ctx, database: NamedDependency[DatabaseMonitor]) -> Respo
             found, numbers = [f"{check.__name__}: {type(exc).__name__}: {exc}"], {}
         reasons.extend(found)
         figures.update(numbers)
+    try:
+        behind = await index_positions(ctx)
+    except Exception:  # the change log cannot be read: search_check above has said why
+        behind = {}
     if reasons:
-        return Response({"status": "degraded", "reasons": reasons, **figures}, status_code=200)
-    return Response({"status": "ok"}, status_code=200)
+        return Response({"status": "degraded", "reasons": reasons, **figures, **behind}, status_code=200)
+    return Response({"status": "ok", **behind}, status_code=200)
 
 
 @get("/.well-known/databricks-config", include_in_schema=False)

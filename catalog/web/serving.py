@@ -15,6 +15,12 @@ What it adds, because it happens before a request reaches the application:
   (A slow body is the application's `CATALOG_BODY_TIMEOUT`: see catalog.web.middleware.)
 These connection-level refusals carry no principal and are not audit events; each is a log line,
 at most one a second for each kind of refusal (then a count of those not logged).
+
+And the drain before a shut-down (`Drain`, `Draining`; `catalog serve` runs them): from the first
+SIGTERM or SIGINT, `/healthz` answers 503 `draining` (catalog.web.health) so that a load balancer
+takes the server out of rotation, while requests are still accepted and served, each answer
+carrying `Connection: close` so that its client reconnects (elsewhere, once the balancer has
+moved); after `CATALOG_DRAIN_SECONDS` the listening socket closes and the shut-down proper begins.
 """
 
 from __future__ import annotations
@@ -34,6 +40,75 @@ from catalog.errors import error_body
 log = logging.getLogger("catalog.request")
 
 MAX_HEAD_BYTES = 16 * 1024  # a request line and its headers, together
+DRAIN_STATE_KEY = "catalog.drain"  # where a request's ASGI state holds the server's `Drain`
+
+
+class Drain:
+    """Whether the server is draining before it stops, and until when.
+
+    The wait is for a health checker to notice the 503 of `/healthz`: a server whose `/healthz`
+    nobody has asked since it started (`watched`) has no balancer to wait for, and stops at once.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds  # CATALOG_DRAIN_SECONDS
+        self.watched = False  # a /healthz request has come (catalog.web.health sets it)
+        self.began: float | None = None  # time.monotonic() of the signal
+        self.deadline: float | None = None
+
+    @property
+    def draining(self) -> bool:
+        return self.began is not None
+
+    def begin(self) -> None:
+        """Start draining (a signal came); a second call ends the wait at once."""
+        now = time.monotonic()
+        if self.began is None:
+            self.began = now
+            self.deadline = now + (self.seconds if self.watched else 0.0)
+        else:
+            self.deadline = min(self.deadline or now, now)
+
+    def seconds_left(self) -> float:
+        if self.deadline is None:
+            return self.seconds
+        return max(0.0, self.deadline - time.monotonic())
+
+    def over(self) -> bool:
+        """Whether the wait is over: time to close the listening socket."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+def drain_of(scope: Any) -> Drain | None:
+    """The server's `Drain`, from a request's ASGI scope; None when not run by `Draining`."""
+    state = scope.get("state") or {}
+    drain = state.get(DRAIN_STATE_KEY)
+    return drain if isinstance(drain, Drain) else None
+
+
+class Draining:
+    """The ASGI application as `catalog serve` runs it: each request's state holds the `Drain`,
+    and while the server drains every answer carries `Connection: close` (the connection closes
+    once it is written, so keep-alive clients reconnect)."""
+
+    def __init__(self, app: Any, drain: Drain) -> None:
+        self.app = app
+        self.drain = drain
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        drain = self.drain
+        scope.setdefault("state", {})[DRAIN_STATE_KEY] = drain
+
+        async def send_closing(message: Any) -> None:
+            if message["type"] == "http.response.start" and drain.draining:
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, send_closing)
 
 
 class _Throttled:

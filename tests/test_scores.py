@@ -286,11 +286,12 @@ async def test_the_sql_finds_the_neighbours_the_rule_names(client, token, databa
                     path,
                 )
             )
-        found = await neighbours(pool, [ids[p] for p in paths], None)
+        found = await neighbours(pool, str(store_id), [ids[p] for p in paths], None)
         by_path = {v: k for k, v in ids.items()}
         for path in paths:
             expected = sorted(p for p in neighbour_paths(path) if p in ids and p != "/log/0011")
             assert sorted(by_path[i] for i in found.get(ids[path], [])) == expected, path
-        assert await neighbours(pool, [ids["/log/0010"]], "/log/00") == {ids["/log/0010"]: [ids["/log/0009"]]}
+        near = await neighbours(pool, str(store_id), [ids["/log/0010"]], "/log/00")
+        assert near == {ids["/log/0010"]: [ids["/log/0009"]]}
     finally:
         await pool.close()

@@ -192,6 +192,7 @@ async def get_by_id(conn: Conn, store_id: str, entry_id: str, *, for_update: boo
 
 async def update_contents(
     conn: Conn,
+    store_id: str,
     entry_id: str,
     version: int,
     contents: str | None,
@@ -204,29 +205,33 @@ async def update_contents(
         await conn.fetchrow(
             "UPDATE entries SET contents = $3, description = $4, version = version + 1, "
             "metadata = coalesce($6::jsonb, metadata), "
-            "updated_at = clock_timestamp(), updated_by = $5 WHERE id = $1 AND version = $2 "
-            "RETURNING " + COLUMNS,
+            "updated_at = clock_timestamp(), updated_by = $5 "
+            "WHERE store_id = $7 AND id = $1 AND version = $2 RETURNING " + COLUMNS,
             entry_id,
             version,
             contents,
             description,
             by,
             metadata,
+            store_id,
         )
     )
 
 
-async def delete(conn: Conn, entry_id: str, version: int | None, by: str) -> tuple[bool, int | None]:
+async def delete(
+    conn: Conn, store_id: str, entry_id: str, version: int | None, by: str
+) -> tuple[bool, int | None]:
     """Delete the entry if it is at `version` (any version when None): (deleted, its version
     when it exists, else None). `by` is who the history names as the deleter."""
     await conn.execute("SELECT set_config('catalog.principal', $1, true)", by)
     row = await conn.fetchrow(
-        "WITH target AS (SELECT id, version FROM entries WHERE id = $1), "
-        "gone AS (DELETE FROM entries e USING target t "
-        "         WHERE e.id = t.id AND ($2::bigint IS NULL OR e.version = $2) RETURNING e.id) "
+        "WITH target AS (SELECT id, version FROM entries WHERE store_id = $3 AND id = $1), "
+        "gone AS (DELETE FROM entries e USING target t WHERE e.store_id = $3 AND e.id = t.id "
+        "         AND ($2::bigint IS NULL OR e.version = $2) RETURNING e.id) "
         "SELECT (SELECT version FROM target) AS version, (SELECT count(*) FROM gone) AS deleted",
         entry_id,
         version,
+        store_id,
     )
     assert row is not None
     return bool(row["deleted"]), row["version"]
@@ -322,9 +327,14 @@ async def savepoint(conn: asyncpg.Connection) -> AsyncIterator[None]:
     await conn.execute("RELEASE SAVEPOINT batch_entry")
 
 
-async def by_ids(conn: Conn, ids: Sequence[str]) -> dict[str, EntryRow]:
+async def by_ids(conn: Conn, store_id: str, ids: Sequence[str]) -> dict[str, EntryRow]:
+    """The live entries of the store with these ids."""
     rows = _rows(
-        await conn.fetch(f"SELECT {COLUMNS} FROM entries WHERE id = ANY($1::uuid[]) AND {LIVE}", list(ids))
+        await conn.fetch(
+            f"SELECT {COLUMNS} FROM entries WHERE store_id = $1 AND id = ANY($2::uuid[]) AND {LIVE}",
+            store_id,
+            list(ids),
+        )
     )
     return {row.id: row for row in rows}
 
@@ -413,11 +423,12 @@ async def before_write(conn: Conn, key: Key) -> WriteReady:
     return WriteReady(ttl, kept_expired=False)
 
 
-async def set_expiry(conn: Conn, entry_id: str, ttl_seconds: int) -> EntryRow:
+async def set_expiry(conn: Conn, store_id: str, entry_id: str, ttl_seconds: int) -> EntryRow:
     row = _row(
         await conn.fetchrow(
-            "UPDATE entries SET expires_at = clock_timestamp() + make_interval(secs => $2) "
-            f"WHERE id = $1 RETURNING {COLUMNS}",
+            "UPDATE entries SET expires_at = clock_timestamp() + make_interval(secs => $3) "
+            f"WHERE store_id = $1 AND id = $2 RETURNING {COLUMNS}",
+            store_id,
             entry_id,
             ttl_seconds,
         )

@@ -277,7 +277,7 @@ async def _expire(
         return row
     if not 1 <= ttl <= MAX_TTL_SECONDS:
         raise InvalidParameter(f"ttl_seconds must be between 1 and {MAX_TTL_SECONDS}", "ttl_seconds")
-    return await repo.set_expiry(conn, row.id, ttl)
+    return await repo.set_expiry(conn, row.store_id, row.id, ttl)
 
 
 def _expiring(ctx: Context, row: EntryRow) -> None:
@@ -412,7 +412,7 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
             raise Aborted(f"the entry is at version {current.version}, not {op.if_match}")
         if renews_only:
             assert op.ttl_seconds is not None
-            renewed = await repo.set_expiry(conn, current.id, op.ttl_seconds)
+            renewed = await repo.set_expiry(conn, current.store_id, current.id, op.ttl_seconds)
         else:
             renewed = await _changed(conn, principal, current, op, description, metadata, origin)
     _expiring(ctx, renewed)
@@ -434,6 +434,7 @@ async def _changed(
     keep = description is None and not op.set_description
     row = await repo.update_contents(
         conn,
+        current.store_id,
         current.id,
         current.version,
         contents,
@@ -444,7 +445,7 @@ async def _changed(
     assert row is not None  # the row lock held the version
     await record_lineage(conn, principal.name, _ref(row), [], origin)
     if op.ttl_seconds is not None:
-        row = await repo.set_expiry(conn, row.id, op.ttl_seconds)
+        row = await repo.set_expiry(conn, row.store_id, row.id, op.ttl_seconds)
     return row
 
 
@@ -455,7 +456,7 @@ async def delete(ctx: Context, principal: Principal, op: ops.Delete) -> None:
     await ensure_not_held(ctx, store, "deleted")
     async with audited(ctx.pool) as conn:
         note_result(1)
-        deleted, version = await repo.delete(conn, found.id, op.if_match, principal.name)
+        deleted, version = await repo.delete(conn, store.node.id, found.id, op.if_match, principal.name)
         if not deleted:
             # without a precondition a delete deletes whatever version is there: finding none
             # means a concurrent delete took it first (404); only a precondition answers ABORTED
@@ -636,7 +637,7 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
     for chunk in (first, rest):
         if len(results) == op.top_k or not chunk:
             break
-        rows = await repo.by_ids(ctx.pool, [doc for doc, _ in chunk])
+        rows = await repo.by_ids(ctx.pool, store_id, [doc for doc, _ in chunk])
         for doc, score in chunk:
             row = rows.get(doc)
             # a hit deleted or moved since it was indexed is dropped; the entry shown is the current one

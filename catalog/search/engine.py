@@ -416,8 +416,10 @@ class SearchEngine:
         unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
         covered, more_cosine, near = await asyncio.gather(
             self._coverage(query, candidates),
-            repo.similarities(self.pool, unscored, vector, query.corpus) if vector is not None else _none(),
-            neighbours.neighbours(self.pool, candidates, query.path_prefix, query.corpus),
+            repo.similarities(self.pool, query.store_id, unscored, vector, query.corpus)
+            if vector is not None
+            else _none(),
+            neighbours.neighbours(self.pool, query.store_id, candidates, query.path_prefix, query.corpus),
         )
         cosine.update(more_cosine)
         own = {doc: hybrid_score(cosine.get(doc), covered[doc], w) for doc in candidates}

@@ -39,14 +39,14 @@ def neighbour_paths(path: str) -> list[str]:
 
 
 async def neighbours(
-    pool: asyncpg.Pool, ids: Sequence[str], path_prefix: str | None, corpus: Corpus = ENTRIES
+    pool: asyncpg.Pool, store_id: str, ids: Sequence[str], path_prefix: str | None, corpus: Corpus = ENTRIES
 ) -> dict[str, list[str]]:
-    """Each given entry's numbered neighbours that the search's path prefix admits (same store,
-    scope and session by construction), looked up in PostgreSQL by the same rule
+    """Each given entry's (of the store) numbered neighbours that the search's path prefix admits
+    (same store, scope and session by construction), looked up in PostgreSQL by the same rule
     (`repo.numbered_neighbours`)."""
     if corpus is not ENTRIES or not ids:
         return {}
     out: dict[str, list[str]] = {}
-    for hit, other in await repo.numbered_neighbours(pool, ids, path_prefix, corpus):
+    for hit, other in await repo.numbered_neighbours(pool, store_id, ids, path_prefix, corpus):
         out.setdefault(hit, []).append(other)
     return out

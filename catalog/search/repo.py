@@ -176,10 +176,10 @@ class VectorSearch:
         return [(row[0], float(row[1])) for row in rows]
 
     def hnsw_sql(self, condition: str, candidates: int, own_scope: int | None = None) -> str:
-        """The HNSW statement: the nearest `candidates` of the whole table, or with `own_scope`
-        (the scope's parameter number) of that scope alone, read from its own index; then the
-        filter and the limit."""
-        inner = "" if own_scope is None else f"WHERE store_id = $1 AND scope = ${own_scope}::text "
+        """The HNSW statement: the nearest `candidates` of the store (one shard's index when the
+        table is distributed by store), or with `own_scope` (the scope's parameter number) of that
+        scope alone, read from its own index; then the filter and the limit."""
+        inner = "WHERE store_id = $1 " + ("" if own_scope is None else f"AND scope = ${own_scope}::text ")
         return (
             "SELECT id::text, 1 - d AS similarity FROM ("
             f"  SELECT id, store_id, scope, session_id, path, {self.corpus.metadata} AS metadata, "
@@ -325,16 +325,17 @@ async def ids_under_prefix(
 
 
 async def similarities(
-    conn: Conn, ids: Sequence[str], vector: np.ndarray, corpus: Corpus = ENTRIES
+    conn: Conn, store_id: str, ids: Sequence[str], vector: np.ndarray, corpus: Corpus = ENTRIES
 ) -> dict[str, float]:
-    """The cosine similarity to `vector` of each given row that has a vector."""
+    """The cosine similarity to `vector` of each given row of the store that has a vector."""
     if not ids:
         return {}
     rows = await conn.fetch(
         f"SELECT id::text, 1 - (embedding <=> $2) FROM {corpus.table} "
-        "WHERE id = ANY($1::uuid[]) AND embedding IS NOT NULL",
+        "WHERE store_id = $3 AND id = ANY($1::uuid[]) AND embedding IS NOT NULL",
         list(ids),
         vector,
+        store_id,
     )
     return {row[0]: float(row[1]) for row in rows}
 
@@ -363,14 +364,14 @@ CROSS JOIN LATERAL (
     AND o.path = want.path AND ($2::text IS NULL OR starts_with(o.path, $2))
   OFFSET 0
 ) AS other
-WHERE hit.id = ANY($1::uuid[]) AND m.parts IS NOT NULL AND step.number >= 0
+WHERE hit.store_id = $3 AND hit.id = ANY($1::uuid[]) AND m.parts IS NOT NULL AND step.number >= 0
 """
 
 
 async def numbered_neighbours(
-    conn: Conn, ids: Sequence[str], path_prefix: str | None, corpus: Corpus = ENTRIES
+    conn: Conn, store_id: str, ids: Sequence[str], path_prefix: str | None, corpus: Corpus = ENTRIES
 ) -> list[tuple[str, str]]:
-    """(id, id of a numbered neighbour) for the given rows, the neighbours within `path_prefix`
-    (same store, scope and session by construction)."""
-    rows = await conn.fetch(_NEIGHBOURS_SQL.format(table=corpus.table), list(ids), path_prefix)
+    """(id, id of a numbered neighbour) for the given rows of the store, the neighbours within
+    `path_prefix` (same store, scope and session by construction)."""
+    rows = await conn.fetch(_NEIGHBOURS_SQL.format(table=corpus.table), list(ids), path_prefix, store_id)
     return [(hit, other) for hit, other in rows]

@@ -1,6 +1,11 @@
 """SQL for entry provenance edges (entry to entry, and transcript to entry) and their transitive
 walk. Transcript edges are checked against `memory_stores`, and shown deleted or not by reading
-`conversations` and `agent_sessions`: by SQL only, lineage imports neither slice."""
+`conversations` and `agent_sessions`: by SQL only, lineage imports neither slice.
+
+An edge belongs to the store of its target entry (`target_store_id`: the tables' distribution
+column, catalog/db/sharding.py): it is written with that entry, and an entry or thread at either
+end is looked up by its store and id. Walks and a store's downstream edges cross stores by nature
+(an entry may be derived from entries of any store): they are governance reads, not the hot path."""
 
 from __future__ import annotations
 
@@ -73,7 +78,8 @@ async def add_origin(conn: Conn, target: EntryRef, source: TranscriptRef, by: st
         "target_session_id, target_path, source_kind, source_store_id, source_scope, source_thread_id, "
         "source_item_ids, created_by, updated_by) "
         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::text[], $11, $11) "
-        "ON CONFLICT (target_entry_id, source_kind, source_store_id, source_thread_id) DO UPDATE SET "
+        "ON CONFLICT (target_store_id, target_entry_id, source_kind, source_store_id, source_thread_id) "
+        "DO UPDATE SET "
         "source_item_ids = CASE "
         "WHEN cardinality(l.source_item_ids) = 0 OR cardinality(EXCLUDED.source_item_ids) = 0 "
         "THEN '{}'::text[] "
@@ -114,7 +120,9 @@ _ORIGIN_COLUMNS = f"""
             SELECT 1 FROM agent_sessions a
             WHERE a.store_id = l.source_store_id AND a.session_id = l.source_thread_id)
     END AS source_exists,
-    EXISTS (SELECT 1 FROM entries e WHERE e.id = l.target_entry_id) AS target_exists
+    EXISTS (
+        SELECT 1 FROM entries e WHERE e.store_id = l.target_store_id AND e.id = l.target_entry_id
+    ) AS target_exists
 """
 
 
@@ -160,22 +168,26 @@ async def entry_edges(
 ) -> list[asyncpg.Record]:
     """Edges reachable from the entries, up to `depth` hops, with store names and whether each
     end still exists."""
-    start, follow = (
-        ("target_entry_id", "source_entry_id") if upstream else ("source_entry_id", "target_entry_id")
-    )
+    start, follow = ("target", "source") if upstream else ("source", "target")
     return await conn.fetch(
         f"""
         WITH RECURSIVE walk AS (
-            SELECT l.*, 1 AS depth FROM entry_lineage l WHERE l.{start} = ANY($1::uuid[])
+            SELECT l.*, 1 AS depth FROM entry_lineage l WHERE l.{start}_entry_id = ANY($1::uuid[])
             UNION
-            SELECT l.*, w.depth + 1 FROM entry_lineage l JOIN walk w ON l.{start} = w.{follow}
+            SELECT l.*, w.depth + 1 FROM entry_lineage l
+            JOIN walk w
+                ON l.{start}_store_id = w.{follow}_store_id AND l.{start}_entry_id = w.{follow}_entry_id
             WHERE w.depth < $2
         )
         SELECT DISTINCT ON (target_entry_id, source_entry_id) *,
                {_STORE_NAME.format(col="source_store_id")} AS source_store,
                {_STORE_NAME.format(col="target_store_id")} AS target_store,
-               EXISTS (SELECT 1 FROM entries e WHERE e.id = walk.source_entry_id) AS source_exists,
-               EXISTS (SELECT 1 FROM entries e WHERE e.id = walk.target_entry_id) AS target_exists
+               EXISTS (SELECT 1 FROM entries e
+                       WHERE e.store_id = walk.source_store_id AND e.id = walk.source_entry_id)
+                   AS source_exists,
+               EXISTS (SELECT 1 FROM entries e
+                       WHERE e.store_id = walk.target_store_id AND e.id = walk.target_entry_id)
+                   AS target_exists
         FROM walk ORDER BY target_entry_id, source_entry_id, depth
         """,
         list(entry_ids),

@@ -76,7 +76,7 @@ async def _open(
     ctx: Context, principal: Principal, conversation_id: str, action_name: str
 ) -> tuple[ConversationRow, Securable]:
     """The conversation and its store, once `action_name` is allowed there (see the rules)."""
-    row = await repo.get(ctx.pool, conversation_id)
+    row = await repo.find(ctx.pool, conversation_id)
     if row is None:
         raise NotFound(f"conversation {conversation_id} does not exist")
     store = await resolve_store(ctx, principal, row.store_name, action_name, [row.scope])
@@ -85,9 +85,11 @@ async def _open(
     return row, store
 
 
-async def _append(conn: asyncpg.Connection, conversation_id: str, items: list[Any], by: str) -> None:
+async def _append(
+    conn: asyncpg.Connection, store_id: str, conversation_id: str, items: list[Any], by: str
+) -> None:
     """Append the items (an id already in the conversation is 409 ALREADY_EXISTS), or 404."""
-    if not await repo.append(conn, conversation_id, items, by):
+    if not await repo.append(conn, store_id, conversation_id, items, by):
         raise NotFound(f"conversation {conversation_id} does not exist")
 
 
@@ -123,8 +125,8 @@ async def create(ctx: Context, principal: Principal, data: ConversationCreate) -
         await repo.insert(
             conn, conversation_id, store.node.id, scope, kind, data.metadata or {}, principal.name
         )
-        await _append(conn, conversation_id, items, principal.name)
-        row = await repo.get(conn, conversation_id)
+        await _append(conn, store.node.id, conversation_id, items, principal.name)
+        row = await repo.get(conn, store.node.id, conversation_id)
         note_result(len(items))
     assert row is not None  # inserted in this transaction
     return _answer(row)
@@ -139,21 +141,21 @@ async def retrieve(ctx: Context, principal: Principal, conversation_id: str) -> 
 async def update(
     ctx: Context, principal: Principal, conversation_id: str, data: ConversationUpdate
 ) -> Conversation:
-    await _open(ctx, principal, conversation_id, "conversations.write")
+    found, _ = await _open(ctx, principal, conversation_id, "conversations.write")
     async with audited(ctx.pool) as conn:
-        if not await repo.set_metadata(conn, conversation_id, data.metadata or {}):
+        if not await repo.set_metadata(conn, found.store_id, conversation_id, data.metadata or {}):
             raise NotFound(f"conversation {conversation_id} does not exist")
-        row = await repo.get(conn, conversation_id)
+        row = await repo.get(conn, found.store_id, conversation_id)
         note_result(1)
     assert row is not None
     return _answer(row)
 
 
 async def delete(ctx: Context, principal: Principal, conversation_id: str) -> ConversationDeleted:
-    _, store = await _open(ctx, principal, conversation_id, "conversations.write")
+    found, store = await _open(ctx, principal, conversation_id, "conversations.write")
     await ensure_not_held(ctx, store, "deleted")
     async with audited(ctx.pool) as conn:
-        if not await repo.delete(conn, conversation_id):
+        if not await repo.delete(conn, found.store_id, conversation_id):
             raise NotFound(f"conversation {conversation_id} does not exist")
         note_result(1)
     return ConversationDeleted(id=conversation_id)
@@ -164,9 +166,9 @@ async def append(
 ) -> ConversationItemList:
     """OpenAI answers the items it added, as a list (`has_more` false)."""
     items = check_items(data.items)
-    await _open(ctx, principal, conversation_id, "conversations.write")
+    found, _ = await _open(ctx, principal, conversation_id, "conversations.write")
     async with audited(ctx.pool) as conn:
-        await _append(conn, conversation_id, items, principal.name)
+        await _append(conn, found.store_id, conversation_id, items, principal.name)
         note_result(len(items))
     data_out = [item.item for item in items]
     return ConversationItemList(
@@ -191,13 +193,13 @@ async def list_items(
     if not 1 <= size <= MAX_PAGE:
         raise InvalidParameter(f"limit must be between 1 and {MAX_PAGE}", "limit")
     descending = (order or "desc") == "desc"
-    await _open(ctx, principal, conversation_id, "conversations.read")
+    found, _ = await _open(ctx, principal, conversation_id, "conversations.read")
     start = None
     if after is not None:
-        start = await repo.position(ctx.pool, conversation_id, after)
+        start = await repo.position(ctx.pool, found.store_id, conversation_id, after)
         if start is None:
             raise InvalidParameter(f"after: no item {after} in conversation {conversation_id}", "after")
-    rows = await repo.list_items(ctx.pool, conversation_id, start, size + 1, descending)
+    rows = await repo.list_items(ctx.pool, found.store_id, conversation_id, start, size + 1, descending)
     page = rows[:size]
     note_result(len(page))
     return ConversationItemList(
@@ -211,8 +213,8 @@ async def list_items(
 async def retrieve_item(
     ctx: Context, principal: Principal, conversation_id: str, item_id: str
 ) -> dict[str, Any]:
-    await _open(ctx, principal, conversation_id, "conversations.read")
-    item = await repo.get_item(ctx.pool, conversation_id, item_id)
+    found, _ = await _open(ctx, principal, conversation_id, "conversations.read")
+    item = await repo.get_item(ctx.pool, found.store_id, conversation_id, item_id)
     if item is None:
         raise NotFound(f"no item {item_id} in conversation {conversation_id}")
     note_result(1)
@@ -221,12 +223,12 @@ async def retrieve_item(
 
 async def delete_item(ctx: Context, principal: Principal, conversation_id: str, item_id: str) -> Conversation:
     """OpenAI answers the conversation the item was deleted from."""
-    _, store = await _open(ctx, principal, conversation_id, "conversations.write")
+    found, store = await _open(ctx, principal, conversation_id, "conversations.write")
     await ensure_not_held(ctx, store, "deleted")
     async with audited(ctx.pool) as conn:
-        if not await repo.delete_item(conn, conversation_id, item_id):
+        if not await repo.delete_item(conn, found.store_id, conversation_id, item_id):
             raise NotFound(f"no item {item_id} in conversation {conversation_id}")
-        row = await repo.get(conn, conversation_id)
+        row = await repo.get(conn, found.store_id, conversation_id)
         note_result(1)
     if row is None:
         raise NotFound(f"conversation {conversation_id} does not exist")
@@ -243,15 +245,17 @@ async def open_conversation(
     return await _open(ctx, principal, conversation_id, action_name)
 
 
-async def recent_items(ctx: Context, conversation_id: str, limit: int) -> list[dict[str, Any]]:
-    """The conversation's last `limit` items, oldest first (a model's context window)."""
-    rows = await repo.list_items(ctx.pool, conversation_id, None, limit, True)
+async def recent_items(ctx: Context, store_id: str, conversation_id: str, limit: int) -> list[dict[str, Any]]:
+    """The conversation's (of the store) last `limit` items, oldest first (a model's context window)."""
+    rows = await repo.list_items(ctx.pool, store_id, conversation_id, None, limit, True)
     return rows[::-1]
 
 
-async def append_turn(ctx: Context, principal: Principal, conversation_id: str, items: list[Item]) -> None:
-    """Append a response's turn (checked items: its input, tool calls, outputs and answer) in one
-    transaction with the request's audit event, all or nothing."""
+async def append_turn(
+    ctx: Context, principal: Principal, store_id: str, conversation_id: str, items: list[Item]
+) -> None:
+    """Append a response's turn (checked items: its input, tool calls, outputs and answer) to the
+    conversation of the store, in one transaction with the request's audit event, all or nothing."""
     async with audited(ctx.pool) as conn:
-        await _append(conn, conversation_id, items, principal.name)
+        await _append(conn, store_id, conversation_id, items, principal.name)
         note_result(len(items))

@@ -11,22 +11,28 @@ import asyncpg
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
-async def mark(conn: Conn, session_row: str, memory_store_id: str) -> str | None:
+async def mark(conn: Conn, session_store_id: str, session_row: str, memory_store_id: str) -> str | None:
     """The digest of the items last extracted from, or None."""
     value = await conn.fetchval(
-        "SELECT items_digest FROM extraction_marks WHERE session = $1 AND memory_store_id = $2",
+        "SELECT items_digest FROM extraction_marks "
+        "WHERE store_id = $1 AND session = $2 AND memory_store_id = $3",
+        session_store_id,
         session_row,
         memory_store_id,
     )
     return None if value is None else str(value)
 
 
-async def set_mark(conn: Conn, session_row: str, memory_store_id: str, digest: str, by: str) -> None:
+async def set_mark(
+    conn: Conn, session_store_id: str, session_row: str, memory_store_id: str, digest: str, by: str
+) -> None:
+    """Keyed by the session's store (the session store) and row, and the memory store."""
     await conn.execute(
-        "INSERT INTO extraction_marks (session, memory_store_id, items_digest, extracted_by) "
-        "VALUES ($1, $2, $3, $4) ON CONFLICT (session, memory_store_id) DO UPDATE "
+        "INSERT INTO extraction_marks (store_id, session, memory_store_id, items_digest, extracted_by) "
+        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (store_id, session, memory_store_id) DO UPDATE "
         "SET items_digest = EXCLUDED.items_digest, extracted_by = EXCLUDED.extracted_by, "
         "extracted_at = clock_timestamp()",
+        session_store_id,
         session_row,
         memory_store_id,
         digest,

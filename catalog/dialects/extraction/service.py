@@ -135,7 +135,9 @@ async def run(
     items = await sessions.transcript(ctx, session_row, TRANSCRIPT_ITEMS)
     items_digest = digest(items)
     outcome = Extraction()
-    if not dry_run and await repo.mark(ctx.pool, session_row.id, target.node.id) == items_digest:
+    if not dry_run and items_digest == await repo.mark(
+        ctx.pool, session_row.store_id, session_row.id, target.node.id
+    ):
         outcome.skipped = True
         return outcome
     transcript = render(items)
@@ -162,7 +164,9 @@ async def run(
             ctx, bound, memory_sid, session_row.session_id, transcript, instructions, outcome, requested=model
         )
     if not dry_run:
-        await repo.set_mark(ctx.pool, session_row.id, target.node.id, items_digest, principal.name)
+        await repo.set_mark(
+            ctx.pool, session_row.store_id, session_row.id, target.node.id, items_digest, principal.name
+        )
         await _current(ctx, principal, full_name, memory_sid, actor, outcome)
     return outcome
 

@@ -63,6 +63,7 @@ class Prepared:
     input_items: list[Item]
     bound: Bound | None  # None: no conversation, no tools
     conversation_id: str | None
+    conversation_store_id: str | None  # the conversation's store (None: no conversation)
     response_id: str = field(default_factory=lambda: new_id("resp"))
     created_at: int = field(default_factory=lambda: int(time.time()))
 
@@ -119,6 +120,7 @@ async def prepare(ctx: Context, principal: Principal, request: ResponseCreate) -
     )
     bound: Bound | None = None
     history: list[dict[str, Any]] = []
+    conversation_store_id: str | None = None
     if conversation_id is None:
         await ctx.access.resolve(principal, "responses.create_stateless", SecurableType.METASTORE)
     else:
@@ -137,13 +139,14 @@ async def prepare(ctx: Context, principal: Principal, request: ResponseCreate) -
             item_ids=tuple(item.id for item in input_items),  # the turn that led to the writes
         )
         bound = Bound(principal=principal, store=store.full_name, scope=row.scope, origin=origin)
-        history = await conversations.recent_items(ctx, conversation_id, HISTORY_ITEMS)
+        conversation_store_id = row.store_id
+        history = await conversations.recent_items(ctx, row.store_id, conversation_id, HISTORY_ITEMS)
     model = require(ctx.llm)  # 501 naming the variable
     model.model_for(request.model)  # 501 when there is no model to ask
     messages = ([{"role": "system", "content": system}] if system else []) + history_messages(
         history, [item.item for item in input_items]
     )
-    return Prepared(request, model, messages, input_items, bound, conversation_id)
+    return Prepared(request, model, messages, input_items, bound, conversation_id, conversation_store_id)
 
 
 def _input_items(raw: str | list[dict[str, Any]]) -> list[Item]:
@@ -208,8 +211,11 @@ async def run(
         output.append(message)
         yield MessageDone(message)
     if prepared.conversation_id is not None:
+        assert prepared.conversation_store_id is not None  # read with the conversation
         turn_items = [*prepared.input_items, *check_items(output, "output")]
-        await conversations.append_turn(ctx, principal, prepared.conversation_id, turn_items)
+        await conversations.append_turn(
+            ctx, principal, prepared.conversation_store_id, prepared.conversation_id, turn_items
+        )
     yield Completed(response_object(prepared, "completed", output, usage))
 
 

@@ -6,7 +6,9 @@ Invariants:
   so concurrent appends never interleave, lose or reorder an item;
 - a pop deletes the last item under the same lock, so a pop racing an append removes either the
   last item before the append or the last one after it, never one in the middle;
-- item data is stored as the JSON text sent (jsonb) and answered as stored JSON, never re-built.
+- item data is stored as the JSON text sent (jsonb) and answered as stored JSON, never re-built;
+- every statement names the session's store: the tables are keyed (and distributed) by store
+  (catalog/db/sharding.py), a session's row by (store, id) and its items by (store, session, position).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ _MS = "(extract(epoch FROM {col}) * 1000)::bigint"
 
 @dataclass(frozen=True)
 class SessionRow:
-    id: str  # the row's uuid (items refer to it)
+    id: str  # the row's uuid (items refer to it, with the store)
+    store_id: str  # the session store
     session_id: str
     actor_id: str
     parent_session_id: str | None
@@ -46,7 +49,7 @@ class ItemRow:
 
 
 _SESSION_COLUMNS = (
-    "id, session_id, actor_id, parent_session_id, root_session_id, metadata, "
+    "id, store_id::text AS store_id, session_id, actor_id, parent_session_id, root_session_id, metadata, "
     f"{_MS.format(col='created_at')} AS created_at, {_MS.format(col='updated_at')} AS updated_at, "
     f"{_MS.format(col='last_activity_at')} AS last_activity_at"
 )
@@ -56,6 +59,7 @@ _ITEM_COLUMNS = f"item_id, position, data::text AS data, {_MS.format(col='create
 def _session(row: asyncpg.Record) -> SessionRow:
     return SessionRow(
         id=str(row["id"]),
+        store_id=row["store_id"],
         session_id=row["session_id"],
         actor_id=row["actor_id"],
         parent_session_id=row["parent_session_id"],
@@ -151,18 +155,21 @@ async def list_sessions(
     return [_session(row) for row in rows]
 
 
-async def update_metadata(conn: Conn, row_id: str, metadata: dict[str, str]) -> SessionRow | None:
+async def update_metadata(conn: Conn, session: SessionRow, metadata: dict[str, str]) -> SessionRow | None:
     row = await conn.fetchrow(
-        "UPDATE agent_sessions SET metadata = $2, updated_at = clock_timestamp() WHERE id = $1 "
-        f"RETURNING {_SESSION_COLUMNS}",
-        row_id,
+        "UPDATE agent_sessions SET metadata = $3, updated_at = clock_timestamp() "
+        f"WHERE store_id = $1 AND id = $2 RETURNING {_SESSION_COLUMNS}",
+        session.store_id,
+        session.id,
         metadata,
     )
     return _session(row) if row else None
 
 
-async def delete_session(conn: Conn, row_id: str) -> bool:
-    status: str = await conn.execute("DELETE FROM agent_sessions WHERE id = $1", row_id)
+async def delete_session(conn: Conn, session: SessionRow) -> bool:
+    status: str = await conn.execute(
+        "DELETE FROM agent_sessions WHERE store_id = $1 AND id = $2", session.store_id, session.id
+    )
     return status.endswith(" 1")
 
 
@@ -173,17 +180,19 @@ async def append(conn: asyncpg.Connection, session: SessionRow, data: list[str])
     """Append `data` (JSON texts) in order; the caller holds the session's row lock."""
     start = await conn.fetchval(
         "UPDATE agent_sessions SET next_position = next_position + $2, "
-        "last_activity_at = clock_timestamp() WHERE id = $1 RETURNING next_position - $2",
+        "last_activity_at = clock_timestamp() WHERE store_id = $3 AND id = $1 RETURNING next_position - $2",
         session.id,
         len(data),
+        session.store_id,
     )
     rows = await conn.fetch(
-        "INSERT INTO session_items (session, position, data) "
-        "SELECT $1, $2 + n - 1, d::jsonb FROM unnest($3::text[]) WITH ORDINALITY AS t(d, n) "
+        "INSERT INTO session_items (store_id, session, position, data) "
+        "SELECT $4, $1, $2 + n - 1, d::jsonb FROM unnest($3::text[]) WITH ORDINALITY AS t(d, n) "
         f"ORDER BY n RETURNING {_ITEM_COLUMNS}",
         session.id,
         start,
         data,
+        session.store_id,
     )
     return sorted((_item(row) for row in rows), key=lambda item: item.position)
 
@@ -191,28 +200,39 @@ async def append(conn: asyncpg.Connection, session: SessionRow, data: list[str])
 async def pop(conn: asyncpg.Connection, session: SessionRow) -> ItemRow | None:
     """Remove the last item; the caller holds the session's row lock."""
     row = await conn.fetchrow(
-        "DELETE FROM session_items WHERE session = $1 AND position = "
-        f"(SELECT max(position) FROM session_items WHERE session = $1) RETURNING {_ITEM_COLUMNS}",
+        "DELETE FROM session_items WHERE store_id = $2 AND session = $1 AND position = "
+        "(SELECT max(position) FROM session_items WHERE store_id = $2 AND session = $1) "
+        f"RETURNING {_ITEM_COLUMNS}",
         session.id,
+        session.store_id,
     )
     if row is not None:
-        await _touch(conn, session.id)
+        await _touch(conn, session)
     return _item(row) if row else None
 
 
 async def clear(conn: asyncpg.Connection, session: SessionRow) -> int:
-    status: str = await conn.execute("DELETE FROM session_items WHERE session = $1", session.id)
-    await _touch(conn, session.id)
+    status: str = await conn.execute(
+        "DELETE FROM session_items WHERE store_id = $1 AND session = $2", session.store_id, session.id
+    )
+    await _touch(conn, session)
     return int(status.split()[-1])
 
 
-async def _touch(conn: asyncpg.Connection, row_id: str) -> None:
-    await conn.execute("UPDATE agent_sessions SET last_activity_at = clock_timestamp() WHERE id = $1", row_id)
+async def _touch(conn: asyncpg.Connection, session: SessionRow) -> None:
+    await conn.execute(
+        "UPDATE agent_sessions SET last_activity_at = clock_timestamp() WHERE store_id = $1 AND id = $2",
+        session.store_id,
+        session.id,
+    )
 
 
 async def item_position(conn: Conn, session: SessionRow, item_id: str) -> int | None:
     value = await conn.fetchval(
-        "SELECT position FROM session_items WHERE session = $1 AND item_id = $2::uuid", session.id, item_id
+        "SELECT position FROM session_items WHERE store_id = $1 AND session = $2 AND item_id = $3::uuid",
+        session.store_id,
+        session.id,
+        item_id,
     )
     return None if value is None else int(value)
 
@@ -221,17 +241,25 @@ async def copy_items(
     conn: asyncpg.Connection, source: SessionRow, target: SessionRow, up_to: int | None
 ) -> int:
     """Copy the source's items (up to and including position `up_to`, or all) into the new session
-    `target`, in order, under new item ids; the caller holds the target's row lock."""
+    `target` (of the same store), in order, under new item ids; the caller holds the target's row
+    lock."""
+    assert source.store_id == target.store_id  # a fork stays in its store
     status: str = await conn.execute(
-        "INSERT INTO session_items (session, position, data, created_at) "
-        "SELECT $2, row_number() OVER (ORDER BY position) - 1, data, created_at FROM session_items "
-        "WHERE session = $1 AND ($3::bigint IS NULL OR position <= $3)",
+        "INSERT INTO session_items (store_id, session, position, data, created_at) "
+        "SELECT store_id, $2, row_number() OVER (ORDER BY position) - 1, data, created_at FROM session_items "
+        "WHERE store_id = $4 AND session = $1 AND ($3::bigint IS NULL OR position <= $3)",
         source.id,
         target.id,
         up_to,
+        source.store_id,
     )
     copied = int(status.split()[-1])
-    await conn.execute("UPDATE agent_sessions SET next_position = $2 WHERE id = $1", target.id, copied)
+    await conn.execute(
+        "UPDATE agent_sessions SET next_position = $3 WHERE store_id = $1 AND id = $2",
+        target.store_id,
+        target.id,
+        copied,
+    )
     return copied
 
 
@@ -240,11 +268,12 @@ async def list_items(
 ) -> list[ItemRow]:
     op, order = ("<", "DESC") if descending else (">", "ASC")
     rows = await conn.fetch(
-        f"SELECT {_ITEM_COLUMNS} FROM session_items WHERE session = $1 "
+        f"SELECT {_ITEM_COLUMNS} FROM session_items WHERE store_id = $4 AND session = $1 "
         f"AND ($2::bigint IS NULL OR position {op} $2) ORDER BY position {order} LIMIT $3",
         session.id,
         after,
         limit,
+        session.store_id,
     )
     return [_item(row) for row in rows]
 

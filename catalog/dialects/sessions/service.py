@@ -405,7 +405,7 @@ async def update_session(
     store = await _store(ctx, principal, name, "sessions.write")
     row = await _session(ctx, principal, store, sid)
     async with audited(ctx.pool) as conn:
-        updated = await repo.update_metadata(conn, row.id, metadata)
+        updated = await repo.update_metadata(conn, row, metadata)
         if updated is None:
             raise NotFound(f"session {sid} does not exist")
     return to_session(name, updated)
@@ -418,7 +418,7 @@ async def delete_session(ctx: Context, principal: Principal, name: str, sid: str
     row = await _session(ctx, principal, store, sid)
     await namespace.ensure_not_held(ctx, store, "deleted", kind="session store", things="sessions")
     async with audited(ctx.pool) as conn:
-        if not await repo.delete_session(conn, row.id):
+        if not await repo.delete_session(conn, row):
             raise NotFound(f"session {sid} does not exist")
 
 

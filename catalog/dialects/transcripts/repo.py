@@ -22,11 +22,13 @@ class TranscriptRow:
     created_at: int  # epoch milliseconds
 
 
-async def by_ids(pool: asyncpg.Pool, ids: Sequence[str]) -> dict[str, TranscriptRow]:
+async def by_ids(pool: asyncpg.Pool, store_id: str, ids: Sequence[str]) -> dict[str, TranscriptRow]:
+    """The store's transcript rows with these ids."""
     rows = await pool.fetch(
         "SELECT id::text, store_id::text, scope, source, thread_id, item_id, path AS role, "
         "contents AS text, (extract(epoch FROM created_at) * 1000)::bigint AS created_at "
-        "FROM transcript_items WHERE id = ANY($1::uuid[])",
+        "FROM transcript_items WHERE store_id = $1 AND id = ANY($2::uuid[])",
+        store_id,
         list(ids),
     )
     return {row["id"]: TranscriptRow(**dict(row)) for row in rows}

@@ -82,7 +82,7 @@ async def _search(
     if min_score is not None:
         ranked = [(doc, score) for doc, score in ranked if score >= min_score]
     ranked = ranked[: top_k * 2]
-    rows = await repo.by_ids(ctx.pool, [doc for doc, _ in ranked])
+    rows = await repo.by_ids(ctx.pool, store_id, [doc for doc, _ in ranked])
     hits: list[tuple[TranscriptRow, float]] = []
     for doc, score in ranked:
         row = rows.get(doc)

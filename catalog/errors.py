@@ -1,9 +1,9 @@
 """The one error hierarchy, and the wire shape of an error.
 
 Every error a client sees is `{"error_code", "message", "details"}` (`error_body`) with the status
-the API documents for its code (README, "API"; the OpenAPI document names each route's). Services
-raise the errors below and know nothing of HTTP: `catalog.web.errors` maps them (and Litestar's
-own exceptions, and the database's) to a response. Also here, for every part of the server
+the API documents for its code (docs/reference/errors.md; the OpenAPI document names each
+route's). Services raise the errors below and know nothing of HTTP: `catalog.web.errors` maps them
+(and Litestar's own exceptions, and the database's) to a response. Also here, for every part of the server
 (requests and background workers alike): `is_unavailable`, which tells an outage of the database
 from a bug, and `log_unexpected`, which logs an unexpected error's trace at most once a minute.
 """
@@ -59,10 +59,11 @@ MEMORY_STORE_ROUTE = "memory_store_route"
 
 class NotFound(CatalogError):
     """A missing object: 404. The code depends on the route that answers it, by one rule
-    (README, "API": "404 codes"): a memory-store route (`/memory-stores/{name}` and everything under
-    it, in both dialects; its router sets `MEMORY_STORE_ROUTE`) answers `NOT_FOUND`, as
-    Databricks' managed-memory API does and its tools test for; every other route (catalogs,
-    schemas, groups, ...) answers `RESOURCE_DOES_NOT_EXIST`, as Unity Catalog does."""
+    (docs/reference/errors.md, "Not found: two codes"): a memory-store route
+    (`/memory-stores/{name}` and everything under it, in both dialects; its router sets
+    `MEMORY_STORE_ROUTE`) answers `NOT_FOUND`, as Databricks' managed-memory API does and its tools
+    test for; every other route (catalogs, schemas, groups, ...) answers `RESOURCE_DOES_NOT_EXIST`,
+    as Unity Catalog does."""
 
     status_code = 404
     error_code = "RESOURCE_DOES_NOT_EXIST"

@@ -4,7 +4,7 @@ dialect (`/api/2.0/agents/memory-stores/{store id}/entries...`).
 
 Each dialect is driven by a small adapter that speaks its wire format and answers in one shape:
 an entry is `{scope, path, session_id, content, description}` (content and description None where
-the answer carries none). Where the dialects differ by design (README, "API"), the adapter says so
+the answer carries none). Where the dialects differ by design (docs/dialects/), the adapter says so
 in one place:
 - the agent dialect addresses an entry by its id, the Unity Catalog dialect by (scope, path,
   session); a read by key is `entries:get` in one and a list filtered by `path` in the other;
@@ -28,7 +28,7 @@ UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents/memory-stores"
 SCHEMA = "main.default"  # CATALOG_AGENTS_SCHEMA: agent store `x` is `main.default.x`
 
-# README, "API" ("404 codes"): a missing store or entry on a memory-store route is NOT_FOUND, in
+# docs/reference/errors.md ("Not found"): a missing store or entry on a memory-store route is NOT_FOUND, in
 # both dialects (as Databricks' managed-memory API answers it).
 NOT_FOUND_CODE = "NOT_FOUND"
 

@@ -136,7 +136,7 @@ SEMANTIC: dict[str, list[str]] = {
     "agentsForkSession": [r"up_to_item_id"],  # an item of the source session
     "agentsListSessions": [r"filter must be"],  # its grammar is in the description
     "agentsAppendSessionItems": [r"must not contain the NUL character"],  # jsonb holds none
-    # items are OpenAI's union of item shapes (by `type`), checked by the server as the README says,
+    # items are OpenAI's union of item shapes (by `type`), checked as docs/dialects/openai.md says,
     # and hold no NUL anywhere (a key included)
     # without memory_store, the server's default store (none is set here); with it, a scope
     "createConversation": [r"^`?items\[\d+\]", r"^memory_store is required", r"^scope is required with"],

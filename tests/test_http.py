@@ -82,7 +82,7 @@ def test_openapi_describes_degraded_search_answers(client):
 
 
 def test_the_404_code_follows_the_route(client, token):
-    """One rule (README, "API": "404 codes"): a memory-store route answers a missing store or entry
+    """One rule (docs/reference/errors.md, "Not found"): a memory-store route answers a missing store or entry
     NOT_FOUND in both dialects, catalogs and schemas RESOURCE_DOES_NOT_EXIST; the OpenAPI document
     says which per route, and the audit event records the code answered."""
     agents = "/api/2.0/agents/memory-stores"

@@ -256,7 +256,7 @@ def test_no_existence_leak_without_use_on_the_parent(client, token, known_store)
     r = client.get(f"{UC}/memory-stores/main.default.nope", headers=token("stranger"))
     assert (r.status_code, r.json()["error_code"]) == (404, "NOT_FOUND")
     # the admin sees 404 for what does not exist: NOT_FOUND on a memory-store route (its parents
-    # missing too), RESOURCE_DOES_NOT_EXIST for catalogs and schemas (README, "API": "404 codes")
+    # missing too), RESOURCE_DOES_NOT_EXIST for catalogs and schemas (docs/reference/errors.md)
     for path, code in [
         ("catalogs/does_not_exist", "RESOURCE_DOES_NOT_EXIST"),
         ("schemas/main.nope", "RESOURCE_DOES_NOT_EXIST"),

@@ -1,5 +1,5 @@
-"""Every request the clients send, built once for both (the routes and bodies of README "API"
-and the server's OpenAPI document). A function here returns a `Call`; the sync and the async client
+"""Every request the clients send, built once for both (the routes and bodies of docs/reference/api/,
+from the server's OpenAPI document). A function here returns a `Call`; the sync and the async client
 send it and shape the answer."""
 
 from __future__ import annotations

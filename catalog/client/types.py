@@ -1,6 +1,6 @@
 """What the server answers, as typed values (msgspec Structs).
 
-They mirror the server's JSON (README "API"): times are epoch milliseconds, names are as the
+They mirror the server's JSON (docs/reference/api/): times are epoch milliseconds, names are as the
 server stores them (lowercase). Fields the server leaves out (it omits empty and default values)
 take the defaults here, and fields this client does not know yet are ignored, so a newer server
 does not break an older client.

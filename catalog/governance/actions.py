@@ -37,7 +37,7 @@ METASTORE_ADMIN = "METASTORE_ADMIN"
 
 _S, _P = SecurableType, Privilege
 
-# Where each privilege may be granted (README, "Governance"); anything else is refused with 400.
+# Where each privilege may be granted (docs/governance/index.md, "Privileges"); anything else is 400.
 GRANTABLE: dict[SecurableType, tuple[Privilege, ...]] = {
     _S.METASTORE: (_P.CREATE_CATALOG, _P.READ_AUDIT),
     _S.CATALOG: (

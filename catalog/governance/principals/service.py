@@ -1,8 +1,8 @@
 """Principals as SCIM users: `Me` (any authenticated principal: the user it acts for, else itself)
 and `Users` (the metastore admin).
 
-Who the server knows ("users"): a principal is any string (README, "Governance"), so there is no account
-directory to ask. The known principals are those the server has seen:
+Who the server knows ("users"): a principal is any string (docs/governance/groups.md), so there is
+no account directory to ask. The known principals are those the server has seen:
 - every token subject that authenticated (recorded once, at its first request: `SeenPrincipals`);
 - every grantee that is not a group (a grant may name a principal before it ever signs in);
 - every principal member of a group.

@@ -146,6 +146,9 @@ def test_entries_write_modes_etags_edits_history_and_restore(admin):
     expiring = store.write("alice", "/today.md", "Busy today.", ttl_seconds=3600)
     assert expiring.expires_at is not None
     assert abs(expiring.expires_at - expiring.updated_at - 3_600_000) < 60_000
+    renewed = store.edit("alice", "/today.md", ttl_seconds=7200, etag=expiring.etag)
+    assert renewed.etag == expiring.etag and renewed.contents == "Busy today."  # no new version
+    assert renewed.expires_at is not None and renewed.expires_at - expiring.expires_at > 3_000_000
     store.write("alice", "/team.md", "x")
     store.delete_scope("alice")
     assert list(store.list("alice")) == []
@@ -161,6 +164,7 @@ def test_search_answers_hits_with_entry_and_score(admin):
     assert hits[0].entry.path == "/colour.md" and hits[0].entry.scope == "bob"
     assert hits[0].entry.contents == "Bob's favourite colour is green."
     assert 0 < hits[0].score <= 1 and all(h.entry.scope == "bob" for h in hits)
+    assert hits.degraded is None  # the keyword index holds every write before it is answered
     assert [h.entry.path for h in store.search("bob", "peanuts allergy", min_score=0.5)] == ["/food.md"]
     both = store.search(["bob", "carol"], "colour", mode="keyword")
     assert {(h.entry.scope, h.entry.path) for h in both} >= {("bob", "/colour.md"), ("carol", "/colour.md")}
@@ -174,6 +178,8 @@ def test_metadata_and_filters(admin):
     store.write("bob", "/c.md", "Bob likes cake.", metadata={"topic": "food"})
     assert store.get("bob", "/a.md").metadata == {"topic": "drinks", "n": 1}
     assert [e.path for e in store.list("bob", filter={"topic": "drinks"})] == ["/a.md", "/b.md"]
+    listed = [e.metadata for e in store.list("bob")]
+    assert listed == [{"topic": "drinks", "n": 1}, {"topic": "drinks", "n": 2}, {"topic": "food"}]
     hits = store.search("bob", "Bob likes", mode="keyword", filter={"topic": "drinks", "n": 2})
     assert [h.entry.path for h in hits] == ["/b.md"]
     assert store.edit("bob", "/c.md", metadata={}).metadata is None  # cleared

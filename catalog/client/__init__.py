@@ -40,6 +40,7 @@ from catalog.client.types import (
     PrivilegeAssignment,
     Schema,
     SearchHit,
+    SearchHits,
     TranscriptEnd,
 )
 
@@ -69,6 +70,7 @@ __all__ = [
     "Retry",
     "Schema",
     "SearchHit",
+    "SearchHits",
     "Store",
     "TranscriptEnd",
 ]

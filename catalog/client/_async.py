@@ -36,10 +36,10 @@ from catalog.client.types import (
     PrivilegeAssignment,
     Schema,
     SearchHit,
+    SearchHits,
 )
 
 T = TypeVar("T")
-SearchHits = list[SearchHit]
 Versions = list[EntryVersion]  # (Store.list shadows `list` in its class)
 
 
@@ -457,10 +457,11 @@ class AsyncStore:
         append: str | None = None,
         etag: str | None = None,
         metadata: dict[str, Any] | None = None,
+        ttl_seconds: int | None = None,
     ) -> Entry:
         """One change to an entry (`str_replace=(old, new)`, `insert` at `insert_line` or at the
         end, `replace_all`, `append`) and/or a new description or metadata (`{}` clears it);
-        `etag` makes it conditional."""
+        `ttl_seconds` alone renews the expiry without a new version; `etag` makes it conditional."""
         call = calls.edit_entry(
             self.full_name,
             scope,
@@ -474,6 +475,7 @@ class AsyncStore:
             append=append,
             etag=etag,
             metadata=metadata,
+            ttl_seconds=ttl_seconds,
         )
         return await self._c.call(call, Entry)
 
@@ -524,7 +526,8 @@ class AsyncStore:
             session_id=session_id,
             where=filter,
         )
-        return items(await self._c.call(call, dict[str, Any]), "results", SearchHit)
+        page = await self._c.call(call, dict[str, Any])
+        return SearchHits.of(items(page, "results", SearchHit), page.get("degraded"))
 
     async def history(self, scope: str, path: str, *, session_id: str | None = None) -> Versions:
         """Every kept version of the entry, newest first (also after it was deleted)."""

@@ -36,10 +36,10 @@ from catalog.client.types import (
     PrivilegeAssignment,
     Schema,
     SearchHit,
+    SearchHits,
 )
 
 T = TypeVar("T")
-SearchHits = list[SearchHit]
 Versions = list[EntryVersion]  # (Store.list shadows `list` in its class)
 
 
@@ -458,10 +458,11 @@ class Store:
         append: str | None = None,
         etag: str | None = None,
         metadata: dict[str, Any] | None = None,
+        ttl_seconds: int | None = None,
     ) -> Entry:
         """One change to an entry (`str_replace=(old, new)`, `insert` at `insert_line` or at the
         end, `replace_all`, `append`) and/or a new description or metadata (`{}` clears it);
-        `etag` makes it conditional."""
+        `ttl_seconds` alone renews the expiry without a new version; `etag` makes it conditional."""
         call = calls.edit_entry(
             self.full_name,
             scope,
@@ -475,6 +476,7 @@ class Store:
             append=append,
             etag=etag,
             metadata=metadata,
+            ttl_seconds=ttl_seconds,
         )
         return self._c.call(call, Entry)
 
@@ -525,7 +527,8 @@ class Store:
             session_id=session_id,
             where=filter,
         )
-        return items(self._c.call(call, dict[str, Any]), "results", SearchHit)
+        page = self._c.call(call, dict[str, Any])
+        return SearchHits.of(items(page, "results", SearchHit), page.get("degraded"))
 
     def history(self, scope: str, path: str, *, session_id: str | None = None) -> Versions:
         """Every kept version of the entry, newest first (also after it was deleted)."""

@@ -137,11 +137,26 @@ class EntrySummary(_Answer, kw_only=True):
     session_id: str | None = None
     updated_at: int = 0
     scope: str | None = None  # set when a list reads several scopes
+    metadata: dict[str, Any] | None = None
 
 
 class SearchHit(_Answer, kw_only=True):
     entry: Entry = msgspec.field(name="memory_entry")
     score: float
+
+
+class SearchHits(list[SearchHit]):
+    """A search's hits, best first. `degraded` names the search legs that may have missed rows
+    (`keyword`: the full-text index is failing or behind; `semantic`: some rows have no vector
+    yet); None when the answer is complete."""
+
+    degraded: list[str] | None = None
+
+    @classmethod
+    def of(cls, hits: list[SearchHit], degraded: list[str] | None) -> SearchHits:
+        answer = cls(hits)
+        answer.degraded = degraded
+        return answer
 
 
 class EntryVersion(_Answer, kw_only=True):

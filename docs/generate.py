@@ -477,7 +477,7 @@ def kind(schema: dict[str, Any]) -> str:
         if isinstance(values, dict) and values and not schema.get("properties"):
             return f"map of {kind(values)}"
         return "object"
-    return str(kind_name or "any")
+    return str(kind_name or "any JSON value")
 
 
 def repr_json(value: Any) -> str:
@@ -668,15 +668,16 @@ under `/console/` takes the same token from its sign-in form and keeps it in a s
 - a token that verified is remembered (by its SHA-256) for at most {VERIFIED_TTL:g} s, never past
   its expiry and only while its key is still offered.
 
-What a principal may then do is decided by its grants: see
-[Governance](governance/index.md) and, for scopes and `on_behalf_of`,
-[Scopes and on-behalf-of](governance/scopes.md).
+More on tokens, keys and production set-ups: [Governance](governance/index.md#tokens). What a
+principal may do is decided by its grants ([Governance](governance/index.md)); for scopes and
+`on_behalf_of`, see [Scopes and on-behalf-of](governance/scopes.md).
 """,
         """
 ## Set in code
 
-These fields of `Settings` have no variable: the command line sets the first two, the others
-keep their defaults (tests and embedding programs build `Settings` with other values).
+These fields of `Settings` have no variable: `catalog serve --host` and `--port` set `host` and
+`port`, the others keep their defaults (tests, and programs that build the app with
+`create_app(Settings(...))`, may give them other values).
 """,
         table(
             ["field", "default", "meaning"],
@@ -762,9 +763,10 @@ How to read the table:
   children), so USE on the securable itself is needed too.
 - The owner of an object holds every privilege on it, and `{METASTORE_ADMIN}` (the principal
   named by `CATALOG_ADMIN`) may do everything; "the metastore admin" marks what only it may do.
-- A route that checks two actions checks the second only for part of some requests (reading the
-  sources named in `derived_from`, reading the session store a pipeline extracts from, asking
-  about another principal than oneself).
+- Where a route checks more than one action, it checks each where it applies: some on every
+  request (forking a session reads the source and writes the fork), others only on part of them
+  (the sources named in `derived_from`, a response with or without a conversation, asking about
+  another principal than oneself).
 
 How grants work, with examples: [Governance](../governance/index.md).
 """,
@@ -880,7 +882,7 @@ def family_page(
         summary = o.spec.get("summary", "")
         lines.append(f"Operation `{o.operation_id}` (summary: {summary}).")
         if description := (o.spec.get("description") or "").strip():
-            lines += ["", " ".join(description.split())]
+            lines += ["", _sentence(description)]
         lines += ["", _needs(o, route)]
         if also := aliases.get(o.operation_id):
             lines += ["", "Also served at " + ", ".join(code(f"{a.method} {a.path}") for a in also) + "."]
@@ -901,6 +903,11 @@ def family_page(
         for name in types:
             blocks.append(_type_section(name, components[name]))
     return page(family.title, *blocks)
+
+
+def _sentence(text: str) -> str:
+    text = " ".join(text.split())
+    return text if text.endswith((".", ":", "!", "?", ")")) else f"{text}."
 
 
 def _type_section(name: str, schema: dict[str, Any]) -> str:
@@ -974,13 +981,18 @@ def mcp_page(routes: list[Route], finder: ActionFinder) -> str:
     )
 
 
-def index_page(ops: list[Operation], by_family: dict[str, list[Operation]]) -> str:
+def index_page(
+    ops: list[Operation], by_family: dict[str, list[Operation]], components: dict[str, Any]
+) -> str:
     from catalog.auth import AUTH_EXEMPT_PATHS
 
     bases: dict[str, set[str]] = {}
     for o in ops:
         base = _base(o.path)
         bases.setdefault(base, set()).add(family_of(o).slug)
+    from catalog.dialects.mcp.routes import BASE as MCP_BASE
+
+    bases.setdefault(MCP_BASE, set()).add(MCP_FAMILY.slug)
     titles = {f.slug: f for f in (*FAMILIES, MCP_FAMILY)}
     base_rows = [
         [code(base), ", ".join(f"[{titles[s].title}](api/{s}.md)" for s in sorted(slugs))]
@@ -992,6 +1004,12 @@ def index_page(ops: list[Operation], by_family: dict[str, list[Operation]]) -> s
     ]
     family_rows.append([f"[{MCP_FAMILY.title}](api/mcp.md)", 1, "The memory tools of one store, over MCP"])
     exempt = ", ".join(code(_open_path(p)) for p in AUTH_EXEMPT_PATHS)
+    from catalog.settings import Settings
+    from catalog.wire.inputs import MAX_JSON_DEPTH
+
+    defaults = Settings()
+    body_limit, mcp_limit = _mib(defaults.max_body_bytes), _mib(defaults.mcp_max_body_bytes)
+    depth = MAX_JSON_DEPTH
     return page(
         "Reference",
         """
@@ -1028,40 +1046,83 @@ action needs is 403 `PERMISSION_DENIED`, whose message says what is missing. A c
 USE on a parent gets 403 whether or not the object exists. Tokens:
 [Configuration](../configuration.md#tokens); privileges: [Actions](actions.md).
 
+Each route's section names the actions it checks, as its code does: where it names more than
+one, each is checked where it applies (see [Actions](actions.md)).
+
 ## Requests and answers
 
-- Success is 200 with a JSON body (a delete answers `{{}}`, unless the dialect it imitates
-  answers otherwise; each route states what it answers).
+- Success is always 200. The body is JSON (a delete answers `{{}}` where the API it imitates
+  does not answer otherwise), but for `/metrics` (Prometheus text) and `/docs` (HTML); each
+  route's section names what it answers.
 - Every answer carries `X-Request-Id`, the `request_id` of its audit event.
-- Bodies are JSON objects of at most 2 MiB (413 `PAYLOAD_TOO_LARGE`), nesting at most 64
-  levels; no text in them (or in a parameter) may hold NUL. Unknown fields of an input are
-  refused (400). A number field takes a number (`"10"` is 400, `10.0` counts as 10).
+- Request bodies are JSON of at most {body_limit} (MCP: {mcp_limit}; larger is 413
+  `PAYLOAD_TOO_LARGE`), nested at most {depth} levels; no text in them (or in a parameter) may
+  hold NUL. Unknown fields of an input are refused (400). A number field takes a number (`"10"`
+  is 400, `10.0` counts as 10).
 - A query parameter that takes one value, given twice (`?scope=a&scope=b`), is 400.
 - Names are 1 to 255 letters, digits, `_` and `-`, case-insensitive, stored lowercase.
 
 ## Pagination
 
-Lists answer one page and a token for the next:
-
-| dialect | page size | next page | answer |
-|---|---|---|---|
-| Unity Catalog (`/api/2.1/unity-catalog`) | `max_results` | `page_token` | `next_page_token` |
-| agent dialect (`/api/2.0/agents`), audit, lineage | `page_size` | `page_token` | `next_page_token` |
-| SCIM (`/api/2.0/preview/scim/v2`) | `count` | `startIndex` | `totalResults`, `startIndex`, `itemsPerPage` |
-| conversation items | `limit` | `after` | `has_more`, `last_id` |
-
-A page size that is absent or 0 means the default (100), one above the cap (1,000) means the
-cap, a negative one is 400. A `page_token` is the previous page's `next_page_token`, passed
-unchanged: it is signed with a key kept in the database, so every server on that database
-accepts it, and it is good only for the same list with the same filters (anything else is 400
-naming `page_token`). Lists are in key order, so a row is never answered twice.
-
+A list answers one page, and what to ask for the next. A `page_token` is the previous page's
+`next_page_token`, passed unchanged: it is signed with a key kept in the database, so every
+server on that database accepts it, and it is good only for the same list with the same filters
+(anything else is 400 naming `page_token`); such lists are in key order, so a row is never
+answered twice. A negative page size is 400; "the server default" is {defaults.page_default} and
+"the server cap" {defaults.page_cap}. The lists, their page size and what they answer:
+""",
+        table(["route", "page size", "next page", "answer"], pagination_rows(ops, components)),
+        """
 ## Errors
 
-Every error is `{{"error_code", "message", "details"}}` with the status of its code: see
+Every error is `{"error_code", "message", "details"}` with the status of its code: see
 [Errors](errors.md).
 """,
     )
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:g} MiB"
+
+
+SIZE_PARAMETERS = ("max_results", "page_size", "count", "limit")
+CURSOR_PARAMETERS = ("page_token", "after", "startIndex")
+PAGE_FIELDS = ("next_page_token", "has_more", "last_id", "totalResults", "startIndex", "itemsPerPage")
+
+
+def pagination_rows(ops: list[Operation], components: dict[str, Any]) -> list[list[str]]:
+    """The paginated routes (those with a cursor parameter), with their page size's description
+    and the fields of the answer that lead to the next page."""
+    rows = []
+    for o in ops:
+        parameters = {p["name"]: p for p in o.spec.get("parameters", [])}
+        cursor = next((name for name in CURSOR_PARAMETERS if name in parameters), None)
+        if cursor is None:
+            continue
+        size = next((name for name in SIZE_PARAMETERS if name in parameters), None)
+        size_text = (
+            f"{code(size)}: {describe(parameters[size]['schema'], parameters[size].get('description'))}"
+            if size
+            else ""
+        )
+        answer = o.spec.get("responses", {}).get("200", {}).get("content", {}).get("application/json", {})
+        fields = _answer_fields(answer.get("schema", {}), components)
+        family = family_of(o)
+        rows.append(
+            [
+                f"[{code(o.method + ' ' + o.path)}](api/{family.slug}.md#{anchor(o.operation_id)})",
+                size_text,
+                code(cursor),
+                ", ".join(code(f) for f in PAGE_FIELDS if f in fields),
+            ]
+        )
+    return rows
+
+
+def _answer_fields(schema: dict[str, Any], components: dict[str, Any]) -> set[str]:
+    name = _ref_name(schema)
+    target = components.get(name, {}) if name else schema
+    return set(target.get("properties", {}))
 
 
 def _base(path: str) -> str:
@@ -1125,8 +1186,21 @@ def _argument_rows(parser: argparse.ArgumentParser, skip: set[str]) -> list[list
         default = action.default
         if action.option_strings and default not in (None, False, argparse.SUPPRESS) and action.nargs != 0:
             notes.append(f"default {code(default)}")
-        rows.append([code(name), "; ".join(notes), action.help or ""])
+        rows.append([code(name), "; ".join(notes), action.help or _setting_help(action.option_strings)])
     return rows
+
+
+def _setting_help(options: Sequence[str]) -> str:
+    """What an option without help of its own sets, from the `Settings` field it overrides."""
+    from catalog.settings import Settings
+
+    by_option = {"--data-dir": "data_dir", "--host": "host", "--port": "port"}
+    for option in options:
+        if option in by_option:
+            f = next(f for f in dataclasses.fields(Settings) if f.name == by_option[option])
+            where = f"`{f.metadata['env']}`, else " if f.metadata["env"] else ""
+            return f"{f.metadata['doc']}; default: {where}{_default(f.default)}"
+    return ""
 
 
 def cli_page() -> str:
@@ -1344,16 +1418,16 @@ def pages() -> dict[str, str]:
     for r in routes:
         if not r.documented and r.operation_id and r.operation_id.endswith("V1Alias"):
             aliases.setdefault(r.operation_id.removesuffix("V1Alias"), []).append(r)
+    components = document.get("components", {}).get("schemas", {})
     by_family: dict[str, list[Operation]] = {}
     families: dict[str, Family] = {}
     for o in ops:
         family = family_of(o)
         by_family.setdefault(family.slug, []).append(o)
         families[o.operation_id] = family
-    components = document.get("components", {}).get("schemas", {})
     out = {
         "configuration.md": configuration_page(),
-        "reference/index.md": index_page(ops, by_family),
+        "reference/index.md": index_page(ops, by_family, components),
         "reference/actions.md": actions_page(routes, families),
         "reference/cli.md": cli_page(),
         "reference/errors.md": errors_page(),

@@ -383,10 +383,10 @@ class Settings:
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         for f in fields(cls):
-            name = f.metadata["env"]
+            name = f.metadata.get("env")
             raw = env.get(name) if name else None
-            if raw not in (None, ""):
-                values[f.name] = _parse(name, str(f.type), raw, f.metadata["fold"])
+            if name and raw not in (None, ""):
+                values[f.name] = _parse(name, str(f.type), raw, f.metadata.get("fold", False))
         settings = cls(**values)
         clean = {k: v for k, v in overrides.items() if v is not None}
         return replace(settings, **clean) if clean else settings  # type: ignore[arg-type]

@@ -612,6 +612,8 @@ def configuration_page() -> str:
     from catalog.settings import Settings
 
     fields = dataclasses.fields(Settings)
+    if undocumented := [f.name for f in fields if "doc" not in f.metadata]:
+        raise SystemExit(f"docs/generate.py: say what {', '.join(undocumented)} mean (metadata=about(...))")
     variables = [f for f in fields if f.metadata["env"]]
     fixed = [f for f in fields if not f.metadata["env"]]
     exempt = ", ".join(code(_open_path(p)) for p in AUTH_EXEMPT_PATHS)

@@ -327,6 +327,7 @@ class Node:
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
         self.env = {**inherited, "CATALOG_DATA_DIR": str(self.data_dir), **env}
         self.process: subprocess.Popen[str] | None = None
+        self.signalled = False  # sent SIGTERM: it is stopping
         self._pump: _LogPump | None = None
 
     def spawn(self) -> None:
@@ -367,6 +368,7 @@ class Node:
         """SIGTERM; `wait()` for the exit."""
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
+        self.signalled = True
 
     def wait(self, timeout: float = 60) -> int:
         assert self.process is not None
@@ -403,15 +405,24 @@ class Node:
         if self.process is not None and self.process.stdout is not None:
             self.process.stdout.close()
         self.process = None
+        self.signalled = False
 
     def limit_file_size(self, limit: int | None) -> None:
         """RLIMIT_FSIZE of the running process: files it writes cannot grow past `limit` bytes (a
         write past it fails with EFBIG, as on a full disk; Python ignores SIGXFSZ); None lifts it."""
-        value = resource.RLIM_INFINITY if limit is None else limit
-        resource.prlimit(self.pid, resource.RLIMIT_FSIZE, (value, value))
+        _, hard = resource.prlimit(self.pid, resource.RLIMIT_FSIZE)
+        soft = hard if limit is None else limit  # the soft limit only: lifting it needs no privilege
+        resource.prlimit(self.pid, resource.RLIMIT_FSIZE, (soft, hard))
 
     def health(self) -> httpx.Response:
         return httpx.get(f"{self.url}/healthz", timeout=10)
+
+    def health_or_none(self) -> httpx.Response | None:
+        """`/healthz`, or None when the node does not answer (not listening)."""
+        try:
+            return self.health()
+        except httpx.TransportError:
+            return None
 
     def problems(self) -> str:
         """The warnings and errors the node logged (JSON lines), each with the end of its trace."""
@@ -604,11 +615,10 @@ class Cluster:
         env = self.node_env()
         self.nodes = [Node(self.root, f"node{i + 1}", env) for i in range(self.node_count)]
         self.ports.extend(n.port for n in self.nodes)
-        # the first node migrates and bootstraps the database; the others then start together
-        self.nodes[0].start()
-        for node in self.nodes[1:]:
+        # all at once: one migrates and bootstraps the database, the others wait for it
+        for node in self.nodes:
             node.spawn()
-        for node in self.nodes[1:]:
+        for node in self.nodes:
             node.wait_started()
         self.haproxy = HAProxy(self.root, self.nodes)
         self.ports.append(self.haproxy.port)
@@ -667,7 +677,7 @@ class Cluster:
             errors.append(f"ports still bound after the cluster stopped: {busy}")
         if os.environ.get("CATALOG_TEST_KEEP"):
             print(f"cluster kept in {self.root}", file=sys.stderr)
-        else:
-            shutil.rmtree(self.root, ignore_errors=True)
+        else:  # thousands of files (PostgreSQL's data dirs): removed in the background
+            subprocess.Popen(["rm", "-rf", str(self.root)], start_new_session=True)
         if errors:
             raise RuntimeError("; ".join(errors))

@@ -658,8 +658,8 @@ then come from your identity provider, and `catalog token` refuses to run.
 
 ## Tokens
 
-Every request carries `Authorization: Bearer <JWT>`, except those to {exempt} (the web console
-under `/console/` takes the same token from its sign-in form and keeps it in a session cookie).
+Every request needs `Authorization: Bearer <JWT>`, except those to {exempt}. The web console
+under `/console/` takes the same token from its sign-in form and keeps it in a session cookie.
 
 - algorithms: {", ".join(ALLOWED_ALGORITHMS)} only, each key verifying only its own algorithm;
 - required claims: {", ".join(code(c) for c in REQUIRED_CLAIMS)}; `iss` and `aud` must equal

@@ -163,6 +163,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0 if serve_app(create_app(settings), settings.host, settings.port, settings=settings) else 1
 
 
+DATA_DIR_HELP = "the data directory (default $CATALOG_DATA_DIR, else ./.data)"
+
+
 def cmd_token(args: argparse.Namespace) -> int:
     from catalog.auth import mint_dev_token
 
@@ -263,24 +266,24 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the server")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--data-dir")
+    serve.add_argument("--host", help="the address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="the port to listen on (default 8080; 0: any free port)")
+    serve.add_argument("--data-dir", help=DATA_DIR_HELP)
     serve.set_defaults(run=cmd_serve)
 
     token = commands.add_parser("token", help="print a development JWT")
     token.add_argument("--sub", required=True, help="the principal (token subject)")
     token.add_argument("--on-behalf-of", help="the end user the application acts for")
     token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
-    token.add_argument("--data-dir")
+    token.add_argument("--data-dir", help=DATA_DIR_HELP)
     token.set_defaults(run=cmd_token)
 
     db_url = commands.add_parser("db-url", help="print the PostgreSQL URL in use")
-    db_url.add_argument("--data-dir")
+    db_url.add_argument("--data-dir", help=DATA_DIR_HELP)
     db_url.add_argument("--role", choices=["catalog_auditor"], help="a URL for this database role instead")
     db_url.set_defaults(run=cmd_db_url)
     reindex = commands.add_parser("reindex", help="rebuild the full-text and vector indexes from PostgreSQL")
-    reindex.add_argument("--data-dir")
+    reindex.add_argument("--data-dir", help=DATA_DIR_HELP)
     reindex.add_argument(
         "--embeddings",
         action="store_true",
@@ -297,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
         "on the server named by --url / --token (or CATALOG_URL / CATALOG_TOKEN).",
         parents=[remote.remote_options(suppress=True)],
     )
-    audit_verify.add_argument("--data-dir")
+    audit_verify.add_argument("--data-dir", help=DATA_DIR_HELP)
     audit_verify.set_defaults(run=cmd_audit_verify)
     remote.add_commands(commands, audit_commands)
     return parser

@@ -537,29 +537,29 @@ def add_commands(
     )
     leaf(catalogs, "list", catalogs_list, "the catalogs you may use")
     create = leaf(catalogs, "create", catalogs_create, "create a catalog")
-    create.add_argument("name", metavar="NAME")
-    create.add_argument("--comment")
+    create.add_argument("name", metavar="NAME", help="the catalog's name (letters, digits, _ and -)")
+    create.add_argument("--comment", help="what the catalog holds (at most 4,096 characters)")
 
     schemas = commands.add_parser("schemas", help="schemas on a server").add_subparsers(
         dest="schemas_command", required=True
     )
     listed = leaf(schemas, "list", schemas_list, "the schemas of a catalog you may use")
-    listed.add_argument("--catalog", required=True)
+    listed.add_argument("--catalog", required=True, help="the catalog whose schemas to list")
     create = leaf(schemas, "create", schemas_create, "create a schema")
-    create.add_argument("full_name", metavar="CATALOG.SCHEMA")
-    create.add_argument("--comment")
+    create.add_argument("full_name", metavar="CATALOG.SCHEMA", help="the new schema's full name")
+    create.add_argument("--comment", help="what the schema holds (at most 4,096 characters)")
 
     stores = commands.add_parser("stores", help="memory stores on a server").add_subparsers(
         dest="stores_command", required=True
     )
     listed = leaf(stores, "list", stores_list, "the memory stores of a schema you hold a privilege on")
-    listed.add_argument("--catalog", required=True)
-    listed.add_argument("--schema", required=True)
+    listed.add_argument("--catalog", required=True, help="the schema's catalog")
+    listed.add_argument("--schema", required=True, help="the schema whose stores to list")
     create = leaf(stores, "create", stores_create, "create a memory store")
-    create.add_argument("full_name", metavar="CATALOG.SCHEMA.NAME")
-    create.add_argument("--description")
+    create.add_argument("full_name", metavar="CATALOG.SCHEMA.NAME", help="the new store's full name")
+    create.add_argument("--description", help="what the store remembers (at most 4,096 characters)")
     shown = leaf(stores, "show", stores_show, "one memory store")
-    shown.add_argument("full_name", metavar="CATALOG.SCHEMA.NAME")
+    shown.add_argument("full_name", metavar="CATALOG.SCHEMA.NAME", help="the store's full name")
 
     grants = commands.add_parser("grants", help="who may do what").add_subparsers(
         dest="grants_command", required=True
@@ -582,15 +582,15 @@ def add_commands(
     group_commands = groups.add_subparsers(dest="groups_command", required=True)
     leaf(group_commands, "list", groups_list, "the groups (all of them for the admin; yours otherwise)")
     shown = leaf(group_commands, "show", groups_show, "one group and its members")
-    shown.add_argument("name", metavar="NAME")
+    shown.add_argument("name", metavar="NAME", help="the group's name")
     create = leaf(group_commands, "create", groups_create, "create a group")
-    create.add_argument("name", metavar="NAME")
+    create.add_argument("name", metavar="NAME", help="the new group's name")
     create.add_argument(
         "--member", dest="members", action="append", help="a principal (or a group id); repeat it"
     )
     for verb, text in (("add", "add members to a group"), ("remove", "remove members from a group")):
         change = leaf(group_commands, verb, groups_change, text)
-        change.add_argument("name", metavar="NAME")
+        change.add_argument("name", metavar="NAME", help="the group's name")
         change.add_argument("members", metavar="MEMBER", nargs="+", help="principals (or group ids)")
 
     entries = commands.add_parser("entries", help="the entries of a memory store").add_subparsers(
@@ -603,19 +603,19 @@ def add_commands(
 
     listed = leaf(entries, "list", entries_list, "the entries of a scope, in path order")
     store_and_scope(listed)
-    listed.add_argument("--path-prefix")
+    listed.add_argument("--path-prefix", help="only the entries whose path starts with this")
     listed.add_argument(
         "--filter", type=json_object, help='metadata to match: a JSON object, e.g. {"topic": "food"}'
     )
     listed.add_argument("--limit", type=int, default=0, help="at most this many (default: all)")
     got = leaf(entries, "get", entries_get, "one entry with its contents")
     store_and_scope(got)
-    got.add_argument("path", metavar="PATH")
+    got.add_argument("path", metavar="PATH", help="the entry's path, e.g. /memories/preferences.md")
     put = leaf(entries, "put", entries_put, "write an entry")
     store_and_scope(put)
-    put.add_argument("path", metavar="PATH")
+    put.add_argument("path", metavar="PATH", help="the entry's path, e.g. /memories/preferences.md")
     put.add_argument("--contents", required=True, help="the text ('-': read it from stdin)")
-    put.add_argument("--description")
+    put.add_argument("--description", help="one line that says what the entry is")
     put.add_argument(
         "--mode",
         type=str.upper,
@@ -626,23 +626,27 @@ def add_commands(
     put.add_argument("--metadata", type=json_object, help='a JSON object, e.g. {"topic": "food"}')
     deleted = leaf(entries, "delete", entries_delete, "delete an entry")
     store_and_scope(deleted)
-    deleted.add_argument("path", metavar="PATH")
+    deleted.add_argument("path", metavar="PATH", help="the entry's path")
     searched = leaf(entries, "search", entries_search, "the entries that best answer a query")
     store_and_scope(searched)
-    searched.add_argument("query", metavar="QUERY")
-    searched.add_argument("--top-k", type=int)
-    searched.add_argument("--mode", choices=("hybrid", "keyword", "semantic"))
+    searched.add_argument("query", metavar="QUERY", help="what to look for, in words")
+    searched.add_argument("--top-k", type=int, help="at most this many hits (1-100; default 10)")
+    searched.add_argument(
+        "--mode", choices=("hybrid", "keyword", "semantic"), help="how to rank (default hybrid)"
+    )
     searched.add_argument("--min-score", type=float, help="0-1; 0.5 keeps what is relevant")
-    searched.add_argument("--path-prefix")
+    searched.add_argument("--path-prefix", help="only the entries whose path starts with this")
     searched.add_argument(
         "--filter", type=json_object, help='metadata to match: a JSON object, e.g. {"topic": "food"}'
     )
 
     events = leaf(audit_commands, "events", audit_events, "audit events, newest first")
-    events.add_argument("--principal")
+    events.add_argument("--principal", help="only the events of this principal")
     events.add_argument("--action", help="an action name, e.g. permissions.update or entries.write")
     events.add_argument("--securable", help="events on this object (a full name)")
-    events.add_argument("--decision", choices=("allow", "deny", "unauthenticated"))
+    events.add_argument(
+        "--decision", choices=("allow", "deny", "unauthenticated"), help="only the events so decided"
+    )
     events.add_argument(
         "--since", type=parse_time, help="30m, 2h, 7d (ago), an ISO date or time, or epoch ms"
     )

@@ -224,15 +224,18 @@ class Runtime:
 
             steps.append(("embedded postgres", stop_embedded))
         failed = []
+        phases: dict[str, float] = {}  # seconds each step took, for the "stopped" line
         for name, step in steps:
             if step is None:
                 continue
+            mark = time.monotonic()
             try:
                 await step()
             except Exception:
                 failed.append(name)
                 log.exception("stopping %s failed", name, extra={"step": name})
-        extra: dict[str, object] = {"seconds": round(time.monotonic() - began, 2)}
+            phases[f"{name.replace(' ', '_')}_s"] = round(time.monotonic() - mark, 2)
+        extra: dict[str, object] = {"seconds": round(time.monotonic() - began, 2), **phases}
         if failed:
             extra["failed"] = failed
         log.info("stopped", extra=extra)

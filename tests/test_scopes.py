@@ -65,6 +65,16 @@ def test_end_user_binding_refuses_other_scopes_with_a_reason(client, token):
         )
         assert r.status_code == 403, scope
         assert "binds scopes to the end user" in r.json()["message"]
+        # the audit log records a denial (the privilege was held, the binding refused), and the
+        # reason names no scope
+        events = client.get(f"{UC}/system/audit", headers=token(), params={"page_size": 20}).json()
+        event = next(e for e in events["events"] if e["request_id"] == r.headers["x-request-id"])
+        assert (event["decision"], event["status_code"], event["privilege"]) == (
+            "deny",
+            403,
+            "WRITE_MEMORY_STORE",
+        )
+        assert scope not in event["reason"]
     # reads are bound too: get, list, search
     r = client.get(
         f"{STORE}/entries:get", headers=as_app(token, "bob"), params={"scope": "alice", "path": "/note.md"}

@@ -411,11 +411,16 @@ def request_event(
     error_code = state.get("error_code") if status >= 400 else None
     if audit.outcome is not None and status < 400:
         status, error_code = audit.outcome
-    decision = audit.decision
+    decision, reason = audit.decision, audit.reason
     if status == 401:
         decision = "unauthenticated"
     elif decision is None:
         decision = "deny" if status == 403 else "allow"
+    elif status == 403 and decision == "allow":
+        # the privilege was held, but a rule of the store refused the request after it (scope
+        # binding, a shared scope not offered): the request was denied, and auditors who look for
+        # denials find it (the reason names no scope: it would need pseudonymizing)
+        decision, reason = "deny", f"refused after the privilege check ({error_code or 'PERMISSION_DENIED'})"
     headers = dict(scope.get("headers") or [])
     client = scope.get("client")
     return {
@@ -430,7 +435,7 @@ def request_event(
         "securable_id": audit.securable_id,
         "privilege": audit.privilege,
         "decision": decision,
-        "reason": audit.reason or error_code,
+        "reason": reason or error_code,
         "status_code": status,
         "error_code": error_code,
         "request_params": {**_params(scope), **(audit.params or {})},

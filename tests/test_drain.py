@@ -349,3 +349,29 @@ def test_healthz_reports_how_far_the_index_is_behind(client, token, database_url
     }
     # the lock is gone: the index catches up and the answer is the status alone again
     assert wait_until(lambda: client.get("/healthz").json() == {"status": "ok"}, "the index to catch up")
+
+
+def test_the_drain_waits_for_a_health_checker_only_and_a_second_signal_ends_it(
+    live_server, database_url, tmp_path
+):
+    """With a drain far longer than the test's bounds: a node whose `/healthz` nobody has asked
+    stops at the first SIGTERM, and a watched one, draining, stops at the second."""
+    env = {"CATALOG_DATABASE_URL": database_url, "CATALOG_DRAIN_SECONDS": "3600"}
+    unwatched = live_server(tmp_path / "unwatched", env)
+    unwatched.process.send_signal(signal.SIGTERM)
+    assert unwatched.process.wait(WAIT) == 0, unwatched.problems()
+    unwatched.stop()
+
+    watched = live_server(tmp_path / "watched", env)
+    try:
+        assert httpx.get(f"{watched.url}/healthz", timeout=10).status_code == 200
+        watched.process.send_signal(signal.SIGTERM)
+        health = wait_until(
+            lambda: (r := httpx.get(f"{watched.url}/healthz", timeout=10)).status_code == 503 and r,
+            "/healthz to answer 503",
+        )
+        assert health.json()["status"] == "draining" and health.json()["seconds_left"] > 60
+        watched.process.send_signal(signal.SIGTERM)
+        assert watched.process.wait(WAIT) == 0, watched.problems()
+    finally:
+        watched.stop()

@@ -20,7 +20,8 @@ And the drain before a shut-down (`Drain`, `Draining`; `catalog serve` runs them
 SIGTERM or SIGINT, `/healthz` answers 503 `draining` (catalog.web.health) so that a load balancer
 takes the server out of rotation, while requests are still accepted and served, each answer
 carrying `Connection: close` so that its client reconnects (elsewhere, once the balancer has
-moved); after `CATALOG_DRAIN_SECONDS` the listening socket closes and the shut-down proper begins.
+moved); after `CATALOG_DRAIN_SECONDS` (at once when nothing has asked `/healthz`, or on a second
+signal) the listening socket closes and the shut-down proper begins (catalog.cli's server).
 """
 
 from __future__ import annotations

@@ -48,7 +48,8 @@ def _server_class() -> type:
         `/healthz`: no balancer watches), uvicorn's shut-down: the listening socket closes, idle
         connections close, requests in progress finish (for as long as a request may take), then
         the lifespan's end stops the background work (`catalog.runtime.Runtime.close`). A second
-        signal ends the drain's wait at once; a third SIGINT stops without waiting for requests.
+        signal ends the drain's wait at once; a SIGINT after that is uvicorn's forced exit, which
+        waits neither for the requests nor for the background work.
         """
 
         drain: Drain

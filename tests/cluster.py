@@ -641,9 +641,14 @@ class Cluster:
     def close(self) -> None:
         errors: list[str] = []
         running = [node for node in self.nodes if node.running()]
-        for node in running:  # SIGTERM to all at once, then wait for each
-            with contextlib.suppress(Exception):
-                node.terminate()
+        # SIGTERM to all at once, and a second one that ends the drain's wait (nothing is in
+        # flight at the end), then wait for each
+        for second in (False, True):
+            if second:
+                time.sleep(0.3)
+            for node in running:
+                with contextlib.suppress(Exception):
+                    node.terminate()
         for node in running:
             try:
                 code = node.wait()

@@ -32,6 +32,7 @@ from cluster import DRAIN_SECONDS, REPO, UC, Cluster, Node, haproxy_binary, wait
 pytestmark = pytest.mark.skipif(haproxy_binary() is None, reason="haproxy is not installed")
 
 WRITERS = 4
+PAUSE = 0.05  # seconds between two writes of a writer: load, without starving the nodes' start
 
 
 @pytest.fixture(scope="module")
@@ -325,10 +326,11 @@ class Writers:
     """WRITERS threads writing distinct entries through HAProxy until stopped; what was
     acknowledged (200) is kept, with every other outcome and when it happened."""
 
-    def __init__(self, c: Cluster, store: str, count: int = WRITERS) -> None:
+    def __init__(self, c: Cluster, store: str, count: int = WRITERS, pause: float = PAUSE) -> None:
         self.url = c.url
         self.headers = headers(c)
         self.store = store
+        self.pause = pause
         self.acked: list[tuple[str, str, str]] = []  # scope, path, contents
         self.failures: list[tuple[float, str]] = []  # when, what
         self.statuses: Counter[str] = Counter()
@@ -369,8 +371,7 @@ class Writers:
                         self.acked.append((scope, path, contents))
                     else:
                         self.failures.append((time.monotonic(), outcome))
-                if outcome != "200":
-                    time.sleep(0.05)
+                time.sleep(self.pause)
                 i += 1
 
     def count(self) -> int:
@@ -457,7 +458,7 @@ def test_a_node_whose_index_is_behind_says_so_in_healthz_and_stays_in_rotation(c
     reader = Api(cluster, lagging.url, store)
     scope, word = unique("u"), unique("zq")
     try:
-        assert lagging.health().json() == {"status": "ok"}
+        assert lagging.health().json()["status"] == "ok"
         lagging.limit_file_size(0)  # its index cannot grow a file: as a full disk
         for i in range(5):
             assert writer.write(scope, f"/n{i}.md", f"{word} note {i}").status_code == 200
@@ -465,30 +466,22 @@ def test_a_node_whose_index_is_behind_says_so_in_healthz_and_stays_in_rotation(c
 
         def behind() -> dict[str, Any] | None:
             body = lagging.health().json()
-            return body if body.get("status") == "degraded" and index_behind(body) >= 5 else None
+            return body if body.get("index", {}).get("behind", 0) >= 5 else None
 
         body = wait_until(behind, 30, f"{lagging.name}'s /healthz to report its index behind")
+        assert body["index"]["latest"] - body["index"]["watermark"] >= 5, body
+        assert body["status"] == "degraded", body  # its indexer fails: a reason of its own
         assert lagging.health().status_code == 200, body  # degraded, not out of service
         assert cluster.haproxy.states()[lagging.name] == "UP"  # type: ignore[union-attr]
         # the other nodes are unaffected
         for node in cluster.nodes[:2]:
-            assert node.health().json() == {"status": "ok"}, node.name
+            assert node.health().json()["status"] == "ok", node.name
         lagging.limit_file_size(None)  # space again: it catches up by itself
         wait_until(lambda: lagging.health().json() == {"status": "ok"}, 30, f"{lagging.name} to catch up")
         assert sorted(reader.search(scope, word, "keyword")) == [f"/n{i}.md" for i in range(5)]
     finally:
         writer.close()
         reader.close()
-
-
-def index_behind(body: dict[str, Any]) -> int:
-    """How many changes the node's full-text index has not applied, as /healthz tells."""
-    index = body.get("index")
-    if isinstance(index, dict):
-        for key in ("behind", "lag", "behind_changes"):
-            if isinstance(index.get(key), int):
-                return int(index[key])
-    return int(body.get("index_lag_changes") or 0)
 
 
 def test_primary_failover_loses_no_acknowledged_write_and_writes_resume() -> None:
@@ -509,7 +502,9 @@ def test_primary_failover_loses_no_acknowledged_write_and_writes_resume() -> Non
         assert kinds <= {"503 TEMPORARILY_UNAVAILABLE", "503 not JSON", "502 not JSON"}, writers.statuses
         for node in c.nodes:
             assert not unreadable(c, node, store, writers.acked), node.name
-            assert node.health().json() == {"status": "ok"}, node.name
+            # (its index may still count a lost transaction's sequence number as a gap, for up
+            # to 30 s: `index.behind`, not a failure)
+            assert node.health().json()["status"] == "ok", node.name
             api = Api(c, node.url, store)
             assert api.write("after", f"/{node.name}.md", "written after the failover").status_code == 200
             api.close()

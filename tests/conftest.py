@@ -202,7 +202,10 @@ class LiveServer:
         self.data_dir = data_dir
         self.port = free_port()
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
-        self.env = {**inherited, "CATALOG_DATA_DIR": str(data_dir), **(env or {})}
+        # no drain before a stop (a test that checks the drain sets it): a test that asked
+        # /healthz would otherwise wait CATALOG_DRAIN_SECONDS at each stop
+        own = {"CATALOG_DATA_DIR": str(data_dir), "CATALOG_DRAIN_SECONDS": "0"}
+        self.env = {**inherited, **own, **(env or {})}
         data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = data_dir / "server.log"
         self._log = self.log_path.open("a")

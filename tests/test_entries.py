@@ -111,6 +111,14 @@ def test_overwrite_and_append(client, token):
     assert (
         again.json()["contents"] == "second\nline two" and again.json()["etag"] == "3"
     )  # a retry changes nothing
+    # lines already there with a new description: the description changes, the lines stay once
+    body = {"path": "/w.md", "contents": "line two", "write_mode": "APPEND", "description": "notes"}
+    described = post(client, token, "u-wm", body).json()
+    assert (described["contents"], described["description"], described["etag"]) == (
+        "second\nline two",
+        "notes",
+        "4",
+    )
     r = post(client, token, "u-wm", {"path": "/new.md", "contents": "created", "write_mode": "APPEND"})
     assert r.json()["contents"] == "created" and r.json()["etag"] == "1"
 

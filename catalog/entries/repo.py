@@ -149,12 +149,16 @@ async def upsert_append(
     conn: Conn, key: Key, fields: Fields, by: str, *, dedupe: bool = True
 ) -> EntryRow | None:
     """Add the text as new lines at the end, unless exactly those lines are already there (so a
-    retried append changes nothing and keeps the version: None). `dedupe=False` always appends
+    retried append changes nothing and keeps the version: None; with a new description or
+    metadata, only those change). `dedupe=False` always appends
     (for a caller who may not read the entry: whether it changed must not tell what it holds)."""
     return _row(
         await conn.fetchrow(
             _INSERT + " ON CONFLICT (store_id, scope, session_id, path) DO UPDATE SET "
             "contents = CASE WHEN entries.contents IS NULL OR entries.contents = '' THEN EXCLUDED.contents "
+            # the lines are there already and only the description or metadata changes: not again
+            "  WHEN $12 AND strpos(chr(10) || entries.contents || chr(10), "
+            "             chr(10) || rtrim(EXCLUDED.contents, chr(10)) || chr(10)) > 0 THEN entries.contents "
             "  WHEN entries.contents LIKE '%' || chr(10) THEN entries.contents || EXCLUDED.contents "
             "  ELSE entries.contents || chr(10) || EXCLUDED.contents END, "
             "description = coalesce(EXCLUDED.description, entries.description), "

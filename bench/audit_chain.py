@@ -1,0 +1,188 @@
+"""The audit chain's ceiling: how many audit events per second one PostgreSQL appends to the one
+global hash chain, against what the same PostgreSQL writes of the same rows with no chain.
+
+Every audited request appends its event through `audit_append()` (migration 0009), which takes the
+chain's advisory lock, reads the head, numbers and hashes the events and inserts them; the lock is
+held until the transaction ends. The server gathers the events of concurrent requests into one
+call (a batch) and lets the lock go before the WAL flush (a commit with synchronous_commit off,
+then a synchronous flush marker: `catalog.audit.log.repo.append`). This benchmark drives that
+statement directly, from C connections (as C server processes or nodes would), in batches of B
+events, for each way of committing:
+
+- `chain, as shipped`: append + COMMIT with synchronous_commit off, then the flush marker (the
+  lock is held while PostgreSQL works, not while the disk flushes);
+- `chain, lock held to the flush`: append + COMMIT with synchronous_commit on (where a database
+  refuses the flush marker);
+- `no chain`: the same rows inserted into a copy of the table with no lock and no hashing,
+  committed synchronously: what the database would take of these rows without a chain.
+
+The lock's hold time is the time of one append + COMMIT message with synchronous_commit off on one
+connection (an upper bound: it includes the round trip). `audit verify` is run at the end, over
+every event appended, and must pass.
+
+Run: .venv/bin/python bench/audit_chain.py [--seconds S] [--concurrency 1,8,32] [--batch 1,16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import asyncpg
+
+from bench.live import REPO, BenchServer
+from catalog.audit.log import repo
+from catalog.audit.log.chain import canonical_parts, plain_body
+
+
+def event(n: int) -> dict[str, object]:
+    """An event like an entries.write request's."""
+    return {
+        "event_id": str(uuid.uuid4()),
+        "event_time": datetime.now(UTC),
+        "request_id": str(uuid.uuid4()),
+        "principal": f"app-{n % 7}",
+        "on_behalf_of": f"user-{n % 100}",
+        "source_ip": "10.0.0.7",
+        "user_agent": "bench/1",
+        "service_name": "memory-catalog",
+        "action_name": "entries.write",
+        "securable_type": "memory_store",
+        "securable_full_name": "main.default.bench",
+        "securable_id": "6b1d1f34-1111-4c3e-9d7e-2a1b7c9e0f00",
+        "privilege": "WRITE_MEMORY_STORE",
+        "decision": "allow",
+        "reason": None,
+        "status_code": 200,
+        "error_code": None,
+        "request_params": {"scope": "p:0123456789abcdef", "path": "/memories/x.md", "mode": "OVERWRITE"},
+        "result_count": 1,
+        "policy_revision": 3,
+    }
+
+
+def batch(size: int) -> tuple[list[dict[str, object]], list[bytes], list[bytes]]:
+    rows = [plain_body(event(n)) for n in range(size)]
+    parts = [canonical_parts(row) for row in rows]
+    return rows, [head for head, _ in parts], [tail for _, tail in parts]
+
+
+async def chain_append(conn: asyncpg.Connection, size: int, early_unlock: bool) -> None:
+    rows, heads, tails = batch(size)
+    await repo.begin(conn)
+    await repo.append(conn, rows, heads, tails, commit=True, early_unlock=early_unlock)
+
+
+async def plain_insert(conn: asyncpg.Connection, size: int) -> None:
+    rows, _, _ = batch(size)
+    await conn.execute(
+        "INSERT INTO bench_audit_plain SELECT * FROM jsonb_populate_recordset(NULL::bench_audit_plain, $1)",
+        json.dumps(rows),
+    )
+
+
+async def run(url: str, mode: str, concurrency: int, size: int, seconds: float) -> float:
+    """Events per second."""
+    conns = [await asyncpg.connect(url) for _ in range(concurrency)]
+    done = 0
+    deadline = time.monotonic() + seconds
+
+    async def worker(conn: asyncpg.Connection) -> None:
+        nonlocal done
+        while time.monotonic() < deadline:
+            if mode == "no chain":
+                await plain_insert(conn, size)
+            else:
+                await chain_append(conn, size, early_unlock=mode == "chain, as shipped")
+            done += size
+
+    start = time.monotonic()
+    await asyncio.gather(*(worker(c) for c in conns))
+    elapsed = time.monotonic() - start
+    for conn in conns:
+        await conn.close()
+    return done / elapsed
+
+
+async def hold_time(url: str, size: int, n: int = 300) -> float:
+    """Milliseconds of one append + COMMIT message with synchronous_commit off (the lock's hold
+    time and a round trip), median of n."""
+    conn = await asyncpg.connect(url)
+    times = []
+    for _ in range(n):
+        rows, heads, tails = batch(size)
+        sql = (
+            "SET LOCAL synchronous_commit = off; SELECT audit_append("
+            f"convert_from(decode('{json.dumps(rows).encode().hex()}', 'hex'), 'UTF8')::jsonb, "
+            f"ARRAY[{', '.join(repo._hex(h) for h in heads)}], "
+            f"ARRAY[{', '.join(repo._hex(t) for t in tails)}]); COMMIT"
+        )
+        await conn.execute("BEGIN")
+        start = time.perf_counter()
+        await conn.execute(sql)
+        times.append((time.perf_counter() - start) * 1000)
+    await conn.close()
+    return statistics.median(times)
+
+
+async def main(args: argparse.Namespace) -> None:
+    server = BenchServer()
+    try:
+        url = server.db_url()
+        admin = await asyncpg.connect(url)
+        await admin.execute("DROP TABLE IF EXISTS bench_audit_plain")
+        await admin.execute(
+            "CREATE TABLE bench_audit_plain AS SELECT event_id, event_time, request_id, principal, "
+            "on_behalf_of, source_ip, user_agent, service_name, action_name, securable_type, "
+            "securable_full_name, securable_id, privilege, decision, reason, status_code, error_code, "
+            "request_params, result_count, policy_revision FROM audit_events WITH NO DATA"
+        )
+        concurrency = [int(c) for c in args.concurrency.split(",")]
+        sizes = [int(b) for b in args.batch.split(",")]
+        modes = ["chain, as shipped", "chain, lock held to the flush", "no chain"]
+        print(f"audit events per second ({args.seconds:g} s a cell; C connections, B events a batch)")
+        print()
+        header = " | ".join(f"C={c} B={b}" for b in sizes for c in concurrency)
+        print(f"| way of committing | {header} |")
+        print("|---|" + "---:|" * (len(sizes) * len(concurrency)))
+        for mode in modes:
+            cells = []
+            for size in sizes:
+                for c in concurrency:
+                    cells.append(f"{await run(url, mode, c, size, args.seconds):,.0f}")
+            print(f"| {mode} | " + " | ".join(cells) + " |", flush=True)
+        print()
+        for size in sizes:
+            held = await hold_time(url, size)
+            print(f"lock hold per append of {size} event(s) (median, one connection): {held:.2f} ms")
+        verified = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "catalog", "audit", "verify"],
+            env=server.env,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        print(f"catalog audit verify: {verified.stdout.strip() or verified.stderr.strip()}")
+        await admin.execute("DROP TABLE bench_audit_plain")
+        await admin.close()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--batch", default="1,16")
+    asyncio.run(main(parser.parse_args()))

@@ -43,7 +43,7 @@ test: $(VENV)/.installed-dev ## ruff, mypy and the import layers, then the whole
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-BENCHES := authz locomo peer search request_floor audit audit_chain embedder_memory conversations sessions responses erasure history
+BENCHES := authz locomo peer search request_floor audit audit_chain embedder_memory conversations sessions responses erasure history cluster
 
 # inside `make bench` the soak runs 30 s after a 10 s warm-up (a smoke check); `make soak` runs it in full
 SOAK_SHORT := --duration 30 --warmup 10

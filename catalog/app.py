@@ -21,6 +21,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 from catalog import __version__
 from catalog.audit.auditors.routes import router as audit_router
 from catalog.auth import AUTH_EXEMPT_PATHS, AuthParts, JWTAuthMiddleware, install_auth
+from catalog.backup.routes import router as backup_router
 from catalog.console import CONSOLE_PATHS, console_error
 from catalog.console import router as console_router
 from catalog.context import Context
@@ -98,6 +99,7 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             namespace.router,
             namespace.store_router,
             entries_router,
+            backup_router,
             permissions_router,
             groups_router,
             principals_router,

@@ -131,6 +131,16 @@ class Settings:
         default=16 * 1024 * 1024,
         metadata=about(None, "the largest body of an MCP request, in bytes (16 MiB)"),
     )
+    # A store's archive (catalog/backup) is held in memory while it is checked and imported.
+    import_max_body_bytes: int = field(
+        default=256 * 1024 * 1024,
+        metadata=about(
+            "CATALOG_IMPORT_MAX_BYTES",
+            "the largest archive `catalog import` may send (the body of `POST "
+            ".../memory-stores/{name}/import`), in bytes (256 MiB; the server holds it in memory while "
+            "it imports it); larger is 413 `PAYLOAD_TOO_LARGE`",
+        ),
+    )
     page_default: int = field(
         default=100, metadata=about(None, "the items of a list page when the request names no size (or 0)")
     )
@@ -368,6 +378,7 @@ class Settings:
             ("CATALOG_LLM_MAX_RETRIES", self.llm_max_retries),
             ("CATALOG_LLM_REQUEST_TIMEOUT", self.llm_request_timeout),
             ("CATALOG_SCOPE_INDEX_MIN", self.scope_index_min),
+            ("CATALOG_IMPORT_MAX_BYTES", self.import_max_body_bytes),
         ):
             if value < 0:
                 raise SettingsError(f"{name} must not be negative (0 turns the limit off)")

@@ -288,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     reindex.add_argument(
         "--embeddings",
         action="store_true",
-        help="recompute every entry's vector too (after changing the model)",
+        help="re-embed the rows whose vector another model made too (after changing the model)",
     )
     reindex.set_defaults(run=cmd_reindex)
 

@@ -3,7 +3,9 @@
 - for each corpus (entries, transcripts), every full-text index slot of the data dir that no
   running server holds is rebuilt (a slot a server holds is skipped and named: that server keeps
   it current itself);
-- rows whose vector is missing or stale are embedded, every row with `--embeddings`;
+- rows whose vector is missing or stale are embedded; with `--embeddings`, also every row whose
+  vector another model made (each row keeps the id of the model that made its vector; a row
+  embedded before that was kept counts as another model's): the rows this model made are kept;
 - the HNSW indexes are rebuilt (REINDEX).
 Progress goes to stderr, a summary to stdout.
 """
@@ -76,11 +78,13 @@ async def _reindex(settings: Settings, pool: asyncpg.Pool, recompute_embeddings:
             rebuilt += 1
 
     encoder = await asyncio.to_thread(load_encoder, settings)
-    engine = SearchEngine.create(pool, Embedder(encoder), settings.index_dir)
+    embedder = Embedder(encoder)
+    engine = SearchEngine.create(pool, embedder, settings.index_dir)
     embedded: list[str] = []
     for corpus in CORPORA:
         if recompute_embeddings:
-            await repo.forget_embeddings(pool, corpus)
+            foreign = await repo.forget_embeddings(pool, corpus, keep=embedder.model_id)
+            _say(f"embeddings of {corpus.name}: {foreign} not made by {embedder.model_id} (or missing)")
         total = await repo.count_unembedded(pool, corpus)
         started = time.perf_counter()
         done = 0

@@ -133,6 +133,27 @@ ACTIONS: dict[str, Action] = {
         _a("memory_store.get", _S.MEMORY_STORE, (_P.READ_MEMORY_STORE,), "read a memory store's metadata"),
         _a("memory_store.update", _S.MEMORY_STORE, (_P.MANAGE,), "update a memory store or its owner"),
         _a("memory_store.delete", _S.MEMORY_STORE, (_P.MANAGE,), "delete a memory store"),
+        # backup and restore (catalog/backup): the whole store, every scope, grants included
+        _a(
+            "memory_store.export",
+            _S.MEMORY_STORE,
+            (_P.MANAGE,),
+            "export a memory store (or a session store) as an archive; reading what it holds also "
+            "needs `entries.read` (`sessions.read` for a session store), without its scope binding",
+        ),
+        _a(
+            "memory_store.import",
+            _S.MEMORY_STORE,
+            (_P.MANAGE,),
+            "import an archive into an existing memory store that holds nothing",
+        ),
+        _a(
+            "memory_store.import_new",
+            _S.SCHEMA,
+            (_P.CREATE_MEMORY_STORE,),
+            "import an archive as a new memory store of the schema (the store is created by the import)",
+            inside=True,
+        ),
         _a(
             "entries.read",
             _S.MEMORY_STORE,

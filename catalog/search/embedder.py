@@ -94,6 +94,8 @@ class OnnxEncoder:
                 raise ModelError(f"model file {path} does not exist")
             if expected is not None and sha256_of(path) != expected:
                 raise ModelError(f"{path} does not have the expected sha256 {expected}")
+        # which model makes the vectors (kept with each one: catalog reindex, catalog/backup)
+        self.model_id = f"sha256:{files.model_sha256 or sha256_of(files.model)}"
         self.tokenizer = Tokenizer.from_file(str(files.tokenizer))
         self.tokenizer.no_padding()  # each run is padded here, to its own longest text
         self.tokenizer.enable_truncation(max_length=MAX_TOKENS)
@@ -174,6 +176,7 @@ class HashEncoder:
 
     def __init__(self, dimensions: int = DIMENSIONS) -> None:
         self.dimensions = dimensions
+        self.model_id = f"hash:{dimensions}"
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
@@ -203,6 +206,10 @@ class Embedder:
     ) -> None:
         self.encoder = encoder
         self.dimensions = encoder.dimensions
+        # the id kept with each vector it makes (an encoder without one: its class and dimensions)
+        self.model_id: str = (
+            getattr(encoder, "model_id", None) or f"{type(encoder).__name__}:{self.dimensions}"
+        )
         self.max_batch = max_batch
         self.background_batch = background_batch
         self.max_wait = max_wait

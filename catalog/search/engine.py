@@ -292,9 +292,8 @@ class SearchEngine:
                 vectors = await self.embedder.embed(texts, background=True)
                 if len(vectors) != len(rows):
                     raise RuntimeError(f"the model gave {len(vectors)} vectors for {len(rows)} texts")
-                await repo.set_embeddings(
-                    conn, [(r["id"], r["version"], v) for r, v in zip(rows, vectors, strict=True)], corpus
-                )
+                made = [(r["id"], r["version"], v) for r, v in zip(rows, vectors, strict=True)]
+                await repo.set_embeddings(conn, made, corpus, self.embedder.model_id)
             finally:
                 # the rows left stale (changed meanwhile, or the model failed) are free again; if
                 # this process dies first, they are free once its session is gone

@@ -206,14 +206,18 @@ Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
 async def set_embeddings(
-    conn: Conn, rows: Sequence[tuple[str, int, np.ndarray]], corpus: Corpus = ENTRIES
+    conn: Conn,
+    rows: Sequence[tuple[str, int, np.ndarray]],
+    corpus: Corpus = ENTRIES,
+    model: str | None = None,
 ) -> None:
-    """Store each vector if its row is still at the version it was computed from (else the row
-    stays stale, for the next pass), releasing its claim."""
+    """Store each vector, and the id of the `model` that made it, if its row is still at the
+    version it was computed from (else the row stays stale, for the next pass), releasing its
+    claim."""
     await conn.executemany(
-        f"UPDATE {corpus.table} SET embedding = $3, embedded_version = version, embedding_claim = NULL "
-        "WHERE id = $1 AND version = $2",
-        rows,
+        f"UPDATE {corpus.table} SET embedding = $3, embedded_version = version, embedding_claim = NULL, "
+        "embedding_model = $4 WHERE id = $1 AND version = $2",
+        [(*row, model) for row in rows],
     )
 
 
@@ -225,13 +229,18 @@ async def count_unembedded(conn: Conn, corpus: Corpus = ENTRIES) -> int:
     )
 
 
-async def forget_embeddings(conn: Conn, corpus: Corpus = ENTRIES) -> None:
-    """Mark every vector stale (they are recomputed by the backfill or `catalog reindex`), and
-    wake the running servers' embedding workers as a change does (catalog.search.passes)."""
-    await conn.execute(
-        f"WITH stale AS (UPDATE {corpus.table} SET embedded_version = NULL) "
-        "SELECT pg_notify('catalog_changes', $1)",
-        corpus.changes,
+async def forget_embeddings(conn: Conn, corpus: Corpus = ENTRIES, keep: str | None = None) -> int:
+    """Mark stale every vector that model `keep` did not make, and every row without one (None:
+    every vector), to be recomputed by the backfill or `catalog reindex`; wake the running
+    servers' embedding workers as a change does (catalog.search.passes). How many rows."""
+    return int(
+        await conn.fetchval(
+            f"WITH stale AS (UPDATE {corpus.table} SET embedded_version = NULL "
+            "WHERE $2::text IS NULL OR embedding IS NULL OR embedding_model IS DISTINCT FROM $2 "
+            "RETURNING 1) SELECT (SELECT count(*) FROM stale), pg_notify('catalog_changes', $1)",
+            corpus.changes,
+            keep,
+        )
     )
 
 

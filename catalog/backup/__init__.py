@@ -1,0 +1,1 @@
+"""Backup and restore of one store: its portable archive (export) and its restore (import)."""

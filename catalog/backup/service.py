@@ -1,0 +1,703 @@
+"""Backup and restore of one store: an export writes it as a portable archive (JSON lines, see
+`catalog.backup.schemas`), an import restores an archive into an empty store.
+
+Rules:
+- an export needs MANAGE on the store (`memory_store.export`) and READ on it (`entries.read`, or
+  `sessions.read` for a session store), and reads every scope, whatever the store's scope binding
+  (who manages a store may set its binding anyway); it reads one snapshot of the store (REPEATABLE
+  READ), so the archive is the store at one instant. `scope` limits it to one scope's entries,
+  history, conversations, sessions and lineage (the definition and grants come whole);
+- the last line is a manifest: the count of every kind of line and the sha256 of every line
+  before it, so an archive cut short or altered is refused whole;
+- an import goes into the store named by the route: an existing store that holds nothing
+  (`memory_store.import`: MANAGE on it) or a new one, which the import creates
+  (`memory_store.import_new`: CREATE_MEMORY_STORE on the schema). The store takes the archive's
+  definition (description, properties, owner, scope binding, shared scopes, default TTL, legal
+  hold), grants, entries with their ids renewed, versions, times and authors, history, vectors,
+  conversations, sessions, transcript vectors and lineage edges, in one transaction with the
+  request's audit event: all of it or nothing;
+- a vector is kept when the importing server's embedding model made it (each archived vector
+  names its model); every other row is embedded anew by the embedding worker (`reembedded`);
+- an archive that is empty, cut short, altered, of another version, malformed (a line that breaks
+  the rules of its kind, out of order, or the rules of the tables), or aimed at a store that
+  holds something is 400 INVALID_PARAMETER_VALUE naming what is wrong, and nothing changes;
+- a conversation id is unique on a server: one that is taken (the archive is imported beside the
+  store it came from) is replaced by a new one, everywhere the archive names it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import asyncpg
+import msgspec
+import numpy as np
+
+from catalog import __version__
+from catalog.audit.log import audited, note_params, note_result
+from catalog.auth import Principal
+from catalog.backup import repo
+from catalog.backup.schemas import (
+    FORMAT,
+    ORDER,
+    VERSION,
+    AnyLine,
+    Conversation,
+    ConversationItem,
+    Entry,
+    EntryVersion,
+    Grant,
+    Header,
+    ImportResult,
+    Line,
+    Lineage,
+    Manifest,
+    Origin,
+    Session,
+    SessionItem,
+    Store,
+    Transcript,
+)
+from catalog.context import Context
+from catalog.dialects.conversations.items import new_conversation_id
+from catalog.errors import InvalidParameter
+from catalog.governance import Securable, SecurableType
+from catalog.governance.actions import GRANTABLE
+from catalog.governance.namespace import repo as namespace
+from catalog.governance.namespace.schemas import (
+    MAX_COMMENT,
+    MAX_PROPERTIES,
+    MAX_PROPERTY_KEY,
+    MAX_PROPERTY_VALUE,
+)
+from catalog.search.embedder import DIMENSIONS
+from catalog.wire.entry_keys import validate_path, validate_scope, validate_session
+from catalog.wire.inputs import MAX_PRINCIPAL, blank, within
+from catalog.wire.metadata import validate as validate_metadata
+from catalog.wire.names import split_full_name
+
+STORE = SecurableType.MEMORY_STORE
+CHUNK = 64 * 1024  # bytes of lines an export sends at once
+KINDS = ORDER[1:-1]  # what the manifest counts
+L = TypeVar("L", bound=Line)
+
+
+class ArchiveError(InvalidParameter):
+    """The archive cannot be imported: 400 naming what is wrong (the field is `archive`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "archive")
+
+
+def _model(ctx: Context) -> str:
+    """The id of the embedding model this server's vectors are made by."""
+    assert ctx.search is not None, "backup needs the search engine (its embedding model)"
+    return ctx.search.embedder.model_id
+
+
+def _vector_text(vector: Any) -> str:
+    """A vector as read (pgvector's `Vector`, or an array) as an archive writes it."""
+    values = vector.to_numpy() if hasattr(vector, "to_numpy") else vector
+    return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode()
+
+
+def _vector(text: str, where: str) -> np.ndarray:
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ArchiveError(f"{where}: embedding is not base64") from None
+    if len(raw) != DIMENSIONS * 4:
+        raise ArchiveError(f"{where}: embedding holds {len(raw) // 4} numbers, not {DIMENSIONS}")
+    vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    if not np.isfinite(vector).all():
+        raise ArchiveError(f"{where}: embedding holds a number that is not finite")
+    return vector
+
+
+# --- export ---------------------------------------------------------------------------------------
+
+
+async def export(
+    ctx: Context, principal: Principal, full_name: str, scope: str | None
+) -> AsyncIterator[bytes]:
+    """Authorize the export of the store (a memory or a session store), then its archive's bytes,
+    a few lines at a time, read from one snapshot."""
+    parts = split_full_name(full_name, 3)
+    scope = None if scope is None else validate_scope(scope)
+    store = await ctx.access.resolve(principal, "memory_store.export", STORE, parts, store_kind=None)
+    kind = await repo.store_kind(ctx.pool, store.node.id)
+    await ctx.access.ensure(principal, "sessions.read" if kind == "session" else "entries.read", store)
+    return _archive(ctx.pool, store, scope, _model(ctx))
+
+
+def _export_line(kind: str, row: asyncpg.Record) -> Line:
+    values = dict(row)
+    if kind == "grant":
+        return Grant(**values)
+    if kind == "entry":
+        vector = values.pop("embedding")
+        return Entry(**values, embedding=None if vector is None else _vector_text(vector))
+    if kind == "entry_version":
+        return EntryVersion(**values)
+    if kind == "conversation":
+        return Conversation(**values)
+    if kind == "conversation_item":
+        return ConversationItem(**values)
+    if kind == "session":
+        return Session(**values)
+    if kind == "session_item":
+        return SessionItem(**values)
+    if kind == "transcript":
+        return Transcript(**{**values, "embedding": _vector_text(values["embedding"])})
+    if kind == "lineage":
+        return Lineage(**values)
+    if kind == "origin":
+        return Origin(**{**values, "source_item_ids": list(values["source_item_ids"])})
+    raise AssertionError(f"no archive line of kind {kind}")
+
+
+async def _archive(
+    pool: asyncpg.Pool, store: Securable, scope: str | None, model: str
+) -> AsyncIterator[bytes]:
+    encoder = msgspec.json.Encoder()
+    digest = hashlib.sha256()
+    counts = dict.fromkeys(KINDS, 0)
+    lines = 0
+    out = bytearray()
+
+    def add(line: Line) -> None:
+        nonlocal lines
+        data = encoder.encode(line) + b"\n"
+        digest.update(data)
+        out.extend(data)
+        lines += 1
+
+    async with repo.snapshot(pool) as conn:
+        row = await repo.store(conn, store.node.id)
+        if row is None:
+            return  # deleted since it was authorized: the archive ends without its manifest
+        add(
+            Header(
+                format=FORMAT,
+                version=VERSION,
+                server_version=__version__,
+                embedding_model=model,
+                memory_store=store.full_name,
+                scope=scope,
+                exported_at=datetime.now(UTC),
+            )
+        )
+        values = dict(row)
+        values["store_kind"] = values.pop("kind")
+        values["shared_scopes"] = list(values["shared_scopes"])
+        add(Store(**values))
+        counts["store"] = 1
+        for kind in repo.EXPORTED_KINDS:
+            async for record in repo.rows(conn, kind, store.node.id, scope):
+                add(_export_line(kind, record))
+                counts[kind] += 1
+                if len(out) >= CHUNK:
+                    yield bytes(out)
+                    out.clear()
+    out.extend(encoder.encode(Manifest(counts=counts, lines=lines, sha256=digest.hexdigest())) + b"\n")
+    yield bytes(out)
+
+
+# --- reading an archive ---------------------------------------------------------------------------
+
+
+@dataclass
+class Archive:
+    header: Header
+    store: Store
+    manifest: Manifest
+    lines: dict[str, list[tuple[int, Line]]] = field(default_factory=dict)  # by kind: (line number, line)
+
+    def of(self, kind: str, type_: type[L]) -> list[tuple[int, L]]:
+        return [(n, line) for n, line in self.lines.get(kind, []) if isinstance(line, type_)]
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return None
+
+
+def read(body: bytes) -> Archive:
+    """The archive, checked whole before anything is written (ArchiveError otherwise): its
+    version, its manifest (every line there, none altered), each line's kind and fields, and the
+    order of the kinds."""
+    if not body.strip():
+        raise ArchiveError("the archive is empty")
+    raw = body.split(b"\n")
+    if raw[-1] == b"":
+        raw.pop()  # the newline that ends the last line
+    first = _json(raw[0])
+    is_header = isinstance(first, dict) and first.get("kind") == "header" and first.get("format") == FORMAT
+    if is_header and first.get("version") != VERSION:
+        raise ArchiveError(
+            f"archive version {first.get('version')!r} is not supported: this server reads version "
+            f"{VERSION} of {FORMAT}"
+        )
+    last = _json(raw[-1]) if len(raw) > 1 else None
+    if not (isinstance(last, dict) and last.get("kind") == "manifest"):
+        raise ArchiveError(
+            f"the archive is truncated or corrupt: its last line (line {len(raw)}) is not the manifest "
+            "that ends every archive"
+        )
+    try:
+        manifest = msgspec.convert(last, Manifest)
+    except msgspec.ValidationError as exc:
+        raise ArchiveError(f"the archive's manifest (line {len(raw)}) is corrupt: {exc}") from None
+    held = len(raw) - 1
+    if manifest.lines != held:
+        raise ArchiveError(
+            f"the archive is truncated or corrupt: its manifest counts {manifest.lines} lines before "
+            f"it, the archive holds {held}"
+        )
+    digest = hashlib.sha256()
+    for data in raw[:-1]:
+        digest.update(data)
+        digest.update(b"\n")
+    if digest.hexdigest() != manifest.sha256:
+        raise ArchiveError(
+            f"the archive is corrupt: the sha256 of lines 1-{held} is {digest.hexdigest()}, its "
+            f"manifest (line {len(raw)}) says {manifest.sha256}"
+        )
+    if not is_header:
+        raise ArchiveError(f"line 1 is not the header of a {FORMAT} archive")
+    decoder = msgspec.json.Decoder(AnyLine)
+    found: dict[str, list[tuple[int, Line]]] = {}
+    rank = 0
+    for number, data in enumerate(raw[:-1], start=1):
+        try:
+            line = decoder.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ArchiveError(f"line {number}: {exc}") from None
+        kind = type(line).__struct_config__.tag
+        assert isinstance(kind, str)
+        at = ORDER.index(kind)
+        if number == 2 and kind != "store":
+            raise ArchiveError(f"line 2: a {kind} line where the store's definition (a store line) belongs")
+        if number > 2 and kind in ("header", "store", "manifest"):
+            raise ArchiveError(f"line {number}: a second {kind} line (an archive holds only one)")
+        if at < rank:
+            raise ArchiveError(
+                f"line {number}: a {kind} line after a {ORDER[rank]} line (an archive holds its kinds in "
+                f"the order {', '.join(ORDER)})"
+            )
+        rank = at
+        found.setdefault(kind, []).append((number, line))
+    counts = {kind: len(found.get(kind, [])) for kind in KINDS}
+    claimed = {kind: manifest.counts.get(kind, 0) for kind in KINDS}
+    if counts != claimed or set(manifest.counts) - set(KINDS):
+        wrong = sorted(
+            k for k in set(counts) | set(manifest.counts) if counts.get(k) != manifest.counts.get(k, 0)
+        )
+        kind = wrong[0]
+        raise ArchiveError(
+            f"the archive is corrupt: its manifest counts {manifest.counts.get(kind, 0)} {kind} lines, "
+            f"the archive holds {counts.get(kind, 0)}"
+        )
+    header, store = found["header"][0][1], found["store"][0][1]
+    assert isinstance(header, Header) and isinstance(store, Store)
+    return Archive(header, store, manifest, found)
+
+
+# --- import ---------------------------------------------------------------------------------------
+
+
+def _check(number: int, check: Any, *args: Any) -> Any:
+    """`check(*args)`, its InvalidParameter as an ArchiveError naming the line."""
+    try:
+        return check(*args)
+    except InvalidParameter as exc:
+        raise ArchiveError(f"line {number}: {exc.message}") from None
+
+
+def _uuid(value: str, number: int, name: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise ArchiveError(f"line {number}: {name} {value[:60]!r} is not a UUID") from None
+
+
+def _principal(value: str, number: int, name: str) -> str:
+    if blank(value) or len(value) > MAX_PRINCIPAL:
+        raise ArchiveError(
+            f"line {number}: {name} must be a principal or group name of 1-{MAX_PRINCIPAL} characters"
+        )
+    return value
+
+
+def _definition(store: Store) -> None:
+    """The store's definition follows the rules a create or an update holds it to (line 2)."""
+    _check(2, within, store.description, "description", MAX_COMMENT)
+    if len(store.properties) > MAX_PROPERTIES:
+        raise ArchiveError(f"line 2: properties may hold at most {MAX_PROPERTIES} entries")
+    for key, value in store.properties.items():
+        if not key or len(key) > MAX_PROPERTY_KEY:
+            raise ArchiveError(f"line 2: property keys must be 1-{MAX_PROPERTY_KEY} characters")
+        _check(2, within, value, f"properties.{key}", MAX_PROPERTY_VALUE)
+    for scope in store.shared_scopes:
+        _check(2, validate_scope, scope, "shared_scopes")
+    if store.default_ttl_seconds is not None and store.default_ttl_seconds < 1:
+        raise ArchiveError("line 2: default_ttl_seconds must be at least 1")
+    _principal(store.owner, 2, "owner")
+
+
+@dataclass
+class _Ids:
+    """The new id of each archived entry id (also of entries deleted before the export, which
+    history and lineage still name) and each archived conversation id."""
+
+    entries: dict[str, str] = field(default_factory=dict)
+    conversations: dict[str, str] = field(default_factory=dict)
+
+    def entry(self, old: str, number: int, name: str) -> str:
+        old = _uuid(old, number, name)
+        return self.entries.setdefault(old, str(uuid.uuid4()))
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where an import goes, once it is authorized: an existing store, or a new one in `schema`."""
+
+    parts: list[str]
+    store: Securable
+    schema: Securable | None  # None: the store exists
+
+
+async def import_target(ctx: Context, principal: Principal, full_name: str) -> Target:
+    """Authorize an import into `full_name` (before its body is read): MANAGE on the store when it
+    exists, else CREATE_MEMORY_STORE on its schema."""
+    parts = split_full_name(full_name, 3)
+    store = await ctx.access.locate(STORE, parts, store_kind=None)
+    if store.exists:
+        await ctx.access.ensure(principal, "memory_store.import", store)
+        return Target(parts, store, None)
+    schema = await ctx.access.resolve(principal, "memory_store.import_new", SecurableType.SCHEMA, parts[:2])
+    return Target(parts, store, schema)
+
+
+async def import_archive(ctx: Context, principal: Principal, into: Target, body: bytes) -> ImportResult:
+    """Restore an archive into the store `import_target` authorized (see the module's rules)."""
+    parts, target, schema = into.parts, into.store, into.schema
+    archive = read(body)
+    definition = archive.store
+    _definition(definition)
+    note_params({"source": archive.header.memory_store})
+    agents = ctx.settings.agents_schema.lower()
+    if definition.store_kind == "session" and ".".join(parts[:2]) != agents:
+        raise ArchiveError(
+            f"the archive is of a session store, which lives in the agents schema {agents} "
+            f"(CATALOG_AGENTS_SCHEMA), not in {'.'.join(parts[:2])}"
+        )
+    model = _model(ctx)
+    name = ".".join(parts)
+    try:
+        async with audited(ctx.pool) as conn:
+            if schema is None:
+                store_id = target.node.id
+                await _into_existing(conn, store_id, name, definition)
+                await namespace.update_object(
+                    conn,
+                    STORE,
+                    store_id,
+                    text=definition.description,
+                    properties=definition.properties,
+                    owner=definition.owner,
+                    updated_by=principal.name,
+                )
+            else:
+                row = await namespace.insert_store(
+                    conn,
+                    schema_id=schema.node.id,
+                    name=parts[2],
+                    description=definition.description,
+                    properties=definition.properties,
+                    owner=principal.name,
+                    scope_binding=definition.scope_binding,
+                    shared_scopes=definition.shared_scopes,
+                    kind=definition.store_kind,
+                )
+                store_id = row.id
+                if definition.owner != principal.name:
+                    await namespace.update_object(
+                        conn,
+                        STORE,
+                        store_id,
+                        text=None,
+                        properties=None,
+                        owner=definition.owner,
+                        updated_by=principal.name,
+                    )
+            await namespace.set_store_binding(
+                conn, store_id, definition.scope_binding, definition.shared_scopes
+            )
+            await namespace.set_default_ttl(conn, store_id, definition.default_ttl_seconds or 0)
+            restored = await _restore(conn, store_id, archive, model)
+            await namespace.set_legal_hold(conn, store_id, definition.legal_hold)
+            note_result(restored.entries)
+    except asyncpg.IntegrityConstraintViolationError as exc:
+        # a row twice (one key), a broken reference or a value a table refuses: no SQL text is shown
+        what = f" ({exc.constraint_name})" if getattr(exc, "constraint_name", None) else ""
+        raise ArchiveError(
+            f"the archive breaks a rule of the tables{what}: a row it holds twice, or a value they refuse"
+        ) from None
+    assert ctx.search is not None
+    ctx.search.written()  # index and embed what came in
+    return ImportResult(
+        memory_store=name,
+        created=schema is not None,
+        source=archive.header.memory_store,
+        counts={kind: len(archive.lines.get(kind, [])) for kind in KINDS},
+        reembedded=restored.reembedded,
+        conversations_renamed=restored.conversations_renamed,
+    )
+
+
+async def _into_existing(conn: asyncpg.Connection, store_id: str, name: str, definition: Store) -> None:
+    """An existing store takes an archive of its kind only, and only when it holds nothing."""
+    await repo.lock_store(conn, store_id)
+    kind = await repo.store_kind(conn, store_id)
+    if kind != definition.store_kind:
+        raise ArchiveError(f"the archive is of a {definition.store_kind} store; {name} is a {kind} store")
+    held = await repo.held_rows(conn, store_id)
+    if held:
+        what = ", ".join(f"{count} {kind.replace('_', ' ')}" for kind, count in held.items())
+        raise ArchiveError(
+            f"memory store {name} is not empty ({what}): an archive is imported only into a store that "
+            "holds nothing, or into a new one"
+        )
+
+
+@dataclass(frozen=True)
+class _Restored:
+    entries: int
+    reembedded: int
+    conversations_renamed: int
+
+
+async def _restore(conn: asyncpg.Connection, store_id: str, archive: Archive, model: str) -> _Restored:
+    ids = _Ids()
+    grantable = set(GRANTABLE[STORE])
+    grants = []
+    for number, grant in archive.of("grant", Grant):
+        if grant.privilege not in grantable:
+            raise ArchiveError(f"line {number}: {grant.privilege[:60]!r} cannot be granted on a memory store")
+        grants.append(
+            (
+                _principal(grant.principal, number, "principal"),
+                grant.privilege,
+                _principal(grant.granted_by, number, "granted_by"),
+                grant.granted_at,
+            )
+        )
+    await repo.insert_grants(conn, store_id, grants)
+
+    entries, reembedded = [], 0
+    for number, entry in archive.of("entry", Entry):
+        vector = None
+        if entry.embedding is not None and entry.embedding_model == model:
+            vector = _vector(entry.embedding, f"line {number}")
+        else:
+            reembedded += 1
+        entries.append(
+            (
+                ids.entry(entry.id, number, "id"),
+                store_id,
+                *_key(number, entry.scope, entry.session_id, entry.path),
+                entry.contents,
+                entry.description,
+                entry.source_type,
+                entry.creation_reason,
+                entry.creation_source,
+                _check(number, validate_metadata, entry.metadata),
+                _positive(entry.version, number),
+                entry.created_at,
+                entry.created_by,
+                entry.updated_at,
+                entry.updated_by,
+                entry.expires_at,
+                vector,
+                None if vector is None else model,
+            )
+        )
+    await repo.insert_entries(conn, entries)
+    versions = [
+        (
+            *_key(number, v.scope, v.session_id, v.path),
+            ids.entry(v.entry_id, number, "entry_id"),
+            _positive(v.version, number),
+            v.contents,
+            v.description,
+            _check(number, validate_metadata, v.metadata),
+            v.operation,
+            v.changed_at,
+            v.changed_by,
+        )
+        for number, v in archive.of("entry_version", EntryVersion)
+    ]
+    await repo.replace_history(conn, store_id, versions)
+
+    conversations = archive.of("conversation", Conversation)
+    taken = await repo.taken_conversation_ids(conn, [c.id for _, c in conversations])
+    renamed = 0
+    for number, c in conversations:
+        if c.id in ids.conversations:
+            raise ArchiveError(f"line {number}: conversation {c.id[:60]} twice")
+        ids.conversations[c.id] = new_conversation_id() if c.id in taken else c.id
+        renamed += c.id in taken
+    await repo.insert_conversations(
+        conn,
+        store_id,
+        [
+            (
+                ids.conversations[c.id],
+                _check(number, validate_scope, c.scope),
+                c.scope_kind,
+                c.metadata,
+                c.last_position,
+                c.created_at,
+                c.created_by,
+                c.updated_at,
+            )
+            for number, c in conversations
+        ],
+    )
+    items = []
+    for number, item in archive.of("conversation_item", ConversationItem):
+        if item.conversation_id not in ids.conversations:
+            raise ArchiveError(
+                f"line {number}: an item of conversation {item.conversation_id[:60]}, which the archive lacks"
+            )
+        items.append(
+            (
+                ids.conversations[item.conversation_id],
+                item.position,
+                item.id,
+                item.type,
+                msgspec.json.encode(item.item).decode(),
+                item.text,
+                item.created_at,
+                item.created_by,
+            )
+        )
+    await repo.insert_conversation_items(conn, store_id, items)
+
+    sessions = archive.of("session", Session)
+    rows = [
+        (
+            _check(number, validate_session, s.session_id, "session_id"),
+            _check(number, validate_scope, s.actor_id, "actor_id"),
+            s.parent_session_id,
+            s.root_session_id,
+            s.metadata,
+            s.next_position,
+            s.created_at,
+            s.updated_at,
+            s.last_activity_at,
+        )
+        for number, s in sessions
+    ]
+    session_ids = await repo.insert_sessions(conn, store_id, rows)
+    session_items = []
+    for number, si in archive.of("session_item", SessionItem):
+        if si.session_id not in session_ids:
+            raise ArchiveError(
+                f"line {number}: an item of session {si.session_id[:60]}, which the archive lacks"
+            )
+        session_items.append(
+            (
+                session_ids[si.session_id],
+                si.position,
+                _uuid(si.item_id, number, "item_id"),
+                msgspec.json.encode(si.data).decode(),
+                si.created_at,
+            )
+        )
+    await repo.insert_session_items(conn, store_id, session_items)
+
+    vectors = []
+    for number, t in archive.of("transcript", Transcript):
+        if t.embedding_model != model:
+            continue
+        thread = (
+            ids.conversations.get(t.thread_id, t.thread_id) if t.source == "conversation" else t.thread_id
+        )
+        vectors.append((t.source, thread, t.item_id, _vector(t.embedding, f"line {number}"), model))
+    kept = await repo.set_transcript_vectors(conn, store_id, vectors)
+    reembedded += await repo.count_transcripts(conn, store_id) - kept
+
+    edges = []
+    for number, e in archive.of("lineage", Lineage):
+        here = e.source_store_id is None
+        edges.append(
+            (
+                ids.entry(e.target_entry_id, number, "target_entry_id"),
+                store_id,
+                *_key(number, e.target_scope, e.target_session_id, e.target_path, "target_"),
+                ids.entry(e.source_entry_id, number, "source_entry_id")
+                if here
+                else _uuid(e.source_entry_id, number, "source_entry_id"),
+                store_id
+                if e.source_store_id is None
+                else _uuid(e.source_store_id, number, "source_store_id"),
+                *_key(number, e.source_scope, e.source_session_id, e.source_path, "source_"),
+                e.created_at,
+                e.created_by,
+            )
+        )
+    await repo.insert_lineage(conn, edges)
+    origins = []
+    for number, o in archive.of("origin", Origin):
+        here = o.source_store_id is None
+        thread = o.source_thread_id
+        if here and o.source_kind == "conversation":
+            thread = ids.conversations.get(thread, thread)
+        origins.append(
+            (
+                ids.entry(o.target_entry_id, number, "target_entry_id"),
+                store_id,
+                *_key(number, o.target_scope, o.target_session_id, o.target_path, "target_"),
+                o.source_kind,
+                store_id
+                if o.source_store_id is None
+                else _uuid(o.source_store_id, number, "source_store_id"),
+                _check(number, validate_scope, o.source_scope, "source_scope"),
+                thread,
+                o.source_item_ids,
+                o.created_at,
+                o.created_by,
+                o.updated_at,
+                o.updated_by,
+            )
+        )
+    await repo.insert_origins(conn, origins)
+    return _Restored(len(entries), reembedded, renamed)
+
+
+def _key(
+    number: int, scope: str, session_id: str | None, path: str, prefix: str = ""
+) -> tuple[str, str, str]:
+    """An entry's key as stored: (scope, session id or '', path), checked as a request's."""
+    return (
+        _check(number, validate_scope, scope, f"{prefix}scope"),
+        _check(number, validate_session, session_id, f"{prefix}session_id"),
+        _check(number, validate_path, path, f"{prefix}path"),
+    )
+
+
+def _positive(version: int, number: int) -> int:
+    if version < 1:
+        raise ArchiveError(f"line {number}: version must be at least 1")
+    return version

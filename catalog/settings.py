@@ -335,6 +335,21 @@ class Settings:
         ),
     )
 
+    # tracing (catalog.telemetry) is off unless the standard OTEL_EXPORTER_OTLP_ENDPOINT (or
+    # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set: the OTEL_* variables are OpenTelemetry's, read
+    # when `catalog serve` starts (docs/operations/observability.md)
+    trace_scopes: str = field(
+        default="off",
+        metadata=about(
+            "CATALOG_TRACE_SCOPES",
+            "with tracing on (the standard `OTEL_EXPORTER_OTLP_ENDPOINT`: see "
+            "[Observability](operations/observability.md)), `off`: no span attribute names a scope; "
+            "`pseudonyms`: the audit append spans carry the pseudonyms (`ps_...`) of the scopes and end "
+            "users their events hold, as the audit log holds them (erasing a subject unlinks them alike)",
+            fold=True,
+        ),
+    )
+
     def __post_init__(self) -> None:
         if self.jwks_url and self.jwt_public_key:
             raise SettingsError("set only one of CATALOG_JWKS_URL and CATALOG_JWT_PUBLIC_KEY")
@@ -364,6 +379,8 @@ class Settings:
             self.default_conversation_store
         ):
             raise SettingsError("CATALOG_DEFAULT_CONVERSATION_STORE must be '<catalog>.<schema>.<store>'")
+        if self.trace_scopes not in ("off", "pseudonyms"):
+            raise SettingsError("CATALOG_TRACE_SCOPES must be off or pseudonyms")
         for name, value in (
             ("CATALOG_RATE_LIMIT", self.rate_limit),
             ("CATALOG_RATE_BURST", self.rate_burst),

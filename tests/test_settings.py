@@ -80,6 +80,7 @@ SAMPLES = {
     "log_format": ("JSON", "json"),
     "llm_base_url": ("http://127.0.0.1:11434/v1", "http://127.0.0.1:11434/v1"),
     "default_conversation_store": ("Main.Default.Chat", "main.default.chat"),
+    "trace_scopes": ("Pseudonyms", "pseudonyms"),
 }
 
 

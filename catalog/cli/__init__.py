@@ -155,11 +155,13 @@ def serve_app(
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from catalog import telemetry
     from catalog.app import create_app
     from catalog.web.middleware import configure_logging
 
     settings = _settings(args)
     configure_logging(log_format=settings.log_format)
+    telemetry.configure(settings)  # traces, when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_) is set
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     return 0 if serve_app(create_app(settings), settings.host, settings.port, settings=settings) else 1
 

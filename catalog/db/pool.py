@@ -14,11 +14,14 @@ from typing import Any
 import asyncpg
 from pgvector.asyncpg import register_vector
 
+from catalog import telemetry
+
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     for typename in ("json", "jsonb"):
         await conn.set_type_codec(typename, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
     await register_vector(conn)
+    telemetry.watch_queries(conn)  # a client span per statement, when tracing is on
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

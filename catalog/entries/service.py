@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from catalog import telemetry
 from catalog.audit.lineage import EntryRef, TranscriptRef, check_origin
 from catalog.audit.lineage import record as record_lineage
 from catalog.audit.log import audited, note_result
@@ -220,6 +221,7 @@ def _ref(row: EntryRow) -> EntryRef:
 # --- operations --------------------------------------------------------------------------------------
 
 
+@telemetry.memory_operation("create_memory")
 async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
     """Create (EXCLUSIVE), overwrite or append to an entry, with its lineage (the entries and the
     transcript it was derived from). An APPEND that changes nothing records no lineage."""
@@ -377,6 +379,7 @@ def _reads_text(change: ops.Change | None) -> str | None:
     return None
 
 
+@telemetry.memory_operation("update_memory")
 async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
     """One change to the contents and/or the description, under the row's lock, with the
     transcript it was derived from (if any) in the same transaction. `ttl_seconds` renews the
@@ -449,6 +452,7 @@ async def _changed(
     return row
 
 
+@telemetry.memory_operation("delete_memory")
 async def delete(ctx: Context, principal: Principal, op: ops.Delete) -> None:
     scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
     store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
@@ -477,6 +481,7 @@ class BatchResult:
     message: str | None = None
 
 
+@telemetry.memory_operation("create_memory")
 async def batch_write(ctx: Context, principal: Principal, op: ops.Batch) -> list[BatchResult]:
     """Up to `MAX_BATCH` writes into one scope, authorized once, committed together with the
     request's audit event; each entry succeeds or fails on its own (a savepoint each), so one
@@ -562,6 +567,7 @@ async def history(ctx: Context, principal: Principal, op: ops.History) -> list[r
     return versions
 
 
+@telemetry.memory_operation("update_memory")
 async def restore(ctx: Context, principal: Principal, op: ops.Restore) -> Written:
     """Write a kept version of the key as its newest (WRITE; READ too, since it reads the text of
     that version). The entry is created again if it was deleted."""
@@ -605,6 +611,7 @@ def search_input(text: str, top_k: int) -> str:
     return query
 
 
+@telemetry.memory_operation("search_memory")
 async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[EntryRow]:
     """The hits, best first: the current rows from PostgreSQL with their scores, and the legs
     that may have missed entries (`degraded`)."""

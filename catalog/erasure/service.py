@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from catalog import telemetry
 from catalog.audit.lineage import erase_scope as erase_lineage
 from catalog.audit.log import audited, note_result
 from catalog.audit.log.pseudonyms import forget as forget_subject
@@ -73,6 +74,7 @@ async def _others(
     }
 
 
+@telemetry.erasure("scope_in_store")
 async def delete_scope(ctx: Context, principal: Principal, store_name: str, scope: str) -> int:
     """Every entry of one scope in one store, with its history, lineage edges, conversations and
     sessions there (right to be forgotten); how many entries."""
@@ -88,6 +90,7 @@ async def delete_scope(ctx: Context, principal: Principal, store_name: str, scop
     return deleted
 
 
+@telemetry.erasure("scope")
 async def erase(ctx: Context, principal: Principal, scope: str) -> Erased:
     """A scope from every store not under legal hold (metastore admin)."""
     scope = validate_scope(scope)
@@ -102,6 +105,7 @@ async def erase(ctx: Context, principal: Principal, scope: str) -> Erased:
     return Erased(erased, others, held)
 
 
+@telemetry.erasure("subject")
 async def erase_subject(ctx: Context, principal: Principal, subject: str) -> ErasedSubject:
     """A data subject from every store not under legal hold (metastore admin): the scope
     `subject` and every scope starting `subject:` (entries with their history, conversations,

@@ -26,6 +26,7 @@ from typing import Any
 
 import asyncpg
 
+from catalog import telemetry
 from catalog.audit.log.writer import note_decision
 from catalog.auth.principal import Principal
 from catalog.errors import PermissionDenied
@@ -200,6 +201,7 @@ class Authorizer:
             return Decision(False, f"requires {wanted} on {_describe(securable.node)}", privileges[0])
         return Decision(True, self._reason(name, held[1], chain), held[0])
 
+    @telemetry.authorization
     async def check(self, principal: Principal, action: Action, securable: Securable) -> Decision:
         await self.sync(securable.revision)
         decision = self.authorize(principal, action, securable)

@@ -19,14 +19,18 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
+from opentelemetry.trace import Span
 
+from catalog import telemetry
 from catalog.errors import NotConfigured, UpstreamFailed
 from catalog.settings import Settings
 
@@ -93,6 +97,7 @@ class ChatModel:
         )
         self.calls = 0  # upstream requests sent (retries included)
         self.failures = 0
+        self._server = urlsplit(config.base_url).hostname  # what a chat span names (never the key)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -124,8 +129,26 @@ class ChatModel:
         model: str | None = None,
         extra: dict[str, Any] | None = None,
     ) -> Turn:
+        """One answer. Inside a trace, a `chat {model}` span with the token usage."""
+        span = telemetry.chat_start(self.model_for(model), self._server, stream=False)
+        try:
+            turn = await self._complete(messages, tools, model, extra, span)
+        except BaseException as exc:
+            telemetry.chat_end(span, error=exc)
+            raise
+        _answered(span, turn)
+        return turn
+
+    async def _complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        model: str | None,
+        extra: dict[str, Any] | None,
+        span: Span | None,
+    ) -> Turn:
         body = self._body(messages, tools, model, extra)
-        response = await self._send(body, stream=False)
+        response = await self._send(body, stream=False, span=span)
         try:
             payload = response.json()
             choice = payload["choices"][0]
@@ -161,13 +184,38 @@ class ChatModel:
         extra: dict[str, Any] | None = None,
     ) -> AsyncIterator[TextDelta | Turn]:
         """Text as it comes (`TextDelta`), then the whole `Turn`. An `UpstreamFailed` raised before
-        the first delta means nothing was received; after it, the turn is lost midway."""
+        the first delta means nothing was received; after it, the turn is lost midway. Inside a
+        trace, a `chat {model}` span with the token usage, ended with the stream."""
+        span = telemetry.chat_start(self.model_for(model), self._server, stream=True)
+        turn: Turn | None = None
+        try:
+            async with contextlib.aclosing(self._stream(messages, tools, model, extra, span)) as items:
+                async for item in items:
+                    if isinstance(item, Turn):
+                        turn = item
+                    yield item
+        except GeneratorExit:  # the caller stopped reading: not a failure of the model's
+            _answered(span, turn)
+            raise
+        except BaseException as exc:
+            telemetry.chat_end(span, error=exc)
+            raise
+        _answered(span, turn)
+
+    async def _stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        model: str | None,
+        extra: dict[str, Any] | None,
+        span: Span | None,
+    ) -> AsyncGenerator[TextDelta | Turn, None]:
         body = {
             **self._body(messages, tools, model, extra),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        response = await self._send(body, stream=True)
+        response = await self._send(body, stream=True, span=span)
         text: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         finish: str | None = None
@@ -216,14 +264,15 @@ class ChatModel:
             usage=usage,
         )
 
-    async def _send(self, body: dict[str, Any], *, stream: bool) -> httpx.Response:
+    async def _send(self, body: dict[str, Any], *, stream: bool, span: Span | None = None) -> httpx.Response:
         """POST chat/completions with the retries the rules allow; the response is open (streamed)
-        and has a 2xx status."""
+        and has a 2xx status. Inside a trace, each attempt carries the chat span's `traceparent`."""
         attempt = 0
+        headers = telemetry.chat_headers(span)
         while True:
             self.calls += 1
             try:
-                request = self._http.build_request("POST", "chat/completions", json=body)
+                request = self._http.build_request("POST", "chat/completions", json=body, headers=headers)
                 response = await self._http.send(request, stream=True)
             except httpx.HTTPError as exc:
                 where = self.config.base_url
@@ -255,6 +304,17 @@ class ChatModel:
             attempt += 1
             log.warning("upstream model: %s; retry %d in %.1f s", failure, attempt, delay)
             await asyncio.sleep(min(delay, MAX_BACKOFF))
+
+
+def _answered(span: Span | None, turn: Turn | None) -> None:
+    """End a chat span with what the turn says of itself: token usage and finish reason."""
+    usage = turn.usage if turn is not None else None
+    telemetry.chat_end(
+        span,
+        input_tokens=usage.prompt_tokens if usage is not None else None,
+        output_tokens=usage.completion_tokens if usage is not None else None,
+        finish_reason=turn.finish_reason if turn is not None else None,
+    )
 
 
 def configured(settings: Settings) -> ChatModel | None:

@@ -34,6 +34,8 @@ from typing import Protocol
 
 import numpy as np
 
+from catalog import telemetry
+
 log = logging.getLogger("catalog.search")
 
 # Package data. onnxruntime and tokenizers open files by path, so the package is used as installed
@@ -96,6 +98,7 @@ class OnnxEncoder:
                 raise ModelError(f"{path} does not have the expected sha256 {expected}")
         # which model makes the vectors (kept with each one: catalog reindex, catalog/backup)
         self.model_id = f"sha256:{files.model_sha256 or sha256_of(files.model)}"
+        self.model_name = "all-MiniLM-L6-v2-int8" if files.model_sha256 == MODEL_SHA256 else files.model.name
         self.tokenizer = Tokenizer.from_file(str(files.tokenizer))
         self.tokenizer.no_padding()  # each run is padded here, to its own longest text
         self.tokenizer.enable_truncation(max_length=MAX_TOKENS)
@@ -221,6 +224,11 @@ class Embedder:
         self.batches = 0
         self.texts = 0
 
+    @property
+    def queued(self) -> tuple[int, int]:
+        """Texts waiting for the model: (urgent, background)."""
+        return len(self._urgent), len(self._background)
+
     def start(self) -> None:
         self._ready = asyncio.Event()
         self._worker = asyncio.create_task(self._run(), name="embedder")
@@ -232,6 +240,7 @@ class Embedder:
                 await self._worker
         self._pool.shutdown(wait=True)
 
+    @telemetry.embedding
     async def embed(self, texts: Sequence[str], *, background: bool = False) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)

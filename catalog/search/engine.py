@@ -29,6 +29,7 @@ from typing import Any, Generic, TypeVar
 import asyncpg
 import numpy as np
 
+from catalog import telemetry
 from catalog.search import neighbours, repo, scope_index
 from catalog.search.corpus import ENTRIES, TRANSCRIPTS, Corpus
 from catalog.search.embedder import Embedder
@@ -410,22 +411,24 @@ class SearchEngine:
         (keyword, fresh), (vector, semantic, complete) = await asyncio.gather(
             self._keyword(query), self._semantic(query)
         )
-        cosine = dict(semantic)
-        candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
-        unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
-        covered, more_cosine, near = await asyncio.gather(
-            self._coverage(query, candidates),
-            repo.similarities(self.pool, query.store_id, unscored, vector, query.corpus)
-            if vector is not None
-            else _none(),
-            neighbours.neighbours(self.pool, query.store_id, candidates, query.path_prefix, query.corpus),
-        )
-        cosine.update(more_cosine)
-        own = {doc: hybrid_score(cosine.get(doc), covered[doc], w) for doc in candidates}
-        legs: tuple[tuple[SearchLeg, bool], ...] = (("keyword", fresh), ("semantic", complete))
-        degraded = tuple(leg for leg, ok in legs if not ok)
-        return Ranking(ranked(with_context(own, near, w), cosine), degraded)
+        with telemetry.search_fusion():
+            cosine = dict(semantic)
+            candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
+            unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
+            covered, more_cosine, near = await asyncio.gather(
+                self._coverage(query, candidates),
+                repo.similarities(self.pool, query.store_id, unscored, vector, query.corpus)
+                if vector is not None
+                else _none(),
+                neighbours.neighbours(self.pool, query.store_id, candidates, query.path_prefix, query.corpus),
+            )
+            cosine.update(more_cosine)
+            own = {doc: hybrid_score(cosine.get(doc), covered[doc], w) for doc in candidates}
+            legs: tuple[tuple[SearchLeg, bool], ...] = (("keyword", fresh), ("semantic", complete))
+            degraded = tuple(leg for leg, ok in legs if not ok)
+            return Ranking(ranked(with_context(own, near, w), cosine), degraded)
 
+    @telemetry.search_leg("keyword")
     async def _keyword(self, query: Query) -> tuple[list[tuple[str, float]], bool]:
         """BM25's candidates, and whether the index held every write committed before the call."""
         index, fresh = await self._index(query)
@@ -482,6 +485,7 @@ class SearchEngine:
             within=await self._within(query),
         )
 
+    @telemetry.search_leg("semantic")
     async def _semantic(self, query: Query) -> tuple[np.ndarray | None, list[tuple[str, float]], bool]:
         """The query's vector, (id, cosine similarity) best first, and whether every row of the
         scopes committed before the call had its vector. A model that fails on the query leaves

@@ -15,6 +15,7 @@ from urllib.parse import unquote_plus
 
 from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
 
+from catalog import telemetry
 from catalog.audit.log.writer import PendingEvent, current
 from catalog.errors import RequestTimeout, error_body, is_unavailable, log_unexpected
 from catalog.settings import Settings
@@ -25,10 +26,20 @@ request_log = logging.getLogger("catalog.request")
 _STANDARD_RECORD_KEYS = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
 
+def _trace_ids(record: logging.LogRecord) -> None:
+    """The current span's `trace_id` and `span_id` on the record (when tracing is on and a span
+    is current), unless the record already names them."""
+    ids = telemetry.log_ids()
+    if ids is not None and "trace_id" not in record.__dict__:
+        record.trace_id, record.span_id = ids
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line; `extra=` fields become top-level keys."""
+    """One JSON object per line; `extra=` fields become top-level keys (with `trace_id` and
+    `span_id` inside a trace)."""
 
     def format(self, record: logging.LogRecord) -> str:
+        _trace_ids(record)
         line: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
@@ -49,6 +60,7 @@ class PlainFormatter(logging.Formatter):
     when there is one, follows indented)."""
 
     def format(self, record: logging.LogRecord) -> str:
+        _trace_ids(record)
         when = time.strftime("%H:%M:%S", time.localtime(record.created)) + f".{int(record.msecs):03d}"
         extras = " ".join(
             f"{key}={value}"
@@ -170,6 +182,7 @@ class RequestMiddleware:
         self.app = app
         self.in_flight = 0
 
+    @telemetry.http_server
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)

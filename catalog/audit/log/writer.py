@@ -37,6 +37,7 @@ from typing import Any
 
 import asyncpg
 
+from catalog import telemetry
 from catalog.audit.log import repo
 from catalog.audit.log.chain import HASHED_COLUMNS, canonical_parts, plain_body
 from catalog.audit.log.pseudonyms import pseudonymize
@@ -248,7 +249,8 @@ class AuditWriter:
         complete(event)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((event, future))
-        await future
+        with telemetry.audit_queued(event):
+            await future
 
     def defer(self, **event: Any) -> None:
         """Keep the event of a request refused during an outage; it is appended once the database
@@ -393,6 +395,7 @@ def _append_arguments(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
     return rows, heads, tails
 
 
+@telemetry.audit_append
 async def append_on(
     conn: asyncpg.Connection,
     events: list[dict[str, Any]],

@@ -24,6 +24,7 @@ from typing import TypeAlias
 
 import asyncpg
 
+from catalog import telemetry
 from catalog.errors import AlreadyExists
 
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
@@ -474,6 +475,7 @@ async def record_outcome(
     return outcome, written
 
 
+@telemetry.pipeline_run_end
 async def finish(conn: Conn, run_id: str, worker: str, state: str, error: str | None) -> RunRow | None:
     """End the run (SUCCEEDED or FAILED) and let go of its lease; None when the lease is lost. Its
     list of sessions goes (it only served resuming): an ended run keeps its counts, and no session

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from catalog import telemetry
 from catalog.audit.log.writer import audited, note_params
 from catalog.auth import Principal
 from catalog.context import Context
@@ -302,6 +303,7 @@ async def delete_schema(ctx: Context, principal: Principal, full_name: str, forc
 # --- memory stores -----------------------------------------------------------------------------
 
 
+@telemetry.memory_operation("create_memory_store")
 async def create_store(
     ctx: Context, principal: Principal, body: MemoryStoreCreate, *, kind: str = "memory"
 ) -> MemoryStoreInfo:
@@ -436,6 +438,7 @@ async def update_store(
     return await _store_must(ctx, securable, full_name)
 
 
+@telemetry.memory_operation("delete_memory_store")
 async def delete_store(ctx: Context, principal: Principal, full_name: str, *, kind: str = "memory") -> None:
     parts = split_full_name(full_name, 3)
     securable = await ctx.access.resolve(principal, "memory_store.delete", STORE, parts, store_kind=kind)

@@ -60,7 +60,7 @@ DATABASE = "catalog"
 ISSUER = "https://issuer.cluster.test"
 AUDIENCE = "memory-catalog-cluster"
 STANDBY_NAME = "standby"  # the standby's application_name, which the primary waits for
-DRAIN_SECONDS = 3.0  # CATALOG_DRAIN_SECONDS of the nodes: longer than HAProxy takes to see a node go
+DRAIN_SECONDS = 5.0  # the nodes' CATALOG_DRAIN_SECONDS (the default): longer than HAProxy needs to see a 503
 # HAProxy checks every 500 ms; 2 failures take a server out, 2 successes bring it back
 HAPROXY_CHECK = "inter 500ms fastinter 250ms downinter 500ms fall 2 rise 2"
 
@@ -188,10 +188,10 @@ class Issuer:
 class Postgres:
     """One PostgreSQL server of the pair: `Postgres.primary(...)` or `Postgres.standby_of(...)`."""
 
-    def __init__(self, root: Path, name: str) -> None:
+    def __init__(self, root: Path, name: str, port: int | None = None) -> None:
         self.name = name
         self.pgdata = root / name
-        self.port = free_port()
+        self.port = port or free_port()
         self.log_path = root / f"{name}.log"
         self.user = None
         if os.geteuid() == 0:  # PostgreSQL refuses to run as root: as pgserver's own user
@@ -252,8 +252,12 @@ class Postgres:
         return pg
 
     @classmethod
-    def standby_of(cls, primary: Postgres, root: Path) -> Postgres:
-        pg = cls(root, STANDBY_NAME)
+    def standby_of(
+        cls, primary: Postgres, root: Path, name: str = STANDBY_NAME, port: int | None = None
+    ) -> Postgres:
+        """A base backup of `primary`, streaming from it as `STANDBY_NAME` (the name its
+        `synchronous_standby_names` waits for)."""
+        pg = cls(root, name, port)
         pg.pgdata.mkdir(mode=0o700)
         pg._own(pg.pgdata)
         pg._run(
@@ -305,6 +309,11 @@ class Postgres:
 
     def promote(self) -> None:
         self._run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "promote")
+
+    def wait_synchronous(self, timeout: float = 30) -> None:
+        """Until a standby named `STANDBY_NAME` streams from this server synchronously."""
+        query = f"SELECT sync_state FROM pg_stat_replication WHERE application_name = '{STANDBY_NAME}'"
+        wait_until(lambda: self.sql(query) == "sync", timeout, f"a synchronous standby of {self.name}")
 
     def sql(self, query: str, database: str = "postgres") -> str:
         return self._run(
@@ -526,6 +535,26 @@ backend nodes
                 states[row["svname"]] = row["status"]
         return states
 
+    def add_server(self, node: Node) -> None:
+        """Add a node to the running HAProxy (the runtime API; `default-server` does not apply to
+        a server added so, hence the check settings in full), with its health check, in service."""
+        for line in (
+            f"add server nodes/{node.name} 127.0.0.1:{node.port} check {HAPROXY_CHECK}",
+            f"enable health nodes/{node.name}",
+            f"enable server nodes/{node.name}",
+        ):
+            answer = self.command(line).strip()
+            assert answer in ("", "New server registered."), f"{line}: {answer}"
+
+    def remove_server(self, name: str, timeout: float = 30) -> None:
+        """Take a server out (maintenance), then delete it once it holds no connection."""
+        self.command(f"disable server nodes/{name}")
+
+        def deleted() -> bool:
+            return self.command(f"del server nodes/{name}").strip() == "Server deleted."
+
+        wait_until(deleted, timeout, f"HAProxy to delete {name}", 0.1)
+
     def wait_state(self, name: str, state: str, timeout: float = 30) -> None:
         wait_until(lambda: self.states().get(name) == state, timeout, f"HAProxy to see {name} {state}", 0.05)
 
@@ -557,6 +586,7 @@ class Cluster:
         self.nodes: list[Node] = []
         self.haproxy: HAProxy | None = None
         self.ports: list[int] = []
+        self.added = 0  # nodes added after the start
 
     def __enter__(self) -> Self:
         try:
@@ -600,17 +630,7 @@ class Cluster:
         self.ports.append(self.primary.port)
         self.standby = Postgres.standby_of(self.primary, self.root)
         self.ports.append(self.standby.port)
-        wait_until(
-            lambda: (
-                self.primary is not None
-                and self.primary.sql(
-                    f"SELECT sync_state FROM pg_stat_replication WHERE application_name = '{STANDBY_NAME}'"
-                )
-                == "sync"
-            ),
-            30,
-            "the standby to be synchronous",
-        )
+        self.primary.wait_synchronous()
         self.primary.sql(f"CREATE DATABASE {DATABASE}")
         env = self.node_env()
         self.nodes = [Node(self.root, f"node{i + 1}", env) for i in range(self.node_count)]
@@ -635,8 +655,26 @@ class Cluster:
             0.1,
         )
 
-    def node(self, name: str) -> Node:
-        return next(n for n in self.nodes if n.name == name)
+    def add_node(self) -> Node:
+        """One more node, started with the same settings and put in HAProxy's rotation."""
+        assert self.haproxy is not None
+        self.added += 1
+        node = Node(self.root, f"node{self.node_count + self.added}", self.node_env())
+        self.nodes.append(node)
+        self.ports.append(node.port)
+        node.start()
+        self.haproxy.add_server(node)
+        self.haproxy.wait_state(node.name, "UP")
+        return node
+
+    def remove_node(self, node: Node) -> int | None:
+        """SIGTERM (the node drains: HAProxy takes it out), wait for its exit, then delete it from
+        HAProxy; its exit code."""
+        assert self.haproxy is not None
+        code = node.stop()
+        self.haproxy.remove_server(node.name)
+        self.nodes.remove(node)
+        return code
 
     def close(self) -> None:
         errors: list[str] = []

@@ -27,7 +27,17 @@ from typing import Any
 
 import httpx
 import pytest
-from cluster import DRAIN_SECONDS, REPO, UC, Cluster, Node, haproxy_binary, wait_until
+from cluster import (
+    DRAIN_SECONDS,
+    REPO,
+    STANDBY_NAME,
+    UC,
+    Cluster,
+    Node,
+    Postgres,
+    haproxy_binary,
+    wait_until,
+)
 
 pytestmark = pytest.mark.skipif(haproxy_binary() is None, reason="haproxy is not installed")
 
@@ -100,6 +110,19 @@ class Api:
         r = self.http.get(f"{self.store}/entries", params={"scope": scope, "page_size": 100})
         assert r.status_code == 200, r.text
         return sorted(e["path"] for e in r.json()["entries"])
+
+    def all_paths(self, scope: str) -> list[str]:
+        """Every path of the scope, page after page."""
+        paths: list[str] = []
+        token = None
+        while True:
+            params = {"scope": scope, "page_size": 1000, **({"page_token": token} if token else {})}
+            r = self.http.get(f"{self.store}/entries", params=params)
+            assert r.status_code == 200, r.text
+            paths.extend(e["path"] for e in r.json()["entries"])
+            token = r.json().get("next_page_token")
+            if not token:
+                return paths
 
     def search(self, scope: str, query: str, mode: str, **extra: Any) -> list[str]:
         r = self.http.post(
@@ -383,18 +406,21 @@ class Writers:
 
 
 def unreadable(c: Cluster, node: Node, store: str, acked: list[tuple[str, str, str]]) -> list[str]:
-    """The acknowledged writes that `node` does not read back, or its index does not find."""
+    """The acknowledged writes that `node` does not list, or (the last ones of each writer) read
+    back with their contents or find by keyword."""
     missing = []
     api = Api(c, node.url, store)
     try:
         by_scope: dict[str, list[tuple[str, str]]] = {}
         for scope, path, contents in acked:
-            r = api.get(scope, path)
-            if r.status_code != 200 or r.json()["contents"] != contents:
-                missing.append(f"get {scope}{path}: {r.status_code}")
             by_scope.setdefault(scope, []).append((path, contents))
         for scope, entries in by_scope.items():
-            for path, contents in entries[-3:]:  # the index too, for the last ones of each writer
+            listed = set(api.all_paths(scope))
+            missing.extend(f"list {scope}{path}" for path, _ in entries if path not in listed)
+            for path, contents in entries[-3:]:
+                r = api.get(scope, path)
+                if r.status_code != 200 or r.json()["contents"] != contents:
+                    missing.append(f"get {scope}{path}: {r.status_code}")
                 word = contents.split("token ")[1].split()[0]
                 if path not in api.search(scope, word, "keyword"):
                     missing.append(f"keyword {scope}{path}")
@@ -447,6 +473,7 @@ def test_a_rolling_restart_under_load_fails_no_request(cluster: Cluster) -> None
             node.start()
             cluster.haproxy.wait_state(node.name, "UP", 30)  # type: ignore[union-attr]
             writers.wait_for(writers.count() + 10)
+
     assert not writers.failures, writers.statuses
     for node in cluster.nodes:
         assert not unreadable(cluster, node, store, writers.acked), node.name
@@ -484,6 +511,34 @@ def test_a_node_whose_index_is_behind_says_so_in_healthz_and_stays_in_rotation(c
         reader.close()
 
 
+def test_a_node_added_at_run_time_serves_at_once_and_one_removed_costs_no_request(cluster: Cluster) -> None:
+    store = make_store(cluster, unique("scale"))
+    before = Api(cluster, cluster.nodes[0].url, store)
+    scope, word = unique("u"), unique("zq")
+    contents = f"Written before the node {word} existed."
+    assert before.write(scope, "/before.md", contents).status_code == 200
+    with Writers(cluster, store) as writers:
+        writers.wait_for(5)
+        added = cluster.add_node()
+        try:
+            # its index is built from PostgreSQL at start: it finds what was written before it
+            api = Api(cluster, added.url, store)
+            assert not api.found_everywhere(scope, "/before.md", word, contents)
+            api.close()
+            served = writers.count()
+            writers.wait_for(served + 30)
+            requests = [r for r in added.log_records() if r.get("message") == "request"]
+            assert any(r.get("route", "").endswith("/entries") for r in requests), "HAProxy sent it nothing"
+        finally:
+            assert cluster.remove_node(added) == 0
+        assert added.name not in cluster.haproxy.states()  # type: ignore[union-attr]
+        writers.wait_for(writers.count() + 10)
+    before.close()
+    assert not writers.failures, writers.statuses
+    for node in cluster.nodes:
+        assert not unreadable(cluster, node, store, writers.acked), node.name
+
+
 def test_primary_failover_loses_no_acknowledged_write_and_writes_resume() -> None:
     with Cluster(2) as c:
         assert c.primary is not None and c.standby is not None and c.haproxy is not None
@@ -508,6 +563,17 @@ def test_primary_failover_loses_no_acknowledged_write_and_writes_resume() -> Non
             api = Api(c, node.url, store)
             assert api.write("after", f"/{node.name}.md", "written after the failover").status_code == 200
             api.close()
+        # the pair made whole again: a standby of the new primary, built on the lost primary's
+        # port (the first host of the nodes' URL), that the new primary waits for
+        lost_port = c.primary.port
+        rebuilt = Postgres.standby_of(c.standby, c.root, name="standby2", port=lost_port)
+        c.primary, c.standby = c.standby, rebuilt
+        c.primary.sql(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'")
+        c.primary.sql("SELECT pg_reload_conf()")
+        c.primary.wait_synchronous()
+        api = Api(c, c.url, store)
+        assert api.write("after", "/rebuilt.md", "acknowledged by both servers").status_code == 200
+        api.close()
         verify = subprocess.run(
             [sys.executable, "-m", "catalog", "audit", "verify"],
             env=c.nodes[0].env,

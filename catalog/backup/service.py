@@ -473,7 +473,7 @@ async def _into_existing(conn: asyncpg.Connection, store_id: str, name: str, def
         raise ArchiveError(f"the archive is of a {definition.store_kind} store; {name} is a {kind} store")
     held = await repo.held_rows(conn, store_id)
     if held:
-        what = ", ".join(f"{count} {kind.replace('_', ' ')}" for kind, count in held.items())
+        what = ", ".join(f"{kind.replace('_', ' ')}: {count}" for kind, count in held.items())
         raise ArchiveError(
             f"memory store {name} is not empty ({what}): an archive is imported only into a store that "
             "holds nothing, or into a new one"

@@ -358,6 +358,27 @@ def restore_entry(full_name: str, scope: str, path: str, etag: str, session_id: 
     return Call("POST", _entries(full_name, ":restore"), body=body)
 
 
+# --- backup and restore -------------------------------------------------------------------------
+
+ARCHIVE_TYPE = "application/x-ndjson"
+
+
+def export_store(full_name: str, scope: str | None) -> Call:
+    """The store's archive (JSON lines), streamed; `scope` limits it to one scope."""
+    return Call("GET", f"{UC}/memory-stores/{segment(full_name)}/export", params={"scope": scope})
+
+
+def import_store(full_name: str) -> Call:
+    """An archive (the body, sent apart from the call) restored into the store; it is never sent
+    twice: a second import finds the store full."""
+    return Call(
+        "POST",
+        f"{UC}/memory-stores/{segment(full_name)}/import",
+        headers={"content-type": ARCHIVE_TYPE},
+        idempotent=False,
+    )
+
+
 # --- auditors ------------------------------------------------------------------------------------
 
 AUDIT_FILTERS = (

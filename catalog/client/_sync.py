@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -113,6 +113,40 @@ class Client:
 
     def call(self, call: Call, type_: type[T]) -> T:
         return decode(self.send(call), type_)
+
+    def download(self, call: Call) -> Iterator[bytes]:
+        """The 2xx answer's body, chunk after chunk as it arrives (else CatalogError); sent once,
+        never retried: a long answer is not started again."""
+        try:
+            with self.http.stream(
+                call.method, self.url + call.path, params=call.query(), headers=headers(self.token, call)
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise error_from(response)
+                yield from response.iter_bytes()
+        except httpx.TransportError as exc:
+            raise transport_error(exc, self.url) from None
+
+    def upload(self, call: Call, content: bytes | Iterable[bytes], type_: type[T]) -> T:
+        """Send `content` as the body of `call` (sent once, never retried) and wait for the
+        answer as long as the server takes (no read timeout): the decoded 2xx answer, else
+        CatalogError."""
+        timeout = httpx.Timeout(self.http.timeout.connect, read=None, write=None, pool=None)
+        try:
+            response = self.http.request(
+                call.method,
+                self.url + call.path,
+                params=call.query(),
+                content=content,
+                headers=headers(self.token, call),
+                timeout=timeout,
+            )
+        except httpx.TransportError as exc:
+            raise transport_error(exc, self.url) from None
+        if response.status_code >= 400:
+            raise error_from(response)
+        return decode(response, type_)
 
     def pages(self, call: Call) -> Iterator[dict[str, Any]]:
         """Every page of a list, as the server answered it (the last has no next_page_token)."""
@@ -266,6 +300,17 @@ class MemoryStores:
 
     def delete(self, full_name: str) -> None:
         self._c.send(calls.delete_store(full_name))
+
+    def export(self, full_name: str, *, scope: str | None = None) -> Iterator[bytes]:
+        """The store's archive (JSON lines: a header, the store, its grants, entries with history
+        and vectors, conversations, sessions, lineage, and a manifest last), chunk after chunk;
+        `scope` limits it to one scope. It needs MANAGE and READ on the store."""
+        return self._c.download(calls.export_store(full_name, scope))
+
+    def import_archive(self, full_name: str, archive: bytes | Iterable[bytes]) -> dict[str, Any]:
+        """Restore an archive into `full_name`: a new store (CREATE_MEMORY_STORE on its schema)
+        or an existing one that holds nothing (MANAGE on it). The answer counts what came in."""
+        return self._c.upload(calls.import_store(full_name), archive, dict[str, Any])
 
 
 class Grants:

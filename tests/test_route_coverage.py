@@ -73,6 +73,7 @@ BODIES = {
     },
     "agentsUpdateMemoryPipeline": {"display_name": "x"},
     "agentsRunMemoryPipeline": {},
+    "importMemoryStore": {},  # not an archive: refused with 400 once authorized
 }
 QUERIES = {
     "listSchemas": {"catalog_name": "walk"},

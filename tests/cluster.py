@@ -2,7 +2,7 @@
 PostgreSQL primary with a synchronous streaming standby, verifying the tokens of an external
 issuer. Nothing is mocked: each piece is the program an operator runs.
 
-    with Cluster(tmp_root, nodes=3) as cluster:
+    with Cluster(nodes=3) as cluster:
         token = cluster.issuer.token("admin")
         httpx.get(cluster.url + "/healthz")  # through HAProxy
         httpx.get(cluster.nodes[0].url + "/healthz")  # one node, directly
@@ -27,8 +27,10 @@ The pieces:
   tests sign tokens with the private key.
 
 Every process is started on a port found free and stopped (or killed) at the end, whatever
-happened; `Cluster.close()` then checks that no port is still bound and removes the temporary
-directory (kept when CATALOG_TEST_KEEP is set, for reading the logs).
+happened; `Cluster.close()` then checks that each node exited 0 on SIGTERM and that no port is
+still bound, and removes the temporary directory (in the background; kept when CATALOG_TEST_KEEP
+is set, for reading the logs). `add_node()` and `remove_node()` scale the running cluster out and
+in, through HAProxy's runtime API.
 """
 
 from __future__ import annotations

@@ -5,10 +5,12 @@ tests/cluster.py for the topology, docs/operations/cluster.md for the settings).
 - what one node acknowledged, every other node answers at once: reads, lists, every search mode
   (each node keeps a full-text index of its own), an erasure, an expiry, a legal hold;
 - kill -9 of a node under load costs only the requests it had in flight, and HAProxy routes
-  around it; a rolling restart (SIGTERM, one node after the other) costs none;
+  around it; a rolling restart (SIGTERM, one node after the other) costs none, nor does adding a
+  node at run time and removing it;
 - a node whose full-text index falls behind says so in `/healthz` and stays in service;
 - kill -9 of the primary, then promoting the standby: no acknowledged write is lost, and the
-  nodes write again through the multi-host URL without a restart.
+  nodes write again through the multi-host URL without a restart; a standby of the new primary
+  makes the pair whole again.
 
 The tests share one cluster (the module's), which the fixture `cluster` brings back to every node
 running and in HAProxy's rotation before each test; the failover test has a cluster of its own.
@@ -26,9 +28,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import jwt
 import pytest
 from cluster import (
+    AUDIENCE,
     DRAIN_SECONDS,
+    ISSUER,
     REPO,
     STANDBY_NAME,
     UC,
@@ -38,6 +43,7 @@ from cluster import (
     haproxy_binary,
     wait_until,
 )
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 pytestmark = pytest.mark.skipif(haproxy_binary() is None, reason="haproxy is not installed")
 
@@ -164,13 +170,9 @@ def code(r: httpx.Response) -> str:
 
 
 def test_every_node_verifies_the_external_issuers_tokens_and_nothing_else(cluster: Cluster) -> None:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
     now = int(time.time())
-    claims = {"sub": "admin", "iss": "https://issuer.cluster.test", "aud": "memory-catalog-cluster"}
-    forged = __import__("jwt").encode(
-        {**claims, "iat": now, "exp": now + 600}, Ed25519PrivateKey.generate(), algorithm="EdDSA"
-    )
+    claims = {"sub": "admin", "iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 600}
+    forged = jwt.encode(claims, Ed25519PrivateKey.generate(), algorithm="EdDSA")  # not the issuer's key
     for node in cluster.nodes:
         r = httpx.get(f"{node.url}{UC}/catalogs", headers=headers(cluster), timeout=10)
         assert r.status_code == 200, (node.name, r.text)

@@ -6,17 +6,26 @@ status queries), `GET` a store's details (authenticated, authorized, audited), a
 the scope in keyword mode and in hybrid mode (which adds the query's embedding and the vector
 search).
 
-Run: .venv/bin/python bench/request_floor.py [--n 300]
+With --tracing, the same on two servers, one after the other: tracing off (no OTEL_ variable), and
+tracing on, exporting every span over OTLP/HTTP to a receiver in this process that reads each
+batch and discards it (on the same machine, so its CPU counts against the floor too).
+
+Run: .venv/bin/python bench/request_floor.py [--n 300] [--tracing]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -52,8 +61,39 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run(n: int) -> None:
-    server = BenchServer()
+@contextmanager
+def discarding_receiver() -> Iterator[str]:
+    """An OTLP/HTTP endpoint that reads every export and answers 200 with an empty body (an empty
+    ExportTraceServiceResponse); yields its base URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as a collector would
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def measure(n: int, env: dict[str, str] | None = None) -> list[tuple[str, float, float]]:
+    """(request, p50 ms, p99 ms) of each case on a fresh server started with `env`."""
+    server = BenchServer(env=env)
+    rows: list[tuple[str, float, float]] = []
     try:
         token = server.token()
         async with httpx.AsyncClient(
@@ -91,9 +131,6 @@ async def run(n: int) -> None:
                 ("search, keyword mode", lambda: search("keyword")),
                 ("search, hybrid mode (the query embedded)", lambda: search("hybrid")),
             ]
-            print(f"{n} requests each, one sequential keep-alive client, after 20 to warm up\n")
-            print("| request | p50 | p99 |")
-            print("|---|---|---|")
             for label, call in cases:
                 for _ in range(20):
                     await call()
@@ -102,15 +139,41 @@ async def run(n: int) -> None:
                     t0 = time.perf_counter()
                     await call()
                     times.append((time.perf_counter() - t0) * 1000)
-                print(f"| {label} | {pct(times, 0.5):.1f} ms | {pct(times, 0.99):.1f} ms |")
+                rows.append((label, pct(times, 0.5), pct(times, 0.99)))
     finally:
         server.stop()
+    return rows
+
+
+async def run(n: int, tracing: bool) -> None:
+    print(f"{n} requests each, one sequential keep-alive client, after 20 to warm up\n")
+    for name in [k for k in os.environ if k.startswith("OTEL_")]:
+        del os.environ[name]  # BenchServer passes the environment on: off means no OTEL_ variable
+    if not tracing:
+        print("| request | p50 | p99 |")
+        print("|---|---|---|")
+        for label, p50, p99 in await measure(n):
+            print(f"| {label} | {p50:.1f} ms | {p99:.1f} ms |")
+        return
+    off = await measure(n)
+    with discarding_receiver() as url:
+        on = await measure(n, {"OTEL_EXPORTER_OTLP_ENDPOINT": url})
+    print("| request | p50, tracing off | p50, tracing on | p99, tracing off | p99, tracing on |")
+    print("|---|---|---|---|---|")
+    for (label, p50_off, p99_off), (_, p50_on, p99_on) in zip(off, on, strict=True):
+        print(f"| {label} | {p50_off:.1f} ms | {p50_on:.1f} ms | {p99_off:.1f} ms | {p99_on:.1f} ms |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="the floor of a request over HTTP")
     parser.add_argument("--n", type=int, default=300)
-    asyncio.run(run(parser.parse_args().n))
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="measure with tracing off, then on (spans exported to a local receiver that discards them)",
+    )
+    args = parser.parse_args()
+    asyncio.run(run(args.n, args.tracing))
 
 
 if __name__ == "__main__":

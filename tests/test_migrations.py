@@ -288,7 +288,7 @@ async def test_a_database_written_before_the_shard_keys_upgrades_and_reads(empty
         empty = [t for t in sharding.DISTRIBUTED if t != "conversation_stores" and counts[t] == 0]
         assert empty == []  # every table of a store's data holds rows
 
-        assert [m.version for m in await apply_migrations(conn)] == [28]
+        assert [m.version for m in await apply_migrations(conn)][:1] == [28]  # 0028, then any later one
 
         for table, count in counts.items():
             if table in ("schema_migrations", "change_log_pruned"):  # one more, two more

@@ -82,9 +82,6 @@ class Counter(_Instrument):
         key = self._key(values, self._values)
         self._values[key] = self._values.get(key, 0.0) + amount
 
-    def value(self, *values: str) -> float:
-        return self._values.get(tuple(values), 0.0)
-
     def family(self) -> Family:
         samples = tuple(
             Sample(self.name, tuple(zip(self.labels, key, strict=True)), value)
@@ -114,10 +111,6 @@ class Histogram(_Instrument):
         counts, total = series
         counts[bisect.bisect_left(self.buckets, value)] += 1
         total[0] += value
-
-    def count(self, *values: str) -> int:
-        series = self._series.get(tuple(values))
-        return sum(series[0]) if series is not None else 0
 
     def family(self) -> Family:
         samples: list[Sample] = []

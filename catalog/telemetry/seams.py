@@ -33,7 +33,8 @@ HTTP_DURATION = Histogram(
 )
 MEMORY_OPERATION = Histogram(
     "catalog_memory_operation_duration_seconds",
-    "time of one memory operation (search_memory, create_memory, ...), authorization and audit included",
+    "time of one memory operation (search_memory, create_memory, ...), its authorization included, and "
+    "for a change its audit event",
     ("operation",),
 )
 SEARCH_LEG = Histogram(

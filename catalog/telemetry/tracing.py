@@ -100,11 +100,12 @@ def configure(settings: Settings, environ: Mapping[str, str] | None = None) -> b
     STATE.provider = provider
     STATE.tracer = provider.get_tracer("catalog", __version__)
     STATE.scope_pseudonyms = settings.trace_scopes == "pseudonyms"
-    where = urlsplit(endpoint)
+    where = urlsplit(endpoint)  # logged without any user or password the URL may hold
+    port = f":{where.port}" if where.port else ""
     log.info(
         "tracing on",
         extra={
-            "otlp_endpoint": f"{where.scheme}://{where.hostname}:{where.port or ''}{where.path}",
+            "otlp_endpoint": f"{where.scheme}://{where.hostname}{port}{where.path}",
             "service_name": resource.attributes.get("service.name"),
         },
     )

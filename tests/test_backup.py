@@ -474,3 +474,36 @@ def test_the_export_route_streams_json_lines(server, written):
         assert response.headers["content-type"].startswith("application/x-ndjson")
         body = response.read()
     assert _lines(body)[-1]["kind"] == "manifest"
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ("unknown field", "line 3: Object contains unknown field `surprise`"),
+        ("out of order", "a grant line after a entry line"),
+        ("no store", "line 2: a grant line where the store's definition"),
+        ("bad scope", "scope must not contain control characters"),
+    ],
+)
+def test_a_malformed_line_is_named_and_changes_nothing(server, archive, change, says):
+    """The archive's lines are inputs like any request body: every kind forbids unknown fields,
+    the kinds come in order, and keys follow the API's rules, all checked before any write."""
+    lines = _lines(archive.read_bytes())
+    grant = next(i for i, line in enumerate(lines) if line["kind"] == "grant")
+    entry = next(i for i, line in enumerate(lines) if line["kind"] == "entry")
+    if change == "unknown field":
+        lines[grant] = {**lines[grant], "surprise": 1}
+    elif change == "out of order":
+        lines.insert(entry + 1, lines.pop(grant))
+    elif change == "no store":
+        del lines[1]
+    else:
+        lines[entry + 1] = {**lines[entry + 1], "scope": "a\u0007b"}
+    into = f"main.default.malformed_{uuid.uuid4().hex[:6]}"
+    with _client(server) as c:
+        with pytest.raises(CatalogError) as refused:
+            c.memory_stores.import_archive(into, _reseal(lines))
+        assert refused.value.status == 400 and says in refused.value.message, refused.value.message
+        with pytest.raises(CatalogError) as missing:
+            c.memory_stores.get(into)
+        assert missing.value.status == 404

@@ -296,6 +296,8 @@ def read(body: bytes) -> Archive:
             )
         rank = at
         found.setdefault(kind, []).append((number, line))
+    if "store" not in found:
+        raise ArchiveError("the archive has no store line (the store's definition, line 2)")
     counts = {kind: len(found.get(kind, [])) for kind in KINDS}
     claimed = {kind: manifest.counts.get(kind, 0) for kind in KINDS}
     if counts != claimed or set(manifest.counts) - set(KINDS):

@@ -6,9 +6,10 @@ status queries), `GET` a store's details (authenticated, authorized, audited), a
 the scope in keyword mode and in hybrid mode (which adds the query's embedding and the vector
 search).
 
-With --tracing, the same on two servers, one after the other: tracing off (no OTEL_ variable), and
-tracing on, exporting every span over OTLP/HTTP to a receiver in this process that reads each
-batch and discards it (on the same machine, so its CPU counts against the floor too).
+With --tracing, the same on two servers at once, each request of a case sent to one then the
+other: tracing off (no OTEL_ variable), and tracing on, exporting every span over OTLP/HTTP to a
+receiver in this process that reads each batch and discards it (on the same machine, so its CPU
+counts against the floor too).
 
 Run: .venv/bin/python bench/request_floor.py [--n 300] [--tracing]
 """
@@ -90,59 +91,84 @@ def discarding_receiver() -> Iterator[str]:
         server.server_close()
 
 
-async def measure(n: int, env: dict[str, str] | None = None) -> list[tuple[str, float, float]]:
-    """(request, p50 ms, p99 ms) of each case on a fresh server started with `env`."""
-    server = BenchServer(env=env)
-    rows: list[tuple[str, float, float]] = []
+Case = tuple[str, Callable[[], Awaitable[None]]]
+
+
+async def prepare(client: httpx.AsyncClient) -> list[Case]:
+    """One store of 200 short entries in one scope; the cases to time on it."""
+    r = await client.post(
+        f"{UC}/memory-stores", json={"name": "floor", "catalog_name": "main", "schema_name": "default"}
+    )
+    r.raise_for_status()
+    for i in range(200):
+        turn = " ".join(WORDS[i % 7 :] + WORDS[: i % 7])
+        r = await client.post(
+            f"{UC}/memory-stores/{STORE}/entries",
+            json={"scope": "u1", "path": f"/notes/{i}.md", "contents": f"{turn} {i}"},
+        )
+        r.raise_for_status()
+
+    async def search(mode: str) -> None:
+        r = await client.post(
+            f"{UC}/memory-stores/{STORE}/entries:search",
+            json={"scope": "u1", "query": "hiking tea at night", "mode": mode},
+        )
+        r.raise_for_status()
+
+    async def healthz() -> None:
+        (await client.get("/healthz")).raise_for_status()
+
+    async def store() -> None:
+        (await client.get(f"{UC}/memory-stores/{STORE}")).raise_for_status()
+
+    return [
+        ("`GET /healthz` (no token)", healthz),
+        ("`GET` a store's details (token, authorization, audit)", store),
+        ("search, keyword mode", lambda: search("keyword")),
+        ("search, hybrid mode (the query embedded)", lambda: search("hybrid")),
+    ]
+
+
+async def timed(call: Callable[[], Awaitable[None]]) -> float:
+    t0 = time.perf_counter()
+    await call()
+    return (time.perf_counter() - t0) * 1000
+
+
+async def measure(n: int, envs: list[dict[str, str]]) -> list[list[tuple[str, float, float]]]:
+    """(request, p50 ms, p99 ms) of each case on one fresh server per environment, all started
+    at once; each case's requests alternate between the servers (so that whatever else runs on
+    the machine weighs on each alike)."""
+    servers: list[BenchServer] = []
     try:
-        token = server.token()
-        async with httpx.AsyncClient(
-            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-        ) as client:
-            r = await client.post(
-                f"{UC}/memory-stores",
-                json={"name": "floor", "catalog_name": "main", "schema_name": "default"},
-            )
-            r.raise_for_status()
-            for i in range(200):
-                turn = " ".join(WORDS[i % 7 :] + WORDS[: i % 7])
-                r = await client.post(
-                    f"{UC}/memory-stores/{STORE}/entries",
-                    json={"scope": "u1", "path": f"/notes/{i}.md", "contents": f"{turn} {i}"},
-                )
-                r.raise_for_status()
-
-            async def search(mode: str) -> None:
-                r = await client.post(
-                    f"{UC}/memory-stores/{STORE}/entries:search",
-                    json={"scope": "u1", "query": "hiking tea at night", "mode": mode},
-                )
-                r.raise_for_status()
-
-            async def healthz() -> None:
-                (await client.get("/healthz")).raise_for_status()
-
-            async def store() -> None:
-                (await client.get(f"{UC}/memory-stores/{STORE}")).raise_for_status()
-
-            cases: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-                ("`GET /healthz` (no token)", healthz),
-                ("`GET` a store's details (token, authorization, audit)", store),
-                ("search, keyword mode", lambda: search("keyword")),
-                ("search, hybrid mode (the query embedded)", lambda: search("hybrid")),
-            ]
-            for label, call in cases:
-                for _ in range(20):
-                    await call()
-                times = []
-                for _ in range(n):
-                    t0 = time.perf_counter()
-                    await call()
-                    times.append((time.perf_counter() - t0) * 1000)
-                rows.append((label, pct(times, 0.5), pct(times, 0.99)))
+        for env in envs:
+            servers.append(BenchServer(env=env))
+        clients = [
+            httpx.AsyncClient(base_url=s.url, headers={"Authorization": f"Bearer {s.token()}"}, timeout=60)
+            for s in servers
+        ]
+        try:
+            cases = [await prepare(client) for client in clients]
+            rows: list[list[tuple[str, float, float]]] = [[] for _ in servers]
+            for k, (label, _) in enumerate(cases[0]):
+                calls = [server_cases[k][1] for server_cases in cases]
+                for call in calls:
+                    for _ in range(20):
+                        await call()
+                times: list[list[float]] = [[] for _ in calls]
+                for i in range(n):
+                    order = range(len(calls)) if i % 2 == 0 else reversed(range(len(calls)))
+                    for j in order:
+                        times[j].append(await timed(calls[j]))
+                for j, series in enumerate(times):
+                    rows[j].append((label, pct(series, 0.5), pct(series, 0.99)))
+            return rows
+        finally:
+            for client in clients:
+                await client.aclose()
     finally:
-        server.stop()
-    return rows
+        for server in servers:
+            server.stop()
 
 
 async def run(n: int, tracing: bool) -> None:
@@ -152,12 +178,11 @@ async def run(n: int, tracing: bool) -> None:
     if not tracing:
         print("| request | p50 | p99 |")
         print("|---|---|---|")
-        for label, p50, p99 in await measure(n):
+        for label, p50, p99 in (await measure(n, [{}]))[0]:
             print(f"| {label} | {p50:.1f} ms | {p99:.1f} ms |")
         return
-    off = await measure(n)
     with discarding_receiver() as url:
-        on = await measure(n, {"OTEL_EXPORTER_OTLP_ENDPOINT": url})
+        off, on = await measure(n, [{}, {"OTEL_EXPORTER_OTLP_ENDPOINT": url}])
     print("| request | p50, tracing off | p50, tracing on | p99, tracing off | p99, tracing on |")
     print("|---|---|---|---|---|")
     for (label, p50_off, p99_off), (_, p50_on, p99_on) in zip(off, on, strict=True):

@@ -282,3 +282,21 @@ def test_quickstart_blocks_are_found_in_order():
         "```python\nprint(1)\n```\n\n## Next\n\n```sh\nno\n```\n"
     )
     assert quickstart_blocks(text) == [("sh", "echo a\n"), ("python", "print(1)\n")]
+
+
+def test_the_architecture_page_shows_the_layers_that_are_enforced():
+    """docs/architecture.md lists the import layers, as text and as a Mermaid graph: both are
+    pyproject.toml's import-linter layers, in order (a layer added there must be shown)."""
+    import tomllib
+
+    contract = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+    enforced = [
+        " | ".join(m.strip().removeprefix("catalog.") for m in layer.split("|"))
+        for layer in contract["layers"]
+    ]
+    page = (DOCS / "architecture.md").read_text()
+    section = page[page.index("## The layers") :]
+    listed = section[section.index("```\n") + 4 : section.index("\n```", section.index("```\n"))]
+    assert listed.splitlines() == enforced
+    boxes = re.findall(r'^\s+L\d+\["(.*)"\]$', section, re.MULTILINE)
+    assert [box.replace(" · ", " | ") for box in boxes] == enforced

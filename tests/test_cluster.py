@@ -586,3 +586,52 @@ def test_primary_failover_loses_no_acknowledged_write_and_writes_resume() -> Non
         )
         assert verify.returncode == 0 and verify.stdout.startswith("ok "), verify.stdout + verify.stderr
         print(f"writes resumed {resumed_in:.1f} s after the primary was killed; {writers.statuses}")
+
+
+def test_with_its_synchronous_standby_away_a_node_answers_504_and_says_why_in_healthz() -> None:
+    """The primary waits for its synchronous standby to confirm every commit, so while the standby
+    is away no audit event can be appended and no audited request can be answered: each is
+    answered 504 at its deadline (not held until the standby is back), /healthz says the audit log
+    waits for the database, and once the standby is back everything is answered again with the
+    chain whole."""
+    with Cluster(1, env={"CATALOG_REQUEST_TIMEOUT": "3"}) as c:
+        assert c.primary is not None and c.standby is not None
+        store = make_store(c, "sync_away")
+        node = c.nodes[0]
+        api = Api(c, node.url, store)
+        assert api.write("u", "/before.md", "written while both servers confirm").status_code == 200
+        c.standby.stop()
+        try:
+            # a liveness bound, not a measurement: without the deadline this read never returns
+            r = httpx.get(
+                f"{node.url}{UC}/memory-stores/{store}/entries",
+                headers=headers(c),
+                params={"scope": "u"},
+                timeout=60,
+            )
+            assert (r.status_code, r.json()["error_code"]) == (504, "DEADLINE_EXCEEDED"), r.text
+            health = node.health().json()
+            waited = time.monotonic() + 60
+            while "audit_append_waiting_seconds" not in health and time.monotonic() < waited:
+                time.sleep(0.5)  # until the append has waited more than 5 s
+                health = node.health().json()
+            assert health["status"] == "degraded"
+            assert any(reason.startswith("audit log:") for reason in health["reasons"]), health
+        finally:
+            c.standby.start()
+        c.primary.wait_synchronous()
+        deadline = time.monotonic() + 60
+        while node.health().json()["status"] != "ok" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert node.health().json()["status"] == "ok"
+        assert api.get("u", "/before.md").status_code == 200
+        api.close()
+        verify = subprocess.run(
+            [sys.executable, "-m", "catalog", "audit", "verify"],
+            env=node.env,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+        assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -10,7 +10,9 @@
 - 200 `{"status": "degraded", "reasons": [...], ...figures}` when it serves but something is
   wrong that a load balancer should not act on: derived state falling behind (searches answer
   from what is indexed), or the database slow to answer (this check's query or the monitor's
-  probes timing out: a busy machine is not an outage, see catalog.db.health). Each check in
+  probes timing out: a busy machine is not an outage, see catalog.db.health; or an audit append
+  waiting more than 5 s for the database to confirm its commit, which holds up every audited
+  request: a synchronous standby away). Each check in
   `DEGRADED_CHECKS` adds its reasons and figures;
 - 200 `{"status": "ok"}` otherwise.
 
@@ -37,7 +39,7 @@ from catalog.context import Context
 from catalog.db import DatabaseMonitor
 from catalog.errors import NotFound
 from catalog.search.corpus import ENTRIES
-from catalog.web.deps import Ctx, Req
+from catalog.web.deps import Ctx, Req, server_parts
 from catalog.web.serving import drain_of
 
 CHECK_TIMEOUT = 5.0  # seconds this check waits for a connection, and for its query
@@ -106,6 +108,14 @@ async def healthz(
         )
     if database.silent_probes:
         reasons.append(f"database: {database.silent_probes} health probe(s) in a row unanswered")
+    parts = server_parts(request.app)
+    waiting = parts.audit.waiting_seconds if parts is not None else 0.0
+    if waiting > CHECK_TIMEOUT:  # every audited request waits with it
+        reasons.append(
+            f"audit log: an append has waited {waiting:.0f} s for the database to confirm its commit "
+            "(a synchronous standby away?)"
+        )
+        figures["audit_append_waiting_seconds"] = round(waiting, 1)
     if ctx.search is None or ctx.search.indexer.index is None:
         return Response({"status": "unavailable", "reason": "search index"}, status_code=503)
     for check in DEGRADED_CHECKS:

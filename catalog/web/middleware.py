@@ -4,6 +4,7 @@ structured log line per request (method, route, status, principal, duration, req
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -92,6 +93,8 @@ def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> No
 
 
 UNAUDITED = {"/healthz", "/openapi.json", "/docs"}
+# seconds a 504's answer waits for its own audit event before it goes out (the event stays queued)
+DEADLINE_EVENT_WAIT = 2.0
 # routes that wait for the upstream model: `llm_request_timeout` instead of `request_timeout`
 MODEL_ROUTES = re.compile(r"^/(ai-gateway/mlflow/)?v1/responses/?$|/sessions/[^/]+/extractions/?$")
 
@@ -337,6 +340,13 @@ class RequestMiddleware:
         event = request_event(scope, state, audit, request_id, status)
         if status == 503 and state.get("error_code") == "TEMPORARILY_UNAVAILABLE":
             parts.audit.defer(**event)  # the database is away: appended when it is back
+            return
+        if status == 504 and state.get("error_code") == "DEADLINE_EXCEEDED":
+            # the deadline passed, perhaps waiting for the audit log itself (a database that does
+            # not confirm commits): the answer carries nothing of the store, so it waits for its
+            # event a little and then goes out, the event still queued to be appended
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(parts.audit.record(**event)), DEADLINE_EVENT_WAIT)
             return
         await parts.audit.record(**event)
 

@@ -211,6 +211,7 @@ class AuditWriter:
         self._queue: asyncio.Queue[tuple[dict[str, Any], asyncio.Future[None] | None]] = asyncio.Queue()
         self._deferred: deque[dict[str, Any]] = deque()
         self._retry_at = 0.0
+        self._appending_since: float | None = None  # monotonic time the append in progress began
         self.dropped = 0
         self._task: asyncio.Task[None] | None = None
         self.enabled = True
@@ -270,6 +271,13 @@ class AuditWriter:
     def backlog(self) -> int:
         return len(self._deferred)
 
+    @property
+    def waiting_seconds(self) -> float:
+        """How long the append in progress has waited (0 when none is): a database that does not
+        confirm commits (a synchronous standby away) keeps every audited request waiting."""
+        since = self._appending_since
+        return 0.0 if since is None else time.monotonic() - since
+
     async def _next_batch(self) -> list[tuple[dict[str, Any], asyncio.Future[None] | None]]:
         """Waiting requests' events, preceded by deferred ones when it is time to retry them."""
         batch: list[tuple[dict[str, Any], asyncio.Future[None] | None]] = []
@@ -313,7 +321,11 @@ class AuditWriter:
                     if self._uncertain:
                         batch = await self._without_appended(conn, batch)
                     if batch:
-                        await append_on(conn, [event for event, _ in batch])
+                        self._appending_since = time.monotonic()
+                        try:
+                            await append_on(conn, [event for event, _ in batch])
+                        finally:
+                            self._appending_since = None
                 except Exception as exc:
                     await self._let_go(conn)
                     conn = None

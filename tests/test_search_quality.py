@@ -94,7 +94,7 @@ def test_hybrid_is_at_least_as_good_as_either_mode(real_client, token):
     assert mrr["hybrid"] >= max(mrr["keyword"], mrr["semantic"]), mrr
     assert hits["hybrid"] >= max(hits["keyword"], hits["semantic"]), hits
     assert hits["hybrid"] >= len(QUESTIONS) - 2, (hits, scores)
-    # the seed flow of the issue, word for word, with the real model
+    # the seed flow of the docs, word for word, with the real model
     r = c.post(
         f"{STORE}/entries",
         headers=token(),

@@ -148,7 +148,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 
 def test_the_wheel_holds_every_data_file_the_package_reads(installed):
     expected = _package_data_files()
-    # the ones the issue named, so that the scan above cannot silently come up empty
+    # the ones the package is known to read, so that the scan above cannot silently come up empty
     assert {
         "catalog/py.typed",
         "catalog/sql/migrations/0001_extensions.sql",

@@ -60,10 +60,10 @@ lint: $(VENV)/.installed-dev ## ruff check, and the one-way slice layers (import
 	$(BIN)/lint-imports --no-cache
 
 docs: $(VENV)/.installed-dev ## build the documentation site into site/ (MkDocs, strict)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	$(BIN)/mkdocs build --strict
 
 docs-serve: $(VENV)/.installed-dev ## serve the documentation site on http://127.0.0.1:8000, rebuilt on each change
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+	$(BIN)/mkdocs serve
 
 fmt: $(VENV)/.installed-dev ## ruff format
 	$(BIN)/ruff format .

@@ -10,6 +10,7 @@ Rules:
 
 from __future__ import annotations
 
+import abc
 import bisect
 import math
 from collections.abc import Mapping, Sequence
@@ -48,7 +49,9 @@ def counter(name: str, help: str, value: float, labels: Labels = ()) -> Family:
     return Family(name, "counter", help, (Sample(name, labels, value),))
 
 
-class _Instrument:
+class _Instrument(abc.ABC):
+    """A metric kept in the process, registered at creation; `family()` renders it."""
+
     kind = ""
 
     def __init__(self, name: str, help: str, labels: Sequence[str]) -> None:
@@ -65,8 +68,9 @@ class _Instrument:
             return tuple(OTHER for _ in key)
         return key
 
+    @abc.abstractmethod
     def family(self) -> Family:
-        raise NotImplementedError
+        """The samples as they stand."""
 
 
 class Counter(_Instrument):
@@ -89,7 +93,7 @@ class Counter(_Instrument):
         )
         if not self.labels and not samples:
             samples = (Sample(self.name, (), 0.0),)
-        return Family(self.name, "counter", self.help, samples)
+        return Family(self.name, self.kind, self.help, samples)
 
 
 class Histogram(_Instrument):
@@ -125,7 +129,7 @@ class Histogram(_Instrument):
                 samples.append(Sample(f"{self.name}_bucket", (*labels, ("le", le)), running))
             samples.append(Sample(f"{self.name}_sum", labels, total[0]))
             samples.append(Sample(f"{self.name}_count", labels, running))
-        return Family(self.name, "histogram", self.help, tuple(samples))
+        return Family(self.name, self.kind, self.help, tuple(samples))
 
 
 REGISTRY: list[_Instrument] = []

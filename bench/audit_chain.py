@@ -121,12 +121,7 @@ async def hold_time(url: str, size: int, n: int = 300) -> float:
     times = []
     for _ in range(n):
         rows, heads, tails = batch(size)
-        sql = (
-            "SET LOCAL synchronous_commit = off; SELECT audit_append("
-            f"convert_from(decode('{json.dumps(rows).encode().hex()}', 'hex'), 'UTF8')::jsonb, "
-            f"ARRAY[{', '.join(repo._hex(h) for h in heads)}], "
-            f"ARRAY[{', '.join(repo._hex(t) for t in tails)}]); COMMIT"
-        )
+        sql = "SET LOCAL synchronous_commit = off; " + repo.append_statement(rows, heads, tails) + "COMMIT"
         await conn.execute("BEGIN")
         start = time.perf_counter()
         await conn.execute(sql)

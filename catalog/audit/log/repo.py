@@ -55,6 +55,15 @@ def _hex(data: bytes) -> str:
     return f"decode('{data.hex()}', 'hex')"
 
 
+def append_statement(rows: list[dict[str, Any]], heads: list[bytes], tails: list[bytes]) -> str:
+    """`SELECT audit_append(...)` with the events spliced in as hex digits (and nothing else), for
+    a message of several statements, which takes no parameters."""
+    return (
+        f"SELECT audit_append(convert_from({_hex(json.dumps(rows).encode())}, 'UTF8')::jsonb, "
+        f"ARRAY[{', '.join(map(_hex, heads))}], ARRAY[{', '.join(map(_hex, tails))}]); "
+    )
+
+
 async def append(
     conn: asyncpg.Connection,
     rows: list[dict[str, Any]],
@@ -71,10 +80,7 @@ async def append(
     if not commit:
         await conn.execute("SELECT audit_append($1, $2, $3)", rows, heads, tails)
         return
-    append_sql = (
-        f"SELECT audit_append(convert_from({_hex(json.dumps(rows).encode())}, 'UTF8')::jsonb, "
-        f"ARRAY[{', '.join(map(_hex, heads))}], ARRAY[{', '.join(map(_hex, tails))}]); "
-    )
+    append_sql = append_statement(rows, heads, tails)
     if not early_unlock:
         await conn.execute("SET LOCAL synchronous_commit = on; " + append_sql + "COMMIT")
         return

@@ -215,7 +215,7 @@ class Steps:
         assert engine is not None
         self.wrap(engine.embedder, "embed", "embed the query (ONNX)")
         self.wrap(engine.indexer, "wait_fresh", "wait for the index (read-your-writes)")
-        self.wrap(engine, "vectors_fresh", "wait for the vectors (read-your-writes)")
+        self.wrap(engine, "embed_pending", "embed the rows lacking vectors (read-your-writes)")
         self.wrap(engine, "_keyword", "keyword: BM25 candidates (Tantivy)")
         self.wrap(engine.vectors, "search", "semantic: nearest vectors (pgvector)")
         self.wrap(engine, "_coverage", "keyword score: term counts in the scope (Tantivy)")

@@ -97,7 +97,7 @@ def test_requests_arriving_while_the_model_runs_share_the_next_batch():
             release.wait(5)
             return super().encode(texts)
 
-    embedder = Embedder(Slow())
+    embedder = Embedder(Slow(), lanes=1)
 
     async def scenario() -> None:
         embedder.start()
@@ -124,7 +124,7 @@ def test_queries_go_before_background_work():
             order.extend(texts)
             return super().encode(texts)
 
-    embedder = Embedder(Recording(), background_batch=4)
+    embedder = Embedder(Recording(), background_batch=4, lanes=1)
 
     async def scenario() -> None:
         embedder.start()
@@ -180,7 +180,7 @@ def test_background_texts_are_run_shortest_first_and_answered_in_order():
             seen.append(list(texts))
             return super().encode(texts)
 
-    embedder = Embedder(Recording(), background_batch=4)
+    embedder = Embedder(Recording(), background_batch=4, lanes=1)
     texts = [("word " * n).strip() for n in (9, 1, 7, 3, 8, 2, 6, 4, 5)]
 
     async def scenario() -> np.ndarray:
@@ -195,3 +195,27 @@ def test_background_texts_are_run_shortest_first_and_answered_in_order():
     ran = [t for batch in seen for t in batch]
     assert ran == sorted(texts, key=len)
     assert all(len(batch) <= 4 for batch in seen)
+
+
+def test_two_lanes_run_two_batches_at_once():
+    """Each lane runs its own batch on its own thread: two batches are inside the model together
+    (a barrier of two that one lane alone could never pass)."""
+    barrier = threading.Barrier(2, timeout=30)
+
+    class Together(HashEncoder):
+        def encode(self, texts):  # type: ignore[no-untyped-def]
+            barrier.wait()
+            return super().encode(texts)
+
+    embedder = Embedder(Together(), background_batch=1, lanes=2)
+
+    async def scenario() -> np.ndarray:
+        embedder.start()
+        try:
+            return await embedder.embed(["one", "two"], background=True)
+        finally:
+            await embedder.close()
+
+    vectors = asyncio.run(scenario())
+    assert vectors.shape == (2, DIMENSIONS) and embedder.batches == 2
+    assert np.array_equal(vectors, HashEncoder().encode(["one", "two"]))

@@ -284,7 +284,7 @@ async def test_hot_path_statements_name_the_store(conn):
         await entries.restore(conn, key, kept, "admin")  # its statements are upsert_overwrite's
         vector = np.zeros(384, dtype=np.float32)
         vector[0] = 1.0
-        await search.has_unembedded(db, notes, ["ann"])
+        await search.unembedded_in(db, notes, ["ann"], 10)
         await search.ids_under_prefix(db, notes, ["ann"], None, "/a")
         await search.similarities(db, notes, [row.id], vector)
         await search.numbered_neighbours(db, notes, [row.id], None)

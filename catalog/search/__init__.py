@@ -21,7 +21,7 @@ Rules of the slice:
 """
 
 from catalog.search.engine import (
-    FRESH_TIMEOUT,
+    SEARCH_WAIT,
     CorpusSearch,
     Found,
     Query,
@@ -32,7 +32,7 @@ from catalog.search.engine import (
 )
 
 __all__ = [
-    "FRESH_TIMEOUT",
+    "SEARCH_WAIT",
     "CorpusSearch",
     "Found",
     "Query",

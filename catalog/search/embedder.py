@@ -9,11 +9,15 @@ Rules:
   times the CPU of the same texts sorted), and the vectors come back in the caller's order;
 - the vector is the mean of the last hidden state over the attention mask, L2-normalised, so the
   cosine similarity of two vectors is their dot product;
-- a query is run as soon as the model is free; texts from concurrent requests that arrive while
-  it is busy are run together in the next batch (no fixed wait: a lone query would pay it, and
-  under load the batch fills by itself); inference runs on a worker thread, never on the event
-  loop; background texts are queued shortest first (each call's texts), so that the small batches
-  taken from the queue hold texts of one length.
+- a query is run as soon as a lane of the model is free; texts from concurrent requests that
+  arrive while every lane is busy are run together in the next batch (no fixed wait: a lone query
+  would pay it, and under load the batch fills by itself); inference runs on worker threads,
+  never on the event loop; background texts are queued shortest first (each call's texts), so
+  that the small batches taken from the queue hold texts of one length;
+- the model runs in `lanes` batches at once, each on one thread (`OnnxEncoder(threads=1)`): on
+  two cores two one-thread runs embed about a quarter more texts per second than one run on two
+  threads, which spends CPU on handing work between its threads (bench/peer.py --model), and a
+  query on one thread takes as long as on two.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import os
 import re
 from collections import deque
 from collections.abc import Sequence
@@ -87,7 +92,7 @@ class OnnxEncoder:
     """A sentence-transformers model exported to ONNX (inputs `input_ids`, `attention_mask`,
     optionally `token_type_ids`; output: the last hidden state)."""
 
-    def __init__(self, files: ModelFiles, *, threads: int = 2) -> None:
+    def __init__(self, files: ModelFiles, *, threads: int = 1) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
 
@@ -196,8 +201,17 @@ class HashEncoder:
         return out
 
 
+def default_lanes() -> int:
+    """One lane of the model per CPU core this process may use, at most 4."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
 class Embedder:
-    """Batches `embed()` calls from concurrent requests into one model run on a worker thread.
+    """Batches `embed()` calls from concurrent requests into model runs on `lanes` worker threads.
 
     Urgent texts (search queries) go first and alone; background texts (entries waiting for their
     vector) run in small batches, so that a query never waits behind a bulk load for more than
@@ -205,7 +219,13 @@ class Embedder:
     """
 
     def __init__(
-        self, encoder: Encoder, *, max_batch: int = 64, background_batch: int = 16, max_wait: float = 0.0
+        self,
+        encoder: Encoder,
+        *,
+        max_batch: int = 64,
+        background_batch: int = 8,
+        max_wait: float = 0.0,
+        lanes: int | None = None,
     ) -> None:
         self.encoder = encoder
         self.dimensions = encoder.dimensions
@@ -220,7 +240,10 @@ class Embedder:
         self._background: deque[tuple[str, asyncio.Future[np.ndarray]]] = deque()
         self._ready: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self.lanes = lanes if lanes is not None else default_lanes()
+        self._free: asyncio.Semaphore | None = None
+        self._running: set[asyncio.Task[None]] = set()
+        self._pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="embed")
         self.batches = 0
         self.texts = 0
 
@@ -231,13 +254,15 @@ class Embedder:
 
     def start(self) -> None:
         self._ready = asyncio.Event()
+        self._free = asyncio.Semaphore(self.lanes)
         self._worker = asyncio.create_task(self._run(), name="embedder")
 
     async def close(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
+        for task in [self._worker, *self._running]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self._pool.shutdown(wait=True)
 
     @telemetry.embedding
@@ -267,32 +292,40 @@ class Embedder:
         return batch
 
     async def _run(self) -> None:
-        assert self._ready is not None
-        loop = asyncio.get_running_loop()
+        assert self._ready is not None and self._free is not None
         while True:
             await self._ready.wait()
+            await self._free.acquire()  # a lane is free: take the next batch for it
             if self._urgent and len(self._urgent) < self.max_batch:
                 # requests already runnable join this batch; waiting longer (max_wait) is optional:
                 # those arriving while the model runs join the next one anyway
                 await asyncio.sleep(self.max_wait)
-            batch = self._take()
+            batch = [(text, future) for text, future in self._take() if not future.done()]
             if not self._urgent and not self._background:
                 self._ready.clear()
             if not batch:
+                self._free.release()
                 continue
-            batch = [(text, future) for text, future in batch if not future.done()]
+            task = asyncio.create_task(self._run_batch(batch), name="embedder-batch")
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run_batch(self, batch: list[tuple[str, asyncio.Future[np.ndarray]]]) -> None:
+        assert self._free is not None
+        loop = asyncio.get_running_loop()
+        try:
             texts = [text for text, _ in batch]
-            if not texts:
-                continue
             try:
                 vectors = await loop.run_in_executor(self._pool, self.encoder.encode, texts)
             except Exception as exc:  # hand the failure to every waiter
                 for _, future in batch:
                     if not future.done():
                         future.set_exception(exc)
-                continue
+                return
             self.batches += 1
             self.texts += len(texts)
             for (_, future), vector in zip(batch, vectors, strict=True):
                 if not future.done():
                     future.set_result(vector)
+        finally:
+            self._free.release()

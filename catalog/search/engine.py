@@ -4,8 +4,13 @@ background workers that keep that derived state up to date.
 
 Writes are answered once PostgreSQL has committed them; the workers then bring the derived state
 up to date: the indexer (Tantivy, `catalog.search.indexer`) and the embedding worker (the
-`embedding` column, in large batches). Searches wait for both to have passed everything committed
-before them, so a search sent after a write's response sees that write (read-your-writes).
+`embedding` column, in large batches). A search sent after a write's response sees that write
+(read-your-writes) without waiting for the embedding worker: the rows of its scopes still
+without their vector (a small partial index finds them) are embedded by the search itself, at
+most `ON_DEMAND` of them, ahead of the worker's backlog, and stored as the worker would store
+them. The keyword leg waits for the indexer's next pass, whose commits take milliseconds; no
+search waits more than `SEARCH_WAIT` for either, and a leg that may have missed rows is named in
+`degraded`.
 
 Neither worker ever marks as done what it did not do. An embedding pass claims its rows inside a
 transaction and writes their vectors in it: a model or database error rolls it back and the rows
@@ -20,7 +25,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +58,12 @@ EMBED_BATCH = 256
 # two passes at once: while one writes its vectors (PostgreSQL maintains the HNSW graph), the
 # other keeps the model busy
 EMBED_LANES = 2
-FRESH_TIMEOUT = 10.0
+# the longest a search waits for background work (the full-text index's next pass); past it the
+# leg is searched as it is and named in `degraded`
+SEARCH_WAIT = 1.0
+# rows of the searched scopes still without their vector that a search embeds itself, at most
+# (past it the semantic leg is `degraded`); a search waits at most SEARCH_WAIT for the model
+ON_DEMAND = 64
 # how long a stopping server lets an embedding pass finish before abandoning it (a pass of 256
 # long entries can take many seconds on a small machine; an abandoned one is redone later)
 EMBED_STOP_GRACE = 2.0
@@ -158,6 +167,9 @@ class SearchEngine:
     _scopes_task: asyncio.Task[None] | None = None
     _stopping: bool = False
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    # rows a search is embedding now, by (corpus, id, version): concurrent searches share the work
+    _embedding_now: dict[tuple[str, str, int], asyncio.Future[bool]] = field(default_factory=dict)
+    embedded_on_demand: int = 0  # vectors searches have computed and stored themselves
 
     @classmethod
     def create(
@@ -459,7 +471,7 @@ class SearchEngine:
         it is when it is failing or still behind after the wait (False)."""
         indexer = self.part(query.corpus).indexer
         try:
-            fresh = await indexer.wait_fresh()
+            fresh = await indexer.wait_fresh(SEARCH_WAIT)
         except TimeoutError:
             log.warning("full-text index of %s is behind; searching what it holds", query.corpus.name)
             fresh = False
@@ -488,19 +500,20 @@ class SearchEngine:
     @telemetry.search_leg("semantic")
     async def _semantic(self, query: Query) -> tuple[np.ndarray | None, list[tuple[str, float]], bool]:
         """The query's vector, (id, cosine similarity) best first, and whether every row of the
-        scopes committed before the call had its vector. A model that fails on the query leaves
-        the leg empty (no vector, not complete): the search answers what the other leg found."""
+        scopes committed before the call had its vector (those lacking one are embedded here,
+        `embed_pending`). A model that fails on the query leaves the leg empty (no vector, not
+        complete): the search answers what the other leg found."""
         embedding = query.vector if query.vector is not None else self.embed_query(query.text)
-        fresh = asyncio.ensure_future(self.vectors_fresh(query.store_id, query.scopes, query.corpus))
+        pending = asyncio.ensure_future(self.embed_pending(query.store_id, query.scopes, query.corpus))
         try:
             vector = await embedding
         except Exception as exc:  # the model failed (it is reported by /healthz when it lasts)
-            fresh.cancel()
+            pending.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await fresh
+                await pending
             log.warning("the query could not be embedded; searching without vectors: %s", exc)
             return None, [], False
-        complete = await fresh
+        complete = await pending
         hits = await self.part(query.corpus).vectors.search(
             query.store_id,
             list(query.scopes),
@@ -512,20 +525,48 @@ class SearchEngine:
         )
         return vector, hits, complete
 
-    async def vectors_fresh(self, store_id: str, scopes: Sequence[str], corpus: Corpus = ENTRIES) -> bool:
-        """Return once no row of these scopes committed before the call lacks its vector (True),
-        or when the worker is failing or the wait has lasted FRESH_TIMEOUT (False)."""
-        deadline = time.monotonic() + FRESH_TIMEOUT
-        while await repo.has_unembedded(self.pool, store_id, scopes, corpus):
-            if not self.embedding_health.healthy and not self.embedding_health.outage:
-                return False  # the worker is failing (see /healthz): search the vectors there are
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                log.warning("embeddings are behind; searching the vectors there are")
-                return False
-            try:
-                await self.passes.wait_next(remaining)
-            except TimeoutError:
-                continue
-            await asyncio.sleep(0.01)  # rows another process holds: give it a moment
+    async def embed_pending(self, store_id: str, scopes: Sequence[str], corpus: Corpus = ENTRIES) -> bool:
+        """Give the rows of these scopes committed before the call that lack their vector one
+        now, ahead of the worker's backlog, and store it (True once none is missing). False when
+        more than `ON_DEMAND` are missing (the newest writes of a bulk load: the worker embeds
+        them in its batches), when the model fails, or when it took longer than `SEARCH_WAIT`:
+        the search then ranks the vectors there are. A row another search is embedding is
+        waited for, not embedded twice."""
+        rows = await repo.unembedded_in(self.pool, store_id, scopes, ON_DEMAND + 1, corpus)
+        if not rows:
+            return True
+        mine: list[asyncpg.Record] = []
+        waits: list[asyncio.Future[bool]] = []
+        loop = asyncio.get_running_loop()
+        for row in rows[:ON_DEMAND]:
+            key = (corpus.name, row["id"], row["version"])
+            if key in self._embedding_now:
+                waits.append(self._embedding_now[key])
+            else:
+                mine.append(row)
+        done: asyncio.Future[bool] = loop.create_future()
+        keys = [(corpus.name, r["id"], r["version"]) for r in mine]
+        for key in keys:
+            self._embedding_now[key] = done
+        stored = False
+        try:
+            stored = await asyncio.wait_for(self._embed_rows(mine, corpus), SEARCH_WAIT) if mine else True
+        except Exception as exc:  # a model or database failure, or too slow: rank what there is
+            log.warning("rows without vectors could not be embedded by the search: %s", exc)
+        finally:
+            for key in keys:
+                self._embedding_now.pop(key, None)
+            done.set_result(stored)
+        others = True
+        if waits:
+            finished, _ = await asyncio.wait(set(waits), timeout=SEARCH_WAIT)
+            others = len(finished) == len(set(waits)) and all(f.result() for f in finished)
+        return stored and others and len(rows) <= ON_DEMAND
+
+    async def _embed_rows(self, rows: Sequence[asyncpg.Record], corpus: Corpus) -> bool:
+        texts = [embedding_text(r["contents"], r["description"]) for r in rows]
+        vectors = await self.embedder.embed(texts)  # urgent: ahead of the worker's batches
+        made = [(r["id"], r["version"], v) for r, v in zip(rows, vectors, strict=True)]
+        await repo.set_embeddings(self.pool, made, corpus, self.embedder.model_id)
+        self.embedded_on_demand += len(made)
         return True

@@ -298,14 +298,19 @@ async def next_claim_expiry(conn: Conn, corpus: Corpus = ENTRIES) -> float | Non
     return None if value is None else float(value)
 
 
-async def has_unembedded(conn: Conn, store_id: str, scopes: Sequence[str], corpus: Corpus = ENTRIES) -> bool:
-    return bool(
-        await conn.fetchval(
-            f"SELECT EXISTS (SELECT 1 FROM {corpus.table} WHERE embedded_version IS DISTINCT FROM version "
-            "AND store_id = $1 AND scope = ANY($2::text[]))",
-            store_id,
-            list(scopes),
-        )
+async def unembedded_in(
+    conn: Conn, store_id: str, scopes: Sequence[str], limit: int, corpus: Corpus = ENTRIES
+) -> list[asyncpg.Record]:
+    """Up to `limit` rows of these scopes whose vector is missing or older than their text (id,
+    version, contents, description): what a search embeds itself rather than wait for the
+    worker (read by the small partial index of such rows)."""
+    return await conn.fetch(
+        f"SELECT id, version, contents, description FROM {corpus.table} "
+        "WHERE embedded_version IS DISTINCT FROM version AND store_id = $1 AND scope = ANY($2::text[]) "
+        "LIMIT $3",
+        store_id,
+        list(scopes),
+        limit,
     )
 
 

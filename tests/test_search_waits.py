@@ -1,0 +1,155 @@
+"""A search never waits for the embedding worker: the rows of its scopes still lacking a vector
+are embedded by the search itself (read-your-writes without the backlog), at most `ON_DEMAND` of
+them and for at most `SEARCH_WAIT`; past either the semantic leg is named in `degraded`."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Sequence
+
+import asyncpg
+import numpy as np
+import pytest
+from litestar.testing import TestClient
+
+from catalog.app import create_app
+from catalog.auth import mint_dev_token
+from catalog.search import engine
+from catalog.search.corpus import Corpus
+from catalog.search.embedder import HashEncoder
+
+UC = "/api/2.1/unity-catalog"
+_names = itertools.count()
+
+
+class Store:
+    """A store of its own for each test (the database is shared)."""
+
+    def __init__(self) -> None:
+        self.name = f"waits{next(_names)}"
+        self.url = f"{UC}/memory-stores/main.default.{self.name}"
+
+    def unembedded(self, database_url: str) -> list[str]:
+        async def run() -> list[str]:
+            conn = await asyncpg.connect(database_url)
+            try:
+                rows = await conn.fetch(
+                    "SELECT e.path FROM entries e JOIN memory_stores s ON s.id = e.store_id "
+                    "WHERE s.name = $1 AND (e.embedded_version IS DISTINCT FROM e.version "
+                    "OR e.embedding IS NULL) ORDER BY e.path",
+                    self.name,
+                )
+                return [r["path"] for r in rows]
+            finally:
+                await conn.close()
+
+        return asyncio.run(run())
+
+
+@pytest.fixture
+def no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedding worker embeds nothing (a backlog it has not reached yet)."""
+
+    async def idle(self: engine.SearchEngine, corpus: Corpus) -> None:
+        return None
+
+    monkeypatch.setattr(engine.SearchEngine, "_drain", idle)
+
+
+class HeldEncoder(HashEncoder):
+    """The test embedder, holding any batch with `marker` in it until `gate` is set."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = marker
+        self.gate = threading.Event()
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if any(self.marker in t for t in texts):
+            self.gate.wait(60)
+        return super().encode(texts)
+
+
+def _client(settings, encoder=None) -> TestClient:  # type: ignore[no-untyped-def]
+    return TestClient(create_app(settings, encoder=encoder), raise_server_exceptions=False)
+
+
+def _setup(c: TestClient, headers: dict[str, str], entries: dict[str, str]) -> Store:
+    store = Store()
+    body = {"name": store.name, "catalog_name": "main", "schema_name": "default"}
+    assert c.post(f"{UC}/memory-stores", headers=headers, json=body).status_code == 200
+    for path, text in entries.items():
+        r = c.post(
+            f"{store.url}/entries",
+            headers=headers,
+            params={"scope": "u"},
+            json={"path": path, "contents": text},
+        )
+        assert r.status_code == 200, r.text
+    return store
+
+
+def _search(c: TestClient, headers: dict[str, str], store: Store, query: str, mode: str) -> dict:
+    r = c.post(
+        f"{store.url}/entries:search", headers=headers, json={"scope": "u", "query": query, "mode": mode}
+    )
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.usefixtures("no_worker")
+def test_a_search_embeds_its_scopes_rows_the_worker_has_not_reached(settings, database_url):
+    headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
+    with _client(settings) as c:
+        store = _setup(c, headers, {"/a.md": "platypus eggs", "/b.md": "echidna spines"})
+        other = {"scope": "elsewhere"}
+        r = c.post(
+            f"{store.url}/entries", headers=headers, params=other, json={"path": "/c.md", "contents": "kiwi"}
+        )
+        assert r.status_code == 200
+        assert store.unembedded(database_url) == ["/a.md", "/b.md", "/c.md"]  # the worker has done nothing
+        for mode in ("semantic", "hybrid"):
+            answer = _search(c, headers, store, "echidna spines", mode)
+            assert answer["results"][0]["memory_entry"]["path"] == "/b.md", answer
+            assert answer["results"][0]["score"] > 0.9, answer  # ranked by its own vector
+            assert "degraded" not in answer, answer
+        # the vectors are stored as the worker would store them; another scope's row is left to it
+        assert store.unembedded(database_url) == ["/c.md"]
+        assert c.app.state.runtime.context.search.embedded_on_demand == 2
+
+
+@pytest.mark.usefixtures("no_worker")
+def test_more_rows_missing_than_a_search_embeds_is_degraded(settings, database_url, monkeypatch):
+    monkeypatch.setattr(engine, "ON_DEMAND", 2)
+    headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
+    with _client(settings) as c:
+        store = _setup(c, headers, {f"/{n}.md": f"note number {n}" for n in range(5)})
+        answer = _search(c, headers, store, "note number", "semantic")
+        assert answer["degraded"] == ["semantic"], answer
+        assert len(store.unembedded(database_url)) == 3  # two embedded by that search
+        _search(c, headers, store, "note number", "semantic")
+        answer = _search(c, headers, store, "note number", "semantic")
+        assert "degraded" not in answer, answer  # the last one found none missing
+        assert store.unembedded(database_url) == []
+
+
+@pytest.mark.usefixtures("no_worker")
+def test_a_search_does_not_wait_for_a_model_that_is_stuck_on_a_row(settings, database_url, monkeypatch):
+    """The row's text holds the model (the query's does not): the search answers without that
+    row's vector after `SEARCH_WAIT`, saying so, and stores nothing for it."""
+    monkeypatch.setattr(engine, "SEARCH_WAIT", 0.2)
+    encoder = HeldEncoder("slowpoke")
+    headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
+    try:
+        with _client(settings, encoder) as c:
+            store = _setup(c, headers, {"/slow.md": "slowpoke pokes slowly"})
+            answer = _search(c, headers, store, "pokes", "hybrid")
+            assert not encoder.gate.is_set()  # answered while the model still held the row
+            assert answer["degraded"] == ["semantic"], answer
+            assert [x["memory_entry"]["path"] for x in answer["results"]] == ["/slow.md"]  # keyword found it
+            assert store.unembedded(database_url) == ["/slow.md"]
+            encoder.gate.set()
+    finally:
+        encoder.gate.set()

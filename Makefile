@@ -23,7 +23,14 @@ $(VENV)/.installed-bench: $(VENV)/.installed-dev
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
 
-.PHONY: help install dev run test bench soak lint fmt typecheck docs docs-serve clean
+# the optional third side of bench/peer.py: memnos in a virtualenv of its own (bench/memnos_peer.py)
+MEMNOS_VENV := .venv-memnos
+$(MEMNOS_VENV)/.installed:
+	$(PYTHON) -m venv $(MEMNOS_VENV)
+	$(MEMNOS_VENV)/bin/pip install --quiet memnos==0.1.45
+	touch $@
+
+.PHONY: help install dev run test bench bench-peers soak lint fmt typecheck docs docs-serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -52,6 +59,9 @@ bench: $(VENV)/.installed-bench ## run the benchmarks in bench/ and print their 
 	@set -e; for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py; echo; done
 	@echo "== bench/soak.py $(SOAK_SHORT)"; $(BIN)/python bench/soak.py $(SOAK_SHORT)
 
+bench-peers: $(VENV)/.installed-bench $(MEMNOS_VENV)/.installed ## bench/peer.py with both peers: LangGraph's store and memnos (its own virtualenv)
+	$(BIN)/python bench/peer.py
+
 soak: $(VENV)/.installed-dev ## the soak benchmark in full: 32 clients, mixed load, 5 minutes (bench/soak.py)
 	$(BIN)/python bench/soak.py
 
@@ -71,5 +81,5 @@ fmt: $(VENV)/.installed-dev ## ruff format
 typecheck: $(VENV)/.installed-dev ## mypy
 	$(BIN)/mypy catalog
 
-clean: ## remove the virtual environment (keeps ./.data)
-	rm -rf $(VENV)
+clean: ## remove the virtual environments (keeps ./.data)
+	rm -rf $(VENV) $(MEMNOS_VENV)

@@ -287,7 +287,7 @@ async def run_memnos(db_url: str, datasets: list, concurrency: int) -> Side:
     turn written by `concurrency` writers until searchable (with the server's CPU over it), then
     every question searched cold and again (steady), with recall. Starts memnos on `db_url` and
     stops it at the end."""
-    from bench.peer import Side, _searches, text_of
+    from bench.peer import Side, _searches, postgres_cpu, text_of
 
     version = memnos_version() or "?"
     side = Side(f"memnos {version} (HTTP, MiniLM, no reranker)")
@@ -324,7 +324,7 @@ async def run_memnos(db_url: str, datasets: list, concurrency: int) -> Side:
                 r.raise_for_status()
                 return [m for m in r.json()["memories"] if m.get("kind") == "turn"]
 
-            cpu = tree_cpu(server.process.pid)
+            cpu, pg = tree_cpu(server.process.pid), postgres_cpu()
             started = time.perf_counter()
             for scope, entries, _ in datasets:
                 await asyncio.gather(*(put(scope, e) for e in entries))
@@ -341,6 +341,7 @@ async def run_memnos(db_url: str, datasets: list, concurrency: int) -> Side:
                     await asyncio.sleep(0.05)
             side.ingest_s = time.perf_counter() - started
             side.cpu_s = tree_cpu(server.process.pid) - cpu
+            side.postgres_cpu_s = postgres_cpu() - pg
 
             async def ask(scope: str, question: dict) -> list[str]:
                 ranked: list[str] = []

@@ -403,28 +403,33 @@ async def restore(conn: asyncpg.Connection, key: Key, kept: VersionRow, by: str)
 class WriteReady:
     default_ttl: int | None  # the store's default TTL in seconds (None: none)
     kept_expired: bool  # an expired entry is at the key and the store's legal hold keeps it
+    held: bool = False  # the store is under legal hold
+    live: bool = False  # a live (unexpired) entry is at the key
 
 
 async def before_write(conn: Conn, key: Key) -> WriteReady:
     """Ready a write at the key: delete the entry there if it has expired (a write at its key
     starts afresh; the history names `system:expiry` as its deleter), unless the store is under
-    legal hold (then it stays, and `kept_expired` says so); and read the store's default TTL. One
-    statement when nothing has expired (the usual case)."""
+    legal hold (then it stays, and `kept_expired` says so); and read the store's default TTL, its
+    legal hold and whether a live entry is at the key (what an overwrite under hold is refused
+    by). One statement when nothing has expired (the usual case)."""
     row = await conn.fetchrow(
         f"SELECT EXISTS (SELECT 1 FROM entries WHERE {_KEY} AND NOT {LIVE}) AS expired, "
+        f"EXISTS (SELECT 1 FROM entries WHERE {_KEY} AND {LIVE}) AS live, "
         "(SELECT default_ttl_seconds FROM memory_stores WHERE id = $1) AS ttl, "
         "coalesce((SELECT legal_hold FROM memory_stores WHERE id = $1), false) AS held",
         *key,
     )
     assert row is not None
     ttl = None if row["ttl"] is None else int(row["ttl"])
-    if row["expired"] and row["held"]:
-        return WriteReady(ttl, kept_expired=True)
+    held, live = bool(row["held"]), bool(row["live"])
+    if row["expired"] and held:
+        return WriteReady(ttl, kept_expired=True, held=held, live=live)
     if row["expired"]:
         await conn.execute("SELECT set_config('catalog.principal', 'system:expiry', true)")
         await conn.execute(f"DELETE FROM entries WHERE {_KEY} AND NOT {LIVE}", *key)
         await conn.execute("SELECT set_config('catalog.principal', '', true)")
-    return WriteReady(ttl, kept_expired=False)
+    return WriteReady(ttl, kept_expired=False, held=held, live=live)
 
 
 async def set_expiry(conn: Conn, store_id: str, entry_id: str, ttl_seconds: int) -> EntryRow:

@@ -51,7 +51,13 @@ from catalog.errors import (
     ResourceConflict,
 )
 from catalog.governance import Securable, SecurableType
-from catalog.governance.namespace.service import ensure_not_held, held_stores_keeping, is_held, scope_binding
+from catalog.governance.namespace.service import (
+    ensure_not_held,
+    held_conflict,
+    held_stores_keeping,
+    is_held,
+    scope_binding,
+)
 from catalog.search import Found, Query
 from catalog.wire.entry_keys import (
     validate_path,
@@ -234,11 +240,11 @@ async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
     readable = ctx.access.visible(principal, "entries.read", store)
     sources = await _sources(ctx, principal, op.derived_from)
     origin = _origin(op.origin)
-    if op.mode == "OVERWRITE" and await repo.get(ctx.pool, key) is not None:
-        await ensure_not_held(ctx, store, "overwritten")
     async with audited(ctx.pool) as conn:
         note_result(1)
         ready = await _before_write(conn, key)
+        if op.mode == "OVERWRITE" and ready.held and ready.live:
+            raise held_conflict(store, "overwritten")
         if op.mode == "EXCLUSIVE":
             row = await repo.insert_exclusive(conn, key, fields, principal.name)
             if row is None:

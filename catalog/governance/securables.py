@@ -41,6 +41,8 @@ class Securable:
     full_name: str
     chain: tuple[Node, ...]
     revision: int | None = None  # the policy revision seen when the chain was read
+    # a memory store's scope binding and shared scopes, read with the chain (None: not read)
+    scope_rules: tuple[str, tuple[str, ...]] | None = None
 
     @property
     def exists(self) -> bool:

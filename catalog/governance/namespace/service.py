@@ -456,10 +456,17 @@ async def ensure_not_held(
 ) -> None:
     """409 RESOURCE_CONFLICT naming the hold when the store is under legal hold."""
     if await is_held(ctx, store):
-        raise ResourceConflict(
-            f"{kind} {store.full_name} is under legal hold: its {things} cannot be {what} "
-            "until the hold is released"
-        )
+        raise held_conflict(store, what, kind=kind, things=things)
+
+
+def held_conflict(
+    store: Securable, what: str, *, kind: str = "memory store", things: str = "entries"
+) -> ResourceConflict:
+    """The 409 of a change a legal hold refuses (for a caller that read the hold itself)."""
+    return ResourceConflict(
+        f"{kind} {store.full_name} is under legal hold: its {things} cannot be {what} "
+        "until the hold is released"
+    )
 
 
 held_stores_keeping = repo.held_stores_keeping  # each slice answers erasure which held stores keep a scope
@@ -563,5 +570,9 @@ async def _store_must(ctx: Context, store: Securable, full_name: str) -> MemoryS
 
 
 async def scope_binding(ctx: Context, store: Securable) -> tuple[str, list[str]]:
-    """A memory store's scope binding (`caller` or `end_user`) and its shared scopes."""
+    """A memory store's scope binding (`caller` or `end_user`) and its shared scopes: as read with
+    the store's chain (`locate`, the same statement), else from its row."""
+    if store.scope_rules is not None:
+        binding, shared = store.scope_rules
+        return binding, list(shared)
     return await repo.store_binding(ctx.pool, store.node.id)

@@ -161,3 +161,4 @@ class Search(msgspec.Struct, frozen=True, kw_only=True):
     min_score: float | None = None
     mode: SearchMode = "hybrid"
     where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (`filter`)
+    explain: bool = False  # how each hit's score was made, and what each leg did

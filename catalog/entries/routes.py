@@ -33,6 +33,8 @@ from catalog.entries.schemas import (
     SearchRequest,
     SearchResponse,
     SearchResult,
+    score_details,
+    search_explain,
 )
 from catalog.errors import InvalidParameter
 from catalog.web.deps import Ctx, Req
@@ -315,11 +317,21 @@ async def search(
         min_score=data.min_score,
         mode=data.mode,
         where=data.filter,
+        explain=data.explain,
     )
     found = await service.search(ctx, request.user, query)
+    details = found.explained.hits if found.explained is not None else {}
     return SearchResponse(
-        results=[SearchResult(memory_entry=to_entry(row), score=score) for row, score in found.hits],
+        results=[
+            SearchResult(
+                memory_entry=to_entry(row),
+                score=score,
+                score_details=score_details(details[row.id]) if row.id in details else None,
+            )
+            for row, score in found.hits
+        ],
         degraded=list(found.degraded) or None,
+        explain=search_explain(found.explained),
     )
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import msgspec
 
 from catalog.entries.operations import SearchMode, WriteMode
+from catalog.search import Explained, HitScores
 from catalog.wire import Degraded, Input, Output
 from catalog.wire.entry_keys import MAX_SCOPES, EntryPath, PathPrefix, SessionId
 from catalog.wire.inputs import NO_NUL, NOT_BLANK, Scope
@@ -111,6 +112,7 @@ class SearchRequest(Input, kw_only=True):
     mode: SearchMode = "hybrid"
     # only entries whose metadata equals every pair given (inside the keyword and vector searches)
     filter: Metadata | None = None
+    explain: bool = False  # each hit's score_details and the request's legs (SearchResponse.explain)
 
 
 class Entry(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -146,14 +148,74 @@ class ListEntriesResponse(msgspec.Struct, omit_defaults=True, kw_only=True):
     next_page_token: str | None = None
 
 
-class SearchResult(msgspec.Struct, kw_only=True):
+class ScoreDetails(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """How a hit's score was made (an explained search): `keyword` from `coverage` (its share of
+    the query's term weight) and BM25's raw `bm25` where BM25 found it; `semantic` from `cosine`
+    where it has a vector; `fused`, the mode's own score of the entry; `neighbour_lift`, what its
+    numbered neighbours added; `score` = fused + neighbour_lift (what the hit answers)."""
+
+    score: float
+    fused: float
+    neighbour_lift: float
+    keyword: float | None = None
+    coverage: float | None = None
+    bm25: float | None = None
+    semantic: float | None = None
+    cosine: float | None = None
+
+
+class SearchLegReport(msgspec.Struct, kw_only=True):
+    """One leg of an explained search: its candidates, its time, and whether it may have missed
+    entries (then it is in `degraded` too)."""
+
+    leg: str
+    candidates: int
+    ms: float
+    degraded: bool
+
+
+class SearchExplain(msgspec.Struct, omit_defaults=True, kw_only=True):
+    legs: list[SearchLegReport]  # the legs that ran, in order
+    fusion_ms: float | None = None  # hybrid mode: scoring the legs' candidates together
+
+
+def score_details(scores: HitScores) -> ScoreDetails:
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 6)
+
+    return ScoreDetails(
+        score=round(scores.score, 6),
+        fused=round(scores.fused, 6),
+        neighbour_lift=round(scores.neighbour_lift, 6),
+        keyword=r(scores.keyword),
+        coverage=r(scores.coverage),
+        bm25=r(scores.bm25),
+        semantic=r(scores.semantic),
+        cosine=r(scores.cosine),
+    )
+
+
+def search_explain(explained: Explained | None) -> SearchExplain | None:
+    if explained is None:
+        return None
+    legs = [
+        SearchLegReport(leg=r.leg, candidates=r.candidates, ms=round(r.ms, 3), degraded=not r.complete)
+        for r in explained.legs
+    ]
+    fusion = None if explained.fusion_ms is None else round(explained.fusion_ms, 3)
+    return SearchExplain(legs=legs, fusion_ms=fusion)
+
+
+class SearchResult(msgspec.Struct, omit_defaults=True, kw_only=True):
     memory_entry: Entry
     score: float
+    score_details: ScoreDetails | None = None  # an explained search only
 
 
 class SearchResponse(Output):
     results: list[SearchResult]
     degraded: Degraded = None
+    explain: SearchExplain | None = None  # an explained search only
 
 
 MAX_BATCH = 100

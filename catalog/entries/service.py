@@ -639,7 +639,16 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
     candidates = max(MIN_CANDIDATES, op.top_k * 3)
     ranking = await ctx.search.rank(
         Query(
-            store_id, tuple(scopes), query, candidates, op.mode, session, prefix, where=where, vector=vector
+            store_id,
+            tuple(scopes),
+            query,
+            candidates,
+            op.mode,
+            session,
+            prefix,
+            where=where,
+            vector=vector,
+            explain=op.explain,
         )
     )
     ranked = ranking.hits
@@ -660,4 +669,4 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
             if len(results) == op.top_k:
                 break
     note_result(len(results))
-    return Found(results, ranking.degraded)
+    return Found(results, ranking.degraded, ranking.explained)

@@ -23,7 +23,10 @@ Rules of the slice:
 from catalog.search.engine import (
     SEARCH_WAIT,
     CorpusSearch,
+    Explained,
     Found,
+    HitScores,
+    LegRun,
     Query,
     Ranking,
     SearchEngine,
@@ -34,7 +37,10 @@ from catalog.search.engine import (
 __all__ = [
     "SEARCH_WAIT",
     "CorpusSearch",
+    "Explained",
     "Found",
+    "HitScores",
+    "LegRun",
     "Query",
     "Ranking",
     "SearchEngine",

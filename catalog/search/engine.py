@@ -25,7 +25,8 @@ import contextlib
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -110,10 +111,59 @@ class Query:
     where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (a filter)
     # the query's vector, when the caller started computing it early (`SearchEngine.embed_query`)
     vector: asyncio.Future[np.ndarray] | None = field(default=None, compare=False)
+    explain: bool = False  # also say how each hit's score was made and what each leg did
+
+
+@dataclass(frozen=True)
+class HitScores:
+    """How one hit's score was made (`fusion`): the keyword score (from its share of the query's
+    term weight, `coverage`) and BM25's raw score where BM25 found it, the semantic score (from
+    `cosine`) where it has a vector, the mode's own score of the entry (`fused`), what its
+    numbered neighbours added (`neighbour_lift`), and the `score` answered."""
+
+    score: float
+    fused: float
+    neighbour_lift: float = 0.0
+    keyword: float | None = None
+    coverage: float | None = None
+    bm25: float | None = None
+    semantic: float | None = None
+    cosine: float | None = None
+
+
+@dataclass(frozen=True)
+class LegRun:
+    """One leg of a search: how many candidates it gave, how long it took (ms), and whether it
+    held every write committed before the search (else it is in `degraded`)."""
+
+    leg: SearchLeg
+    candidates: int
+    ms: float
+    complete: bool
+
+
+@dataclass(frozen=True)
+class Explained:
+    """What an explained search (`Query.explain`) reports: each ranked id's `HitScores`, the legs
+    that ran, in order, and the time the hybrid fusion took (ms; None outside hybrid mode)."""
+
+    hits: dict[str, HitScores]
+    legs: tuple[LegRun, ...]
+    fusion_ms: float | None = None
 
 
 async def _none() -> dict[str, float]:
     return {}
+
+
+T = TypeVar("T")
+
+
+async def _timed(work: Awaitable[T]) -> tuple[T, float]:
+    """The work's result and how long it took (ms)."""
+    started = time.perf_counter()
+    result = await work
+    return result, (time.perf_counter() - started) * 1000
 
 
 @dataclass(frozen=True)
@@ -124,6 +174,7 @@ class Ranking:
 
     hits: list[tuple[str, float]]
     degraded: tuple[SearchLeg, ...] = ()
+    explained: Explained | None = None  # with `Query.explain`
 
 
 Row = TypeVar("Row")
@@ -136,6 +187,7 @@ class Found(Generic[Row]):
 
     hits: list[tuple[Row, float]]
     degraded: tuple[SearchLeg, ...] = ()
+    explained: Explained | None = None  # with `Query.explain` (`Explained.hits` by row id)
 
 
 @dataclass(frozen=True)
@@ -409,20 +461,37 @@ class SearchEngine:
         weight, semantic by cosine, hybrid by both and by context. The caller re-reads the hits
         from PostgreSQL (a hit may have changed since)."""
         w = self.weights
+        explain = query.explain
         if query.mode == "semantic":
-            _, hits, complete = await self._semantic(query)
-            return Ranking(
-                [(doc, semantic_score(cos, w)) for doc, cos in hits], () if complete else ("semantic",)
-            )
+            (_, hits, complete), ms = await _timed(self._semantic(query))
+            scores = [(doc, semantic_score(cos, w)) for doc, cos in hits]
+            explained = None
+            if explain:
+                cosines = dict(hits)
+                explained = Explained(
+                    {doc: HitScores(s, s, semantic=s, cosine=cosines[doc]) for doc, s in scores},
+                    (LegRun("semantic", len(hits), ms, complete),),
+                )
+            return Ranking(scores, () if complete else ("semantic",), explained)
         if query.mode == "keyword":
-            keyword, fresh = await self._keyword(query)
+            (keyword, fresh), ms = await _timed(self._keyword(query))
             covered = await self._coverage(query, [doc for doc, _ in keyword])
             bm25 = dict(keyword)
             scores = ranked({doc: keyword_score(covered[doc], w) for doc in bm25}, bm25)
-            return Ranking(scores, () if fresh else ("keyword",))
-        (keyword, fresh), (vector, semantic, complete) = await asyncio.gather(
-            self._keyword(query), self._semantic(query)
+            explained = None
+            if explain:
+                explained = Explained(
+                    {
+                        doc: HitScores(score, score, keyword=score, coverage=covered[doc], bm25=bm25[doc])
+                        for doc, score in scores
+                    },
+                    (LegRun("keyword", len(keyword), ms, fresh),),
+                )
+            return Ranking(scores, () if fresh else ("keyword",), explained)
+        ((keyword, fresh), keyword_ms), ((vector, semantic, complete), semantic_ms) = await asyncio.gather(
+            _timed(self._keyword(query)), _timed(self._semantic(query))
         )
+        fusion_started = time.perf_counter()
         with telemetry.search_fusion():
             cosine = dict(semantic)
             candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
@@ -438,7 +507,29 @@ class SearchEngine:
             own = {doc: hybrid_score(cosine.get(doc), covered[doc], w) for doc in candidates}
             legs: tuple[tuple[SearchLeg, bool], ...] = (("keyword", fresh), ("semantic", complete))
             degraded = tuple(leg for leg, ok in legs if not ok)
-            return Ranking(ranked(with_context(own, near, w), cosine), degraded)
+            scores = ranked(with_context(own, near, w), cosine)
+        if not explain:
+            return Ranking(scores, degraded)
+        bm25 = dict(keyword)
+        details = {
+            doc: HitScores(
+                score,
+                own[doc],
+                score - own[doc],
+                keyword=keyword_score(covered[doc], w),
+                coverage=covered[doc],
+                bm25=bm25.get(doc),
+                semantic=semantic_score(cosine[doc], w) if doc in cosine else None,
+                cosine=cosine.get(doc),
+            )
+            for doc, score in scores
+        }
+        runs = (
+            LegRun("keyword", len(keyword), keyword_ms, fresh),
+            LegRun("semantic", len(semantic), semantic_ms, complete),
+        )
+        fusion_ms = (time.perf_counter() - fusion_started) * 1000
+        return Ranking(scores, degraded, Explained(details, runs, fusion_ms))
 
     @telemetry.search_leg("keyword")
     async def _keyword(self, query: Query) -> tuple[list[tuple[str, float]], bool]:

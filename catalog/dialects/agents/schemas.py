@@ -14,6 +14,8 @@ from catalog.entries.schemas import (
     Description,
     EntryPath,
     PathPrefix,
+    ScoreDetails,
+    SearchExplain,
     SessionId,
     SourceType,
 )
@@ -92,6 +94,7 @@ class SearchBody(Input, kw_only=True):
     path_prefix: PathPrefix | None = None
     session_id: SessionId | None = None
     read_mask: Annotated[str, msgspec.Meta(pattern=READ_MASK_PATTERN)] | None = None
+    explain: bool = False  # each hit's score_details and the request's legs (AgentSearchResult.explain)
 
 
 class AgentStore(Output, kw_only=True):
@@ -125,11 +128,13 @@ class AgentEntryList(Output, kw_only=True):
     next_page_token: str | None = None
 
 
-class AgentSearchHit(msgspec.Struct, kw_only=True):
+class AgentSearchHit(msgspec.Struct, omit_defaults=True, kw_only=True):
     managed_memory_entry: AgentEntry
     score: float
+    score_details: ScoreDetails | None = None  # an explained search only
 
 
 class AgentSearchResult(Output):
     results: list[AgentSearchHit]
     degraded: Degraded = None
+    explain: SearchExplain | None = None  # an explained search only

@@ -34,6 +34,7 @@ from catalog.dialects.agents.schemas import (
 from catalog.entries import EntryRow
 from catalog.entries import operations as ops
 from catalog.entries import service as entries
+from catalog.entries.schemas import score_details, search_explain
 from catalog.errors import InvalidParameter, NotFound
 from catalog.governance.namespace import service as namespace
 from catalog.governance.namespace.schemas import MemoryStoreCreate, MemoryStoreInfo, MemoryStoreUpdate
@@ -277,12 +278,19 @@ async def search(ctx: Context, principal: Principal, sid: str, body: SearchBody)
         top_k=top_k,
         path_prefix=body.path_prefix,
         session_id=body.session_id,
+        explain=body.explain,
     )
     found = await entries.search(ctx, principal, query)
+    details = found.explained.hits if found.explained is not None else {}
     return AgentSearchResult(
         results=[
-            AgentSearchHit(managed_memory_entry=agent_entry(sid, row, mask), score=score)
+            AgentSearchHit(
+                managed_memory_entry=agent_entry(sid, row, mask),
+                score=score,
+                score_details=score_details(details[row.id]) if row.id in details else None,
+            )
             for row, score in found.hits
         ],
         degraded=list(found.degraded) or None,
+        explain=search_explain(found.explained),
     )

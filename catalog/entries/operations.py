@@ -75,6 +75,7 @@ class Write(msgspec.Struct, frozen=True, kw_only=True):
 class Get(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     target: Target
+    as_of: int | None = None  # epoch ms: the entry as it was then (from the history)
 
 
 class List(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,6 +89,7 @@ class List(msgspec.Struct, frozen=True, kw_only=True):
     max_page: int | None = None  # a dialect's own cap on page_size (else the server's)
     listing: str = "uc"  # which dialect's listing: its page tokens are good only there
     where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (`filter`)
+    as_of: int | None = None  # epoch ms: the entries as they were then (from the history)
 
 
 # --- edits: one change to the contents, or none (description only) ---------------------------------

@@ -383,6 +383,75 @@ async def version(conn: Conn, key: Key, number: int) -> VersionRow | None:
     return None if row is None else VersionRow(**dict(row))
 
 
+# --- the store as it was (as-of reads, from the history) ---------------------------------------------
+# Each key's newest kept version changed at or before the time asked; a key whose version then is
+# a deletion had no entry. Created at/by: the entry's first kept version. The history keeps no
+# source_type, creation_reason, creation_source or expiry: those are answered empty.
+_AS_OF = """
+SELECT a.id, a.store_id, a.scope, a.session_id, a.path, a.contents, a.description,
+       NULL::text AS source_type, NULL::text AS creation_reason, NULL::text AS creation_source,
+       a.version, (extract(epoch FROM f.changed_at) * 1000)::bigint AS created_at, f.changed_by AS created_by,
+       (extract(epoch FROM a.changed_at) * 1000)::bigint AS updated_at, a.changed_by AS updated_by,
+       NULL::bigint AS expires_at, a.metadata
+FROM (
+  SELECT DISTINCT ON (v.scope, v.session_id, v.path) v.entry_id AS id, v.store_id, v.scope, v.session_id,
+         v.path, v.version, v.contents, v.description, v.metadata, v.operation, v.changed_at, v.changed_by
+  FROM entry_versions v
+  WHERE v.store_id = $1 AND ($2::text[] IS NULL OR v.scope = ANY($2::text[]))
+    AND v.changed_at < to_timestamp(($3::double precision + 1) / 1000)
+    AND ($4::text IS NULL OR v.session_id = $4) AND ($5::text IS NULL OR starts_with(v.path, $5))
+    AND ($6::text IS NULL OR v.path = $6) AND ($7::uuid IS NULL OR v.entry_id = $7)
+  ORDER BY v.scope, v.session_id, v.path, v.seq DESC
+) a
+LEFT JOIN LATERAL (
+  SELECT changed_at, changed_by FROM entry_versions f
+  WHERE f.store_id = $1 AND f.entry_id = a.id ORDER BY f.seq LIMIT 1
+) f ON true
+WHERE a.operation <> 'delete' AND ($8::jsonb IS NULL OR a.metadata @> $8)
+  AND ($9::text IS NULL OR (a.path, a.scope, a.session_id) > ($9, $10, $11))
+ORDER BY a.path, a.scope, a.session_id
+LIMIT $12
+"""
+
+
+async def as_of(
+    conn: Conn,
+    store_id: str,
+    scopes: Sequence[str] | None,
+    at_ms: int,
+    *,
+    session_id: str | None = None,
+    path_prefix: str | None = None,
+    exact_path: str | None = None,
+    entry_id: str | None = None,
+    where: dict[str, Any] | None = None,
+    after: tuple[str, str, str] | None = None,
+    limit: int = 1,
+) -> list[EntryRow]:
+    """The entries of these scopes as they were at the end of millisecond `at_ms` (epoch ms: so a
+    version's own `updated_at` finds it), from the kept history,
+    ordered by (path, scope, session_id) as `list_entries`; `after` is the last key of the
+    previous page; `scopes` None: any scope (an entry asked for by id)."""
+    after_path, after_scope, after_session = after or (None, None, None)
+    return _rows(
+        await conn.fetch(
+            _AS_OF,
+            store_id,
+            None if scopes is None else list(scopes),
+            at_ms,
+            session_id,
+            path_prefix,
+            exact_path,
+            entry_id,
+            where,
+            after_path,
+            after_scope,
+            after_session,
+            limit,
+        )
+    )
+
+
 async def restore(conn: asyncpg.Connection, key: Key, kept: VersionRow, by: str) -> EntryRow:
     """Write a kept version as the newest (an update, or a new entry when the key has none);
     its history row says `restore`."""

@@ -218,6 +218,17 @@ async def create_entry(
     return _with_etag(to_entry(written.row, readable=written.readable))
 
 
+# an auditor's view of the store as it was: the kept history at that time (epoch milliseconds)
+AsOf = Annotated[
+    int | None,
+    Parameter(
+        ge=0,
+        description="epoch milliseconds: answer the entries as they were then, from the kept history "
+        "(deleted entries that existed then included, later writes left out)",
+    ),
+]
+
+
 @get("/{full_name:str}/entries:get", operation_id="getEntry", response_headers=ETAG, responses=errors(404))
 async def get_entry(
     request: Req,
@@ -226,9 +237,11 @@ async def get_entry(
     entry_scope: RequiredScope,
     path: EntryPath,
     session_id: SessionId = None,
+    as_of: AsOf = None,
 ) -> Response[Entry]:
     key = ops.ByKey(scope=entry_scope, path=path, session_id=session_id)
-    return _with_etag(to_entry(await service.get(ctx, request.user, ops.Get(store=full_name, target=key))))
+    got = await service.get(ctx, request.user, ops.Get(store=full_name, target=key, as_of=as_of))
+    return _with_etag(to_entry(got))
 
 
 @get("/{full_name:str}/entries", operation_id="listEntries", responses=errors(404))
@@ -259,6 +272,7 @@ async def list_entries(
             description='only entries whose metadata holds every pair of this JSON object: {"topic": "food"}',
         ),
     ] = None,
+    as_of: AsOf = None,
 ) -> ListEntriesResponse:
     listing = ops.List(
         store=full_name,
@@ -268,6 +282,7 @@ async def list_entries(
         page_size=page_size,
         page_token=page_token,
         where=parse_filter(metadata_filter),
+        as_of=as_of,
     )
     page = await service.list_entries(ctx, request.user, listing)
     many = len(listing.scopes) > 1

@@ -16,6 +16,7 @@ Rules:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ import asyncpg
 from catalog import telemetry
 from catalog.audit.lineage import EntryRef, TranscriptRef, check_origin
 from catalog.audit.lineage import record as record_lineage
-from catalog.audit.log import audited, note_result
+from catalog.audit.log import audited, note_params, note_result
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import operations as ops
@@ -296,10 +297,45 @@ def _expiring(ctx: Context, row: EntryRow) -> None:
 
 async def get(ctx: Context, principal: Principal, op: ops.Get) -> EntryRow:
     scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
+    at = _as_of(op.as_of)
     store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
-    row = await _find(ctx, principal, store, op.target)
+    if at is None:
+        row = await _find(ctx, principal, store, op.target)
+    else:
+        row = await _found_then(ctx, principal, store, op.target, at)
     note_result(1)
     return row
+
+
+def _as_of(value: int | None) -> int | None:
+    """An as-of time (epoch ms) no later than now, kept in the request's audit event."""
+    if value is None:
+        return None
+    now = int(time.time() * 1000)
+    if not 0 <= value <= now:
+        raise InvalidParameter(f"as_of must be a time in epoch milliseconds from 0 to now ({now})", "as_of")
+    note_params({"as_of": str(value)})
+    return value
+
+
+async def _found_then(
+    ctx: Context, principal: Principal, store: Securable, target: ops.Target, at: int
+) -> EntryRow:
+    """The entry a target named at time `at` (from the history; its scope held to the binding)."""
+    if isinstance(target, ops.ByKey):
+        key = _key(store, target)
+        await check_binding(ctx, principal, store, [key.scope])
+        rows = await repo.as_of(
+            ctx.pool, store.node.id, [key.scope], at, session_id=key.session_id, exact_path=key.path
+        )
+        if not rows:
+            raise NotFound(f"no entry at {key.path} in scope {key.scope} at {at}")
+        return rows[0]
+    rows = await repo.as_of(ctx.pool, store.node.id, None, at, entry_id=target.entry_id)
+    if not rows:
+        raise NotFound(f"memory entry {target.entry_id} did not exist at {at}")
+    await check_binding(ctx, principal, store, [rows[0].scope])
+    return rows[0]
 
 
 Cursor = tuple[str, str, str]  # the (path, scope, session) a page of entries ends at
@@ -315,6 +351,7 @@ async def list_entries(ctx: Context, principal: Principal, op: ops.List) -> Page
     default = min(ctx.settings.page_default, cap)
     limit = page_size(op.page_size, default=default, cap=cap, field="page_size")
     where = validate_metadata(op.where, "filter") or None
+    at = _as_of(op.as_of)
     store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
     pages = Pages(
         ctx.pool,
@@ -325,11 +362,26 @@ async def list_entries(ctx: Context, principal: Principal, op: ops.List) -> Page
         prefix=prefix,
         path=exact,
         **({"filter": where} if where else {}),  # (a token issued before filters stays good)
+        **({"as_of": at} if at is not None else {}),
     )
     after = await pages.after(op.page_token, Cursor)
-    rows = await repo.list_entries(
-        ctx.pool, store.node.id, scopes, session, prefix, after, limit + 1, exact, where
-    )
+    if at is None:
+        rows = await repo.list_entries(
+            ctx.pool, store.node.id, scopes, session, prefix, after, limit + 1, exact, where
+        )
+    else:
+        rows = await repo.as_of(
+            ctx.pool,
+            store.node.id,
+            scopes,
+            at,
+            session_id=session,
+            path_prefix=prefix,
+            exact_path=exact,
+            where=where,
+            after=after,
+            limit=limit + 1,
+        )
     page = rows[:limit]
     note_result(len(page))
     if len(rows) <= limit:

@@ -102,3 +102,37 @@ def test_a_bad_as_of_is_400_naming_it(client, token, times, value):
         f"{STORE}/entries:get", headers=token(), params={"scope": "u", "path": "/a.md", "as_of": value}
     )
     assert r.status_code == 400 and "as_of" in r.text, r.text
+
+
+def searched(client, token, at: int, query: str, mode: str = "hybrid", **more) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    body = {"scope": "u", "query": query, "mode": mode, "as_of": at, **more}
+    r = client.post(f"{STORE}/entries:search", headers=token(), json=body)
+    assert r.status_code == 200, r.text
+    return [(x["memory_entry"]["path"], x["memory_entry"]["contents"]) for x in r.json()["results"]]
+
+
+@pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
+def test_search_ranks_the_versions_alive_then(client, token, times, mode):
+    before, t1, t2 = times
+    then = searched(client, token, t1, "first text", mode)
+    assert then[0] == ("/a.md", "first text"), then  # the version of then, not today's
+    assert ("/later.md", "written after") not in then
+    assert ("/gone.md", "soon deleted") in searched(client, token, t1, "soon deleted", mode)
+    now = searched(client, token, t2, "soon deleted", mode)
+    assert all(path != "/gone.md" for path, _ in now), now
+    assert searched(client, token, before, "first text", mode) == []
+
+
+def test_an_as_of_search_explains_and_keeps_min_score(client, token, times):
+    _, t1, _ = times
+    body = {"scope": "u", "query": "first text", "as_of": t1, "explain": True, "min_score": 0.5}
+    r = client.post(f"{STORE}/entries:search", headers=token(), json=body)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert [x["memory_entry"]["path"] for x in answer["results"]] == ["/a.md"], answer
+    (hit,) = answer["results"]
+    assert hit["score_details"]["score"] == hit["score"] >= 0.5 and hit["score_details"]["coverage"] == 1.0
+    assert [leg["leg"] for leg in answer["explain"]["legs"]] == ["keyword", "semantic"]
+    events = client.get(f"{UC}/system/audit", headers=token(), params={"page_size": 50}).json()["events"]
+    event = next(e for e in events if e["request_id"] == r.headers["x-request-id"])
+    assert event["request_params"]["as_of"] == str(t1), event

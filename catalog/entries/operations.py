@@ -164,3 +164,4 @@ class Search(msgspec.Struct, frozen=True, kw_only=True):
     mode: SearchMode = "hybrid"
     where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (`filter`)
     explain: bool = False  # how each hit's score was made, and what each leg did
+    as_of: int | None = None  # epoch ms: search the entries as they were then (from the history)

@@ -333,6 +333,7 @@ async def search(
         mode=data.mode,
         where=data.filter,
         explain=data.explain,
+        as_of=data.as_of,
     )
     found = await service.search(ctx, request.user, query)
     details = found.explained.hits if found.explained is not None else {}

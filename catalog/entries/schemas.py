@@ -113,6 +113,8 @@ class SearchRequest(Input, kw_only=True):
     # only entries whose metadata equals every pair given (inside the keyword and vector searches)
     filter: Metadata | None = None
     explain: bool = False  # each hit's score_details and the request's legs (SearchResponse.explain)
+    # epoch ms: search the entries as they were then, from the kept history
+    as_of: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
 class Entry(msgspec.Struct, omit_defaults=True, kw_only=True):

@@ -16,9 +16,11 @@ Rules:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -59,7 +61,7 @@ from catalog.governance.namespace.service import (
     is_held,
     scope_binding,
 )
-from catalog.search import Found, Query
+from catalog.search import Found, Given, Query
 from catalog.wire.entry_keys import (
     validate_path,
     validate_path_prefix,
@@ -679,6 +681,7 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
     session = validate_session(op.session_id) if op.session_id is not None else None
     where = validate_metadata(op.where, "filter") or None
     assert ctx.search is not None
+    at = _as_of(op.as_of)
     # the model embeds the query while the request is authorized (the longest step of a search)
     vector = ctx.search.embed_query(query) if op.mode != "keyword" else None
     try:
@@ -689,6 +692,9 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
         raise
     store_id = store.node.id
     candidates = max(MIN_CANDIDATES, op.top_k * 3)
+    if at is not None:
+        parts = (store_id, scopes, query, candidates, session, prefix, where, vector)
+        return await _search_then(ctx, op, *parts, at)
     ranking = await ctx.search.rank(
         Query(
             store_id,
@@ -720,5 +726,60 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
             results.append((row, round(score, 6)))
             if len(results) == op.top_k:
                 break
+    note_result(len(results))
+    return Found(results, ranking.degraded, ranking.explained)
+
+
+AS_OF_SEARCH_MAX = 20_000  # entries of the searched scopes an as-of search ranks, at most
+
+
+async def _search_then(
+    ctx: Context,
+    op: ops.Search,
+    store_id: str,
+    scopes: list[str],
+    query: str,
+    candidates: int,
+    session: str | None,
+    prefix: str | None,
+    where: dict[str, Any] | None,
+    vector: asyncio.Future[Any] | None,
+    at: int,
+) -> Found[EntryRow]:
+    """A search of the store as it was at `at`: the versions alive then, from the history,
+    ranked exactly (`SearchEngine.rank_given`); the hits are those versions."""
+    assert ctx.search is not None
+    try:
+        rows = await repo.as_of(
+            ctx.pool,
+            store_id,
+            scopes,
+            at,
+            session_id=session,
+            path_prefix=prefix,
+            where=where,
+            limit=AS_OF_SEARCH_MAX + 1,
+        )
+        if len(rows) > AS_OF_SEARCH_MAX:
+            raise InvalidParameter(
+                f"an as-of search ranks at most {AS_OF_SEARCH_MAX:,} entries of its scopes; these held more "
+                "then: narrow it with path_prefix, session_id or fewer scopes",
+                "as_of",
+            )
+        given = [
+            Given(r.id, r.version, r.scope, r.session_id, r.path, r.contents, r.description) for r in rows
+        ]
+        q = Query(store_id, tuple(scopes), query, candidates, op.mode, vector=vector, explain=op.explain)
+        ranking = await ctx.search.rank_given(q, given)
+    except BaseException:
+        if vector is not None:
+            vector.cancel()
+        raise
+    by_id = {r.id: r for r in rows}
+    results = [
+        (by_id[doc], round(score, 6))
+        for doc, score in ranking.hits
+        if op.min_score is None or score >= op.min_score
+    ][: op.top_k]
     note_result(len(results))
     return Found(results, ranking.degraded, ranking.explained)

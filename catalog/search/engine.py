@@ -45,6 +45,7 @@ from catalog.search.fusion import (
     keyword_score,
     ranked,
     semantic_score,
+    term_weight,
     with_context,
 )
 from catalog.search.health import Health, WorkerStatus
@@ -62,6 +63,8 @@ EMBED_LANES = 2
 # the longest a search waits for background work (the full-text index's next pass); past it the
 # leg is searched as it is and named in `degraded`
 SEARCH_WAIT = 1.0
+# old versions an as-of search embeds itself, at most (past it its semantic leg is `degraded`)
+GIVEN_EMBED = 256
 # rows of the searched scopes still without their vector that a search embeds itself, at most
 # (past it the semantic leg is `degraded`); a search waits at most SEARCH_WAIT for the model
 ON_DEMAND = 64
@@ -115,6 +118,20 @@ class Query:
 
 
 @dataclass(frozen=True)
+class Given:
+    """A row ranked outside the indexes: an as-of search ranks the versions of entries alive at
+    a time, read from the history (`SearchEngine.rank_given`)."""
+
+    id: str
+    version: int
+    scope: str
+    session_id: str
+    path: str
+    contents: str | None
+    description: str | None
+
+
+@dataclass(frozen=True)
 class HitScores:
     """How one hit's score was made (`fusion`): the keyword score (from its share of the query's
     term weight, `coverage`) and BM25's raw score where BM25 found it, the semantic score (from
@@ -157,6 +174,40 @@ async def _none() -> dict[str, float]:
 
 
 T = TypeVar("T")
+
+
+def _coverage_of(index: FullTextIndex, text: str, rows: Sequence[Given]) -> dict[str, float]:
+    """Each row's share of the query's term weight, each term weighing its idf among the rows
+    (`FullTextIndex.coverage`'s rule, computed from the rows' own texts)."""
+    terms = index.query_terms(text)
+    if not terms or not rows:
+        return {r.id: 0.0 for r in rows}
+    held = [index.terms_of(r.contents, r.description, r.path) for r in rows]
+    weights = [term_weight(len(rows), sum(term in h for h in held)) for term in terms]
+    total = sum(weights)
+    if total <= 0:
+        return {r.id: 0.0 for r in rows}
+    return {
+        r.id: min(sum(wt for term, wt in zip(terms, weights, strict=True) if term in h) / total, 1.0)
+        for r, h in zip(rows, held, strict=True)
+    }
+
+
+def _given_neighbours(rows: Sequence[Given], ids: Sequence[str]) -> dict[str, list[str]]:
+    """The numbered neighbours (`neighbours.neighbour_paths`) of the candidates among the rows."""
+    by_key = {(r.scope, r.session_id, r.path): r.id for r in rows}
+    wanted = set(ids)
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        if r.id in wanted:
+            near = [
+                by_key[k]
+                for p in neighbours.neighbour_paths(r.path)
+                if (k := (r.scope, r.session_id, p)) in by_key
+            ]
+            if near:
+                out[r.id] = near
+    return out
 
 
 async def _timed(work: Awaitable[T]) -> tuple[T, float]:
@@ -530,6 +581,83 @@ class SearchEngine:
         )
         fusion_ms = (time.perf_counter() - fusion_started) * 1000
         return Ranking(scores, degraded, Explained(details, runs, fusion_ms))
+
+    async def rank_given(self, query: Query, rows: Sequence[Given]) -> Ranking:
+        """Rank `rows` (the versions alive at a time) for the query, exactly and by the same
+        scores as `rank`: the keyword score from each row's share of the query's term weight
+        (idf among the given rows), the semantic score from the cosine of its version's vector (the
+        stored one where the entry is still at that version, else computed now, at most
+        `GIVEN_EMBED`), hybrid fusion and numbered neighbours among the given rows. Every row
+        holding a query term is a keyword candidate; the `limit` nearest are the semantic ones."""
+        w = self.weights
+        runs: list[LegRun] = []
+        covered: dict[str, float] = {}
+        keyword: list[str] = []
+        if query.mode != "semantic":
+            index = self.part(query.corpus).indexer.index
+            assert index is not None
+            started = time.perf_counter()
+            covered = await asyncio.to_thread(_coverage_of, index, query.text, rows)
+            keyword = [doc for doc, share in ranked(covered) if share > 0]
+            runs.append(LegRun("keyword", len(keyword), (time.perf_counter() - started) * 1000, True))
+        cosine: dict[str, float] = {}
+        semantic: list[str] = []
+        complete = True
+        if query.mode != "keyword":
+            started = time.perf_counter()
+            try:
+                vector = await (query.vector if query.vector is not None else self.embed_query(query.text))
+                vectors, complete = await self._vectors_given(query.store_id, rows, query.corpus)
+            except Exception as exc:  # the model failed: the keyword leg answers alone
+                log.warning("an as-of search could not embed: %s", exc)
+                vectors, complete = {}, False
+                vector = None
+            if vector is not None:
+                cosine = {doc: float(np.dot(v, vector)) for doc, v in vectors.items()}
+            semantic = [doc for doc, _ in ranked(cosine)][: query.limit]
+            runs.append(LegRun("semantic", len(semantic), (time.perf_counter() - started) * 1000, complete))
+        degraded: tuple[SearchLeg, ...] = () if complete else ("semantic",)
+        details: dict[str, HitScores] = {}
+        if query.mode == "semantic":
+            scores = [(doc, semantic_score(cosine[doc], w)) for doc in semantic]
+            if query.explain:
+                details = {d: HitScores(x, x, semantic=x, cosine=cosine[d]) for d, x in scores}
+        elif query.mode == "keyword":
+            scores = ranked({doc: keyword_score(covered[doc], w) for doc in keyword})
+            if query.explain:
+                details = {d: HitScores(x, x, keyword=x, coverage=covered[d]) for d, x in scores}
+        else:
+            candidates = list(dict.fromkeys(keyword + semantic))
+            own = {doc: hybrid_score(cosine.get(doc), covered.get(doc, 0.0), w) for doc in candidates}
+            scores = ranked(with_context(own, _given_neighbours(rows, candidates), w), cosine)
+            if query.explain:
+                details = {
+                    d: HitScores(
+                        x,
+                        own.get(d, 0.0),
+                        x - own.get(d, 0.0),
+                        keyword=keyword_score(covered.get(d, 0.0), w),
+                        coverage=covered.get(d, 0.0),
+                        semantic=semantic_score(cosine[d], w) if d in cosine else None,
+                        cosine=cosine.get(d),
+                    )
+                    for d, x in scores
+                }
+        explained = Explained(details, tuple(runs)) if query.explain else None
+        return Ranking(scores, degraded, explained)
+
+    async def _vectors_given(
+        self, store_id: str, rows: Sequence[Given], corpus: Corpus
+    ) -> tuple[dict[str, np.ndarray], bool]:
+        """Each given row's vector: stored, or computed now (at most GIVEN_EMBED); and whether
+        every row has one."""
+        stored = await repo.vectors_at(self.pool, store_id, [(r.id, r.version) for r in rows], corpus)
+        missing = [r for r in rows if r.id not in stored]
+        now = missing[:GIVEN_EMBED]
+        if now:
+            made = await self.embedder.embed([embedding_text(r.contents, r.description) for r in now])
+            stored.update({r.id: v for r, v in zip(now, made, strict=True)})
+        return stored, len(missing) <= GIVEN_EMBED
 
     @telemetry.search_leg("keyword")
     async def _keyword(self, query: Query) -> tuple[list[tuple[str, float]], bool]:

@@ -339,6 +339,11 @@ class FullTextIndex:
         words = _QUERY_SYNTAX.sub(" ", text)
         return list(dict.fromkeys(self.analyzer.analyze(words)))[:MAX_COVERAGE_TERMS]
 
+    def terms_of(self, contents: str | None, description: str | None, path: str) -> set[str]:
+        """The terms the index holds of an entry's text fields (what `coverage` matches)."""
+        texts = [contents or "", description or "", _PATH_WORDS.sub(" ", path)]
+        return {term for text in texts for term in self.analyzer.analyze(text)}
+
     def coverage(
         self,
         store_id: str,

@@ -354,6 +354,24 @@ async def similarities(
     return {row[0]: float(row[1]) for row in rows}
 
 
+async def vectors_at(
+    conn: Conn, store_id: str, rows: Sequence[tuple[str, int]], corpus: Corpus = ENTRIES
+) -> dict[str, np.ndarray]:
+    """The stored vector of each (id, version) given, where the row is still at that version's
+    vector (an old version's text has none stored: the caller embeds it)."""
+    if not rows:
+        return {}
+    found = await conn.fetch(
+        f"SELECT t.id::text, t.embedding FROM {corpus.table} t "
+        "JOIN unnest($2::uuid[], $3::bigint[]) AS w(id, version) ON w.id = t.id "
+        "WHERE t.store_id = $1 AND t.embedded_version = w.version AND t.embedding IS NOT NULL",
+        store_id,
+        [r[0] for r in rows],
+        [r[1] for r in rows],
+    )
+    return {row[0]: np.asarray(row[1].to_numpy(), dtype=np.float32) for row in found}
+
+
 # The rule of `catalog.search.neighbours.neighbour_paths`, in SQL: the prefix ends in a non-digit,
 # so the second group holds every trailing digit; lpad pads to the original width (never
 # truncates: width is at least the new number's length). Each neighbour is looked up by its key,

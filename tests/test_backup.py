@@ -145,6 +145,11 @@ def written(server):
         )
         notes.write("bob", "/gone.md", "to be deleted")
         notes.delete("bob", "/gone.md")  # its history stays
+        c.request(  # a redacted version: the redaction is archived with it
+            "POST",
+            f"{UC}/memory-stores/{STORE}/entries:redact",
+            json={"scope": "alice", "path": "/tea.md", "etag": "1", "reason": "said by mistake"},
+        )
         c.grants.update("memory_store", STORE, "reader", add=["READ_MEMORY_STORE"])
         c.grants.update("memory_store", STORE, "mallory", add=["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"])
         conversation = c.request(
@@ -222,6 +227,9 @@ def test_the_archive_is_versioned_json_lines_with_a_manifest(archive, server):
     assert next(e for e in entries if e["path"] == "/work/deadline.md")["expires_at"] is not None
     versions = [line for line in lines if line["kind"] == "entry_version" and line["path"] == "/gone.md"]
     assert [v["operation"] for v in versions] == ["create", "delete"]  # history outlives the entry
+    tea = [line for line in lines if line["kind"] == "entry_version" and line["path"] == "/tea.md"]
+    first = next(v for v in tea if v["scope"] == "alice" and v["version"] == 1)
+    assert first["contents"] is None and first["redaction_reason"] == "said by mistake", first
 
 
 def test_round_trip_after_the_store_is_dropped(server, written, archive):

@@ -123,6 +123,10 @@ class EntryVersion(Line, tag="entry_version"):
     operation: Literal["create", "update", "restore", "delete"]
     changed_at: datetime
     changed_by: str
+    # a redacted version (entries:redact): who, when and why; absent in archives made before
+    redacted_at: datetime | None = None
+    redacted_by: str | None = None
+    redaction_reason: str | None = None
 
 
 class Conversation(Line, tag="conversation"):

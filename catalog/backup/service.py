@@ -546,6 +546,9 @@ async def _restore(conn: asyncpg.Connection, store_id: str, archive: Archive, mo
             v.operation,
             v.changed_at,
             v.changed_by,
+            v.redacted_at,
+            v.redacted_by,
+            v.redaction_reason,
         )
         for number, v in archive.of("entry_version", EntryVersion)
     ]

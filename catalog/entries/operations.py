@@ -153,6 +153,13 @@ class Restore(msgspec.Struct, frozen=True, kw_only=True):
     version: int  # the etag of the version to write again
 
 
+class Redact(msgspec.Struct, frozen=True, kw_only=True):
+    store: str
+    key: ByKey
+    version: int  # the etag of the version to redact
+    reason: str
+
+
 class Search(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     scopes: tuple[str, ...]

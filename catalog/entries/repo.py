@@ -356,14 +356,22 @@ class VersionRow(msgspec.Struct, frozen=True, kw_only=True):
     operation: str  # create | update | restore | delete
     changed_at: int  # epoch milliseconds
     changed_by: str
+    redacted_at: int | None = None  # epoch milliseconds: its contents and description were redacted
+    redacted_by: str | None = None
+    redaction_reason: str | None = None
+
+
+_VERSION_COLUMNS = (
+    "version, contents, description, metadata, operation, "
+    "(extract(epoch FROM changed_at) * 1000)::bigint AS changed_at, changed_by, "
+    "(extract(epoch FROM redacted_at) * 1000)::bigint AS redacted_at, redacted_by, redaction_reason"
+)
 
 
 async def history(conn: Conn, key: Key, limit: int) -> list[VersionRow]:
     """The key's versions, newest first."""
     rows = await conn.fetch(
-        "SELECT version, contents, description, metadata, operation, "
-        "(extract(epoch FROM changed_at) * 1000)::bigint AS changed_at, changed_by "
-        f"FROM entry_versions WHERE {_KEY} ORDER BY seq DESC LIMIT $5",
+        f"SELECT {_VERSION_COLUMNS} FROM entry_versions WHERE {_KEY} ORDER BY seq DESC LIMIT $5",
         *key,
         limit,
     )
@@ -373,9 +381,8 @@ async def history(conn: Conn, key: Key, limit: int) -> list[VersionRow]:
 async def version(conn: Conn, key: Key, number: int) -> VersionRow | None:
     """The newest kept version `number` of the key that holds contents (not a deletion)."""
     row = await conn.fetchrow(
-        "SELECT version, contents, description, metadata, operation, "
-        "(extract(epoch FROM changed_at) * 1000)::bigint AS changed_at, changed_by "
-        f"FROM entry_versions WHERE {_KEY} AND version = $5 AND operation <> 'delete' "
+        f"SELECT {_VERSION_COLUMNS} FROM entry_versions "
+        f"WHERE {_KEY} AND version = $5 AND operation <> 'delete' "
         "ORDER BY seq DESC LIMIT 1",
         *key,
         number,
@@ -450,6 +457,36 @@ async def as_of(
             limit,
         )
     )
+
+
+async def redact(conn: asyncpg.Connection, key: Key, number: int, by: str, reason: str) -> int:
+    """Replace the contents and description of the key's kept versions `number` (not
+    deletions, not yet redacted) by the redaction (who, when, why); how many rows (0: no such
+    version kept, or it is redacted already)."""
+    status: str = await conn.execute(
+        "UPDATE entry_versions SET contents = NULL, description = NULL, "
+        "redacted_at = clock_timestamp(), redacted_by = $6, redaction_reason = $7 "
+        f"WHERE {_KEY} AND version = $5 AND operation <> 'delete' AND redacted_at IS NULL",
+        *key,
+        number,
+        by,
+        reason,
+    )
+    return int(status.split()[-1])
+
+
+async def redact_current(conn: asyncpg.Connection, key: Key, number: int) -> str | None:
+    """If the entry at the key is at version `number`, empty its contents and description and
+    drop its vector, at the same version (no new version: the history keeps the redaction); the
+    caller logs the change for the full-text index (`catalog.search.log_changed`). Its id, if
+    it was."""
+    row = await conn.fetchrow(
+        "UPDATE entries SET contents = NULL, description = NULL, embedding = NULL, "
+        f"embedded_version = NULL WHERE {_KEY} AND version = $5 RETURNING id",
+        *key,
+        number,
+    )
+    return None if row is None else str(row["id"])
 
 
 async def restore(conn: asyncpg.Connection, key: Key, kept: VersionRow, by: str) -> EntryRow:

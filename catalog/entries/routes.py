@@ -17,6 +17,7 @@ from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 from catalog.entries import EntryRow, service
 from catalog.entries import operations as ops
 from catalog.entries.operations import WriteMode
+from catalog.entries.repo import VersionRow
 from catalog.entries.schemas import (
     BatchCreateRequest,
     BatchCreateResponse,
@@ -29,6 +30,9 @@ from catalog.entries.schemas import (
     EntryVersion,
     HistoryResponse,
     ListEntriesResponse,
+    Redaction,
+    RedactRequest,
+    RedactResponse,
     RestoreRequest,
     SearchRequest,
     SearchResponse,
@@ -400,10 +404,40 @@ async def entry_history(
                 operation=v.operation,
                 updated_at=v.changed_at,
                 updated_by=v.changed_by,
+                redacted=_redaction(v),
             )
             for v in versions
         ]
     )
+
+
+def _redaction(v: VersionRow) -> Redaction | None:
+    if v.redacted_at is None:
+        return None
+    return Redaction(
+        redacted_at=v.redacted_at, redacted_by=v.redacted_by or "", reason=v.redaction_reason or ""
+    )
+
+
+@post(
+    "/{full_name:str}/entries:redact",
+    status_code=200,
+    operation_id="redactEntryVersion",
+    responses=errors(404, 409),
+)
+async def redact_entry(
+    request: Req, ctx: Ctx, full_name: StoreFullName, data: JSONBody[RedactRequest]
+) -> RedactResponse:
+    """Redact a version of the entry (MANAGE): its contents and description in the history, and in
+    the entry itself when it is the current version, are replaced by who redacted it, when and
+    why (for a secret that should never have been saved)."""
+    key = ops.ByKey(scope=data.scope, path=data.path, session_id=data.session_id)
+    version = int(data.etag.removeprefix("W/").strip('"'))
+    op = ops.Redact(store=full_name, key=key, version=version, reason=data.reason)
+    kept, current = await service.redact(ctx, request.user, op)
+    redaction = _redaction(kept)
+    assert redaction is not None
+    return RedactResponse(etag=str(kept.version), redacted=redaction, current=current)
 
 
 @post(
@@ -430,6 +464,7 @@ route_handlers = [
     list_entries,
     update_entry,
     search,
+    redact_entry,
     entry_history,
     restore_entry,
     batch_create,

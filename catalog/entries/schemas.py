@@ -247,10 +247,36 @@ class EntryVersion(msgspec.Struct, omit_defaults=True, kw_only=True):
     operation: str  # create | update | restore | delete
     updated_at: int
     updated_by: str
+    redacted: Redaction | None = None  # its contents and description were redacted
+
+
+class Redaction(msgspec.Struct, kw_only=True):
+    redacted_at: int  # epoch milliseconds
+    redacted_by: str
+    reason: str
 
 
 class HistoryResponse(msgspec.Struct, kw_only=True):
     versions: list[EntryVersion]  # newest first
+
+
+MAX_REDACTION_REASON = 1000
+
+
+class RedactRequest(Input, kw_only=True):
+    scope: Scope
+    path: EntryPath
+    session_id: SessionId | None = None
+    etag: Annotated[
+        str, msgspec.Meta(pattern=r'^(W/)?"?[0-9]{1,18}"?$', description="a version's etag from the history")
+    ]
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_REDACTION_REASON, pattern=NOT_BLANK)]
+
+
+class RedactResponse(msgspec.Struct, kw_only=True):
+    etag: str  # the version redacted
+    redacted: Redaction
+    current: bool  # whether it was the entry's current version (then the entry's text is gone too)
 
 
 class RestoreRequest(Input, kw_only=True):

@@ -61,7 +61,8 @@ from catalog.governance.namespace.service import (
     is_held,
     scope_binding,
 )
-from catalog.search import Found, Given, Query
+from catalog.search import Found, Given, Query, log_changed
+from catalog.search.corpus import ENTRIES
 from catalog.wire.entry_keys import (
     validate_path,
     validate_path_prefix,
@@ -638,12 +639,46 @@ async def restore(ctx: Context, principal: Principal, op: ops.Restore) -> Writte
         kept = await repo.version(conn, key, op.version)
         if kept is None:
             raise NotFound(f"no version {op.version} of the entry at {key.path} in scope {key.scope} is kept")
+        if kept.redacted_at is not None:
+            raise ResourceConflict(
+                f"version {op.version} of the entry at {key.path} was redacted: it cannot be restored"
+            )
         if await repo.get(conn, key) is not None:
             await ensure_not_held(ctx, store, "replaced")
         row = await repo.restore(conn, key, kept, principal.name)
         note_result(1)
     _written(ctx)
     return Written(row, True)
+
+
+async def redact(ctx: Context, principal: Principal, op: ops.Redact) -> tuple[repo.VersionRow, bool]:
+    """Redact a kept version (MANAGE): its contents and description in the history are replaced
+    by who redacted it, when and why; when it is the entry's current version, the entry's
+    contents, description and vector go too, at the same version, and the full-text index drops
+    its text. Later versions, the lineage and the audit chain are untouched. Answers the version
+    as now kept and whether it was the current one. A legal hold does not prevent it (redaction
+    is for what should never have been stored; it is audited like any change)."""
+    store = await resolve_store(ctx, principal, op.store, "entries.redact", [validate_scope(op.key.scope)])
+    key = _key(store, op.key)
+    reason = op.reason.strip()
+    async with audited(ctx.pool) as conn:
+        if not await repo.redact(conn, key, op.version, principal.name, reason):
+            kept = await repo.version(conn, key, op.version)
+            if kept is not None and kept.redacted_at is not None:
+                raise ResourceConflict(
+                    f"version {op.version} of the entry at {key.path} in scope {key.scope} was redacted "
+                    f"already, by {kept.redacted_by}"
+                )
+            raise NotFound(f"no version {op.version} of the entry at {key.path} in scope {key.scope} is kept")
+        entry_id = await repo.redact_current(conn, key, op.version)
+        if entry_id is not None:
+            await log_changed(conn, ENTRIES, store.node.id, [entry_id])
+        kept = await repo.version(conn, key, op.version)
+        assert kept is not None
+        note_result(1)
+    if entry_id is not None:
+        _written(ctx)
+    return kept, entry_id is not None
 
 
 # --- erasure: what `catalog.erasure` runs of entries, in its transaction ---------------------------

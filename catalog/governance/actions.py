@@ -162,6 +162,12 @@ ACTIONS: dict[str, Action] = {
         ),
         _a("entries.write", _S.MEMORY_STORE, (_P.WRITE_MEMORY_STORE,), "write a memory store's entries"),
         _a(
+            "entries.redact",
+            _S.MEMORY_STORE,
+            (_P.MANAGE,),
+            "redact a version of an entry: its contents and description, in the history and in the entry",
+        ),
+        _a(
             "conversations.read",
             _S.MEMORY_STORE,
             (_P.READ_MEMORY_STORE,),

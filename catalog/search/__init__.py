@@ -20,6 +20,7 @@ Rules of the slice:
   names are re-exported here; its tuning constants live in `engine` (patch them there).
 """
 
+from catalog.search.change_log_repo import log_changed
 from catalog.search.engine import (
     SEARCH_WAIT,
     CorpusSearch,
@@ -48,4 +49,5 @@ __all__ = [
     "SearchEngine",
     "SearchStatus",
     "embedding_text",
+    "log_changed",
 ]

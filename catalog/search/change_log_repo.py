@@ -36,6 +36,17 @@ def _indexed(corpus: Corpus) -> str:
     )
 
 
+async def log_changed(conn: Conn, corpus: Corpus, store_id: str, ids: Sequence[str]) -> None:
+    """Log rows of the store as changed (`upsert`), for a change their triggers do not log (one
+    that keeps the row's version: a redaction), so that the indexers read them again."""
+    await conn.execute(
+        f"INSERT INTO {corpus.changes} (store_id, {corpus.key}, op) "
+        "SELECT $1, id, 'upsert' FROM unnest($2::uuid[]) AS t(id)",
+        store_id,
+        list(ids),
+    )
+
+
 async def head(conn: Conn, corpus: Corpus) -> int:
     """The highest seq of the corpus's change log (0 when it is empty)."""
     return int(await conn.fetchval(f"SELECT coalesce(max(seq), 0) FROM {corpus.changes}"))

@@ -73,17 +73,22 @@ def _state(client: Client, store: str, conversation: str | None = None) -> dict:
     entries, histories = {}, {}
     handle = client.store(store)
     for scope in SCOPES:
-        for summary in handle.list(scope):
+        listed = client.request(  # superseded and merged entries too
+            "GET",
+            f"{UC}/memory-stores/{store}/entries",
+            params={"scope": scope, "include_superseded": "true"},
+        )["entries"]
+        for summary in listed:
             got = client.request(
                 "GET",
                 f"{UC}/memory-stores/{store}/entries:get",
-                params={"scope": scope, "path": summary.path},
+                params={"scope": scope, "path": summary["path"]},
             )
-            entries[(scope, summary.path)] = got
-            histories[(scope, summary.path)] = client.request(
+            entries[(scope, summary["path"])] = got
+            histories[(scope, summary["path"])] = client.request(
                 "GET",
                 f"{UC}/memory-stores/{store}/entries:history",
-                params={"scope": scope, "path": summary.path},
+                params={"scope": scope, "path": summary["path"]},
             )["versions"]
     searches = {}
     for query in QUERIES:
@@ -145,6 +150,16 @@ def written(server):
         )
         notes.write("bob", "/gone.md", "to be deleted")
         notes.delete("bob", "/gone.md")  # its history stays
+        c.request(  # a consolidated entry: its state and the entry replacing it are archived
+            "POST",
+            f"{UC}/memory-stores/{STORE}/entries:setState",
+            json={
+                "scope": "bob",
+                "path": "/tea.md",
+                "state": "merged",
+                "superseded_by": {"path": "/travel.md"},
+            },
+        )
         c.request(  # a redacted version: the redaction is archived with it
             "POST",
             f"{UC}/memory-stores/{STORE}/entries:redact",
@@ -152,6 +167,14 @@ def written(server):
         )
         c.grants.update("memory_store", STORE, "reader", add=["READ_MEMORY_STORE"])
         c.grants.update("memory_store", STORE, "mallory", add=["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"])
+        # a grant limited to scopes comes back limited (an archive that widened it would leak)
+        c.request(
+            "PATCH",
+            f"{UC}/permissions/memory_store/{STORE}",
+            json={
+                "changes": [{"principal": "team-app", "add": ["READ_MEMORY_STORE"], "scopes": ["t", "t:*"]}]
+            },
+        )
         conversation = c.request(
             "POST",
             CONVERSATIONS,
@@ -248,6 +271,8 @@ def test_round_trip_after_the_store_is_dropped(server, written, archive):
     assert after["definition"] == before["definition"] and after["definition"]["legal_hold"] is True
     assert after["grants"] == before["grants"]
     assert after["entries"] == before["entries"]
+    merged = after["entries"][("bob", "/tea.md")]
+    assert merged["state"] == "merged" and merged["superseded_by"] == {"scope": "bob", "path": "/travel.md"}
     assert after["histories"] == before["histories"]
     assert after["lineage"] == before["lineage"] and len(after["lineage"]) == 2
     assert after["items"] == before["items"] and len(after["items"]) == 2
@@ -266,6 +291,12 @@ def test_import_into_another_name(server, written, archive):
         original, copy = _state(c, STORE), _state(c, into)
     assert copy["entries"] == original["entries"] and copy["histories"] == original["histories"]
     assert copy["grants"] == original["grants"]
+    limited = {
+        "principal": "team-app",
+        "privileges": ["READ_MEMORY_STORE"],
+        "scopes": {"READ_MEMORY_STORE": ["t", "t:*"]},
+    }
+    assert limited in copy["grants"]
     assert {k: [hit[:2] for hit in v] for k, v in copy["searches"].items()} == {
         k: [hit[:2] for hit in v] for k, v in original["searches"].items()
     }
@@ -373,7 +404,7 @@ def test_export_with_scope_holds_only_that_scope(server, written):
     assert {line["kind"] for line in lines} >= {"entry", "entry_version", "lineage", "grant"}
     assert not [line for line in lines if line["kind"] in ("conversation", "conversation_item")]
     said = done.stderr.decode()
-    assert said.startswith("exported main.default.notes: 3 grants, 3 entries, "), said
+    assert said.startswith("exported main.default.notes: 4 grants, 3 entries, "), said
 
 
 # --- the whole-server recipe -------------------------------------------------------------------------

@@ -102,8 +102,20 @@ SEMANTIC: dict[str, list[str]] = {
         r"filter must be a JSON object",
         r"filter (keys must be|holds at most)",
         r"filter\.\S+ must be",
+        r"as_of must be a time in epoch milliseconds from 0 to now",
     ],
-    "searchEntries": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
+    "searchEntries": [
+        r"scope \(or scopes\) is required",
+        r"at most 20 scopes per request",
+        r"as_of must be a time in epoch milliseconds from 0 to now",  # the clock's, not the schema's
+    ],
+    "getEntry": [r"as_of must be a time in epoch milliseconds from 0 to now"],
+    "setEntryState": [  # the entry replacing it is another stored entry, named only when not active
+        r"an active entry is superseded by none",
+        r"a \w+ entry names the entry replacing it",
+        r"superseded_by: no entry at",
+        r"an entry cannot supersede itself",
+    ],
     "eraseSubject": [r"subject is what comes before the first ':'"],
     "searchConversations": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
     "agentsSearchSessionItems": [
@@ -114,6 +126,10 @@ SEMANTIC: dict[str, list[str]] = {
         r"cannot be granted on a",  # which privileges fit which securable type
         r"is both added and removed",
         r"full_name must have the form",  # the full name's depth follows securable_type
+        r"may be limited to scopes, not",  # scopes go with READ and WRITE only
+        r"is granted in every scope: remove it without scopes",  # the grant as stored
+        r"would be limited to more than \d+ scope patterns",
+        r"is a scope or a prefix ending in '\*'",
     ],
     "getPermissions": [r"full_name must have the form"],
     "getEffectivePermissions": [r"full_name must have the form"],

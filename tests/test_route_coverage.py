@@ -64,6 +64,8 @@ BODIES = {
     "eraseSubject": {"subject": "nobody-at-all"},
     "batchCreateEntries": {"entries": [{"path": "/b.md", "contents": "x"}]},
     "restoreEntry": {"scope": "u", "path": "/notes.md", "etag": "1"},
+    "redactEntryVersion": {"scope": "u", "path": "/notes.md", "etag": "1", "reason": "x"},
+    "setEntryState": {"scope": "u", "path": "/notes.md", "state": "active"},
     "agentsExtractMemories": {"memory_store": "memory-stores/walk-store"},
     "createResponse": {"model": "m", "input": "x", "conversation": "{conversation_id}"},
     "patchGroup": {"Operations": [{"op": "add", "path": "members", "value": [{"value": "nobody"}]}]},
@@ -269,3 +271,29 @@ def test_every_registered_action_is_used_by_a_route(client, token, walk, monkeyp
                 kwargs["json"] = _body(operation_id, walk)
             client.request(method, _fill(path, walk), headers=token(who), **kwargs)
     assert set(ACTIONS) - asked == set()
+
+
+def test_no_route_answers_past_a_scope_limit(client, token, walk, own_settings):
+    """A principal whose READ and WRITE are limited to scope `u` walks every route: each one that
+    reaches data holds its scopes to the limit (a route that did not would be answered 403 by the
+    backstop, naming the unchecked limit)."""
+    limited = {"principal": "limited", "add": ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"], "scopes": ["u"]}
+    agents_catalog = own_settings.agents_schema.split(".")[0]
+    for name in {"walk", agents_catalog}:
+        r = client.patch(
+            f"{UC}/permissions/catalog/{name}",
+            headers=token(),
+            json={"changes": [{"principal": "limited", "add": ["USE_CATALOG", "USE_SCHEMA"]}, limited]},
+        )
+        assert r.status_code == 200, r.text
+    answered = 0
+    for method, path, operation_id in _operations(client):
+        if operation_id in OPEN_WITHOUT_TOKEN:
+            continue
+        kwargs = {"params": QUERIES.get(operation_id, {})}
+        if method in ("POST", "PATCH"):
+            kwargs["json"] = _body(operation_id, walk)
+        r = client.request(method, _fill(path, walk), headers=token("limited"), **kwargs)
+        assert "cannot hold to those scopes" not in r.text, (operation_id, r.text)
+        answered += r.status_code < 300
+    assert answered > 20  # the limit let the walk in

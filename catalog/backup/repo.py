@@ -51,14 +51,15 @@ async def store_kind(conn: Conn, store_id: str) -> str | None:
 
 # every statement takes the store's id as $1 and (but the grants') the scope filter as $2
 _EXPORT: dict[str, str] = {
-    "grant": "SELECT principal, privilege, granted_by, granted_at FROM grants "
+    "grant": "SELECT principal, privilege, granted_by, granted_at, scopes FROM grants "
     "WHERE securable_id = $1 ORDER BY principal, privilege",
     # a vector is archived only when it is of the current version (else it is recomputed anyway)
     "entry": "SELECT id::text AS id, scope, nullif(session_id, '') AS session_id, path, contents, "
     "description, source_type, creation_reason, creation_source, metadata, version, created_at, "
     "created_by, updated_at, updated_by, expires_at, "
     "CASE WHEN embedded_version = version THEN embedding END AS embedding, "
-    "CASE WHEN embedded_version = version THEN embedding_model END AS embedding_model "
+    "CASE WHEN embedded_version = version THEN embedding_model END AS embedding_model, "
+    "state, superseded_by::text AS superseded_by "
     "FROM entries WHERE store_id = $1 AND ($2::text IS NULL OR scope = $2) "
     "ORDER BY scope, session_id, path",
     "entry_version": "SELECT entry_id::text AS entry_id, scope, nullif(session_id, '') AS session_id, "
@@ -145,11 +146,15 @@ async def taken_conversation_ids(conn: Conn, ids: Sequence[str]) -> set[str]:
     return {row[0] for row in rows_}
 
 
-async def insert_grants(conn: Conn, store_id: str, grants: Sequence[tuple[str, str, str, Any]]) -> None:
-    """(principal, privilege, granted_by, granted_at); a grant the store has already is kept."""
+async def insert_grants(
+    conn: Conn, store_id: str, grants: Sequence[tuple[str, str, str, Any, list[str] | None]]
+) -> None:
+    """(principal, privilege, granted_by, granted_at, scope patterns or None); a grant the store
+    has already is kept."""
     await conn.executemany(
-        "INSERT INTO grants (securable_type, securable_id, principal, privilege, granted_by, granted_at) "
-        "VALUES ('MEMORY_STORE', $1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        "INSERT INTO grants "
+        "(securable_type, securable_id, principal, privilege, granted_by, granted_at, scopes) "
+        "VALUES ('MEMORY_STORE', $1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
         [(store_id, *grant) for grant in grants],
     )
 
@@ -162,9 +167,9 @@ async def insert_entries(conn: asyncpg.Connection, rows_: Sequence[tuple[Any, ..
     await conn.executemany(
         "INSERT INTO entries (id, store_id, scope, session_id, path, contents, description, source_type, "
         "creation_reason, creation_source, metadata, version, created_at, created_by, updated_at, "
-        "updated_by, expires_at, embedding, embedded_version, embedding_model) "
+        "updated_by, expires_at, embedding, embedded_version, embedding_model, state, superseded_by) "
         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12::bigint, $13, $14, $15, $16, $17, "
-        "$18::vector, CASE WHEN $18::vector IS NULL THEN NULL ELSE $12::bigint END, $19)",
+        "$18::vector, CASE WHEN $18::vector IS NULL THEN NULL ELSE $12::bigint END, $19, $20, $21::uuid)",
         rows_,
     )
 

@@ -86,6 +86,7 @@ class Grant(Line, tag="grant"):
     privilege: str
     granted_by: str
     granted_at: datetime
+    scopes: list[str] | None = None  # limited to the scopes these patterns match; none: every scope
 
 
 class Entry(Line, tag="entry"):
@@ -109,6 +110,9 @@ class Entry(Line, tag="entry"):
     # the entry has none yet
     embedding: str | None
     embedding_model: str | None
+    # consolidation: superseded or merged into the entry of that id (absent in archives made before)
+    state: Literal["active", "superseded", "merged"] = "active"
+    superseded_by: str | None = None
 
 
 class EntryVersion(Line, tag="entry_version"):

@@ -69,7 +69,7 @@ from catalog.context import Context
 from catalog.dialects.conversations.items import new_conversation_id
 from catalog.errors import InvalidParameter
 from catalog.governance import Securable, SecurableType
-from catalog.governance.actions import GRANTABLE
+from catalog.governance.actions import GRANTABLE, SCOPABLE
 from catalog.governance.namespace import repo as namespace
 from catalog.governance.namespace.schemas import (
     MAX_COMMENT,
@@ -77,9 +77,10 @@ from catalog.governance.namespace.schemas import (
     MAX_PROPERTY_KEY,
     MAX_PROPERTY_VALUE,
 )
+from catalog.governance.scoping import MAX_PATTERNS
 from catalog.search.embedder import DIMENSIONS
 from catalog.wire.entry_keys import validate_path, validate_scope, validate_session
-from catalog.wire.inputs import MAX_PRINCIPAL, blank, within
+from catalog.wire.inputs import MAX_PRINCIPAL, MAX_SCOPE, blank, within
 from catalog.wire.metadata import validate as validate_metadata
 from catalog.wire.names import split_full_name
 
@@ -135,6 +136,11 @@ async def export(
     kind = await repo.store_kind(ctx.pool, store.node.id)
     await ctx.access.ensure(principal, "sessions.read" if kind == "session" else "entries.read", store)
     return _archive(ctx.pool, store, scope, _model(ctx))
+
+
+def _superseded_by(ids: Any, entry: Entry, number: int) -> str | None:
+    """The imported id of the entry that supersedes this one (it is in the same archive)."""
+    return None if entry.superseded_by is None else ids.entry(entry.superseded_by, number, "superseded_by")
 
 
 def _export_line(kind: str, row: asyncpg.Record) -> Line:
@@ -489,6 +495,19 @@ class _Restored:
     conversations_renamed: int
 
 
+def _grant_scopes(grant: Grant, number: int) -> list[str] | None:
+    """A grant's scope patterns, as a grant could be limited by the permissions API."""
+    if grant.scopes is None:
+        return None
+    if grant.privilege not in SCOPABLE:
+        raise ArchiveError(f"line {number}: only {' and '.join(SCOPABLE)} may be limited to scopes")
+    if not 1 <= len(grant.scopes) <= MAX_PATTERNS or any(
+        not isinstance(p, str) or not p or len(p) > MAX_SCOPE or "*" in p[:-1] for p in grant.scopes
+    ):
+        raise ArchiveError(f"line {number}: scopes holds 1-{MAX_PATTERNS} scopes or prefixes ending in '*'")
+    return list(dict.fromkeys(grant.scopes))
+
+
 async def _restore(conn: asyncpg.Connection, store_id: str, archive: Archive, model: str) -> _Restored:
     ids = _Ids()
     grantable = set(GRANTABLE[STORE])
@@ -502,6 +521,7 @@ async def _restore(conn: asyncpg.Connection, store_id: str, archive: Archive, mo
                 grant.privilege,
                 _principal(grant.granted_by, number, "granted_by"),
                 grant.granted_at,
+                _grant_scopes(grant, number),
             )
         )
     await repo.insert_grants(conn, store_id, grants)
@@ -532,6 +552,10 @@ async def _restore(conn: asyncpg.Connection, store_id: str, archive: Archive, mo
                 entry.expires_at,
                 vector,
                 None if vector is None else model,
+                entry.state,
+                None
+                if entry.superseded_by is None
+                else ids.entry(entry.superseded_by, number, "superseded_by"),
             )
         )
     await repo.insert_entries(conn, entries)

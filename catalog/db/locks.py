@@ -24,7 +24,7 @@ POLICY_LOG = 0x706F6C79  # "poly" = 1886350457
 AUDIT_CHAIN = 0x61756474  # "audt" = 1635083380
 
 # Which migration's SQL takes each lock that SQL takes (checked by tests/test_migrations.py).
-IN_MIGRATIONS: dict[int, str] = {
-    POLICY_LOG: "0003_governance.sql",
-    AUDIT_CHAIN: "0009_audit_append.sql",
+IN_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    POLICY_LOG: ("0003_governance.sql", "0032_scope_grants.sql"),  # the trigger, then its new version
+    AUDIT_CHAIN: ("0009_audit_append.sql",),
 }

@@ -90,6 +90,7 @@ class List(msgspec.Struct, frozen=True, kw_only=True):
     listing: str = "uc"  # which dialect's listing: its page tokens are good only there
     where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (`filter`)
     as_of: int | None = None  # epoch ms: the entries as they were then (from the history)
+    include_superseded: bool = False  # superseded and merged entries too
 
 
 # --- edits: one change to the contents, or none (description only) ---------------------------------
@@ -153,6 +154,16 @@ class Restore(msgspec.Struct, frozen=True, kw_only=True):
     version: int  # the etag of the version to write again
 
 
+EntryState = Literal["active", "superseded", "merged"]
+
+
+class SetState(msgspec.Struct, frozen=True, kw_only=True):
+    store: str
+    key: ByKey
+    state: EntryState
+    superseded_by: ByKey | None = None  # the entry (of the same store) replacing it; None for active
+
+
 class Redact(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     key: ByKey
@@ -172,3 +183,4 @@ class Search(msgspec.Struct, frozen=True, kw_only=True):
     where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (`filter`)
     explain: bool = False  # how each hit's score was made, and what each leg did
     as_of: int | None = None  # epoch ms: search the entries as they were then (from the history)
+    include_superseded: bool = False  # superseded and merged entries too

@@ -46,6 +46,12 @@ class EntryRow(msgspec.Struct, frozen=True, kw_only=True):
     updated_by: str
     expires_at: int | None = None  # epoch milliseconds; None: never
     metadata: dict[str, Any] | None = None
+    state: str = "active"  # active | superseded | merged
+    superseded_by: dict[str, str] | None = None  # {scope, session_id, path} of the entry replacing it
+
+    @property
+    def active(self) -> bool:
+        return self.state == "active"
 
     @property
     def has_contents(self) -> bool:
@@ -82,7 +88,10 @@ COLUMNS = (
     "creation_source, version, "
     "(extract(epoch FROM created_at) * 1000)::bigint AS created_at, created_by, "
     "(extract(epoch FROM updated_at) * 1000)::bigint AS updated_at, updated_by, "
-    "(extract(epoch FROM expires_at) * 1000)::bigint AS expires_at, metadata"
+    "(extract(epoch FROM expires_at) * 1000)::bigint AS expires_at, metadata, state, "
+    # the key of the entry that supersedes it (None when there is none, or it is gone)
+    "(SELECT jsonb_build_object('scope', s.scope, 'session_id', s.session_id, 'path', s.path) "
+    " FROM entries s WHERE s.store_id = entries.store_id AND s.id = entries.superseded_by) AS superseded_by"
 )
 # an entry past its expiry is gone for every read, before the sweep deletes it
 LIVE = "(expires_at IS NULL OR expires_at > clock_timestamp())"
@@ -251,9 +260,11 @@ async def list_entries(
     limit: int,
     exact_path: str | None = None,
     where: dict[str, Any] | None = None,
+    include_inactive: bool = False,
 ) -> list[EntryRow]:
     """Ordered by (path, scope, session_id); `after` is the last key of the previous page; with
-    `where`, only entries whose metadata holds each of its pairs."""
+    `where`, only entries whose metadata holds each of its pairs; only active entries unless
+    `include_inactive` (superseded and merged ones too)."""
     after_path, after_scope, after_session = after or (None, None, None)
     return _rows(
         await conn.fetch(
@@ -262,7 +273,7 @@ async def list_entries(
             "AND ($4::text IS NULL OR starts_with(path, $4)) "
             "AND ($5::text IS NULL OR (path, scope, session_id) > ($5, $6, $7)) "
             "AND ($9::text IS NULL OR path = $9) AND ($10::jsonb IS NULL OR metadata @> $10) "
-            f"AND {LIVE} ORDER BY path, scope, session_id LIMIT $8",
+            f"AND ($11 OR state = 'active') AND {LIVE} ORDER BY path, scope, session_id LIMIT $8",
             store_id,
             list(scopes),
             session_id,
@@ -273,6 +284,24 @@ async def list_entries(
             limit,
             exact_path,
             where,
+            include_inactive,
+        )
+    )
+
+
+async def set_state(
+    conn: asyncpg.Connection, key: Key, state: str, superseded_by: str | None, by: str
+) -> EntryRow | None:
+    """Set the entry's state and the entry that supersedes it (None for `active`), as a new
+    version of it (its contents unchanged); None when no entry is at the key."""
+    return _row(
+        await conn.fetchrow(
+            "UPDATE entries SET state = $5, superseded_by = $6, version = version + 1, "
+            f"updated_at = clock_timestamp(), updated_by = $7 WHERE {_KEY} AND {LIVE} RETURNING {COLUMNS}",
+            *key,
+            state,
+            superseded_by,
+            by,
         )
     )
 

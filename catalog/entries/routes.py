@@ -19,6 +19,7 @@ from catalog.entries import operations as ops
 from catalog.entries.operations import WriteMode
 from catalog.entries.repo import VersionRow
 from catalog.entries.schemas import (
+    AS_OF_MAX,
     BatchCreateRequest,
     BatchCreateResponse,
     BatchResultItem,
@@ -26,6 +27,7 @@ from catalog.entries.schemas import (
     EntryCreate,
     EntryEdit,
     EntryFields,
+    EntryKey,
     EntrySummary,
     EntryVersion,
     HistoryResponse,
@@ -37,6 +39,7 @@ from catalog.entries.schemas import (
     SearchRequest,
     SearchResponse,
     SearchResult,
+    SetStateRequest,
     score_details,
     search_explain,
 )
@@ -55,6 +58,7 @@ from catalog.wire.entry_keys import (
     StoreFullNameParam,
     validate_scopes,
 )
+from catalog.wire.inputs import NO_NUL
 from catalog.wire.metadata import validate as validate_metadata
 from catalog.wire.pagination import PageSize, PageToken
 
@@ -105,7 +109,7 @@ def parse_filter(text: str | None) -> dict[str, Any] | None:
 
 def to_entry(row: EntryRow, *, readable: bool = True) -> Entry:
     """The entry as answered; `readable=False` (a caller who may write but not read) leaves out
-    everything it holds: only its key, times, authors and etag are acknowledged."""
+    everything it holds: only its key, times, authors, etag and state are acknowledged."""
     return Entry(
         scope=row.scope,
         path=row.path,
@@ -122,7 +126,15 @@ def to_entry(row: EntryRow, *, readable: bool = True) -> Entry:
         etag=str(row.version),
         expires_at=row.expires_at,
         metadata=(row.metadata or None) if readable else None,
+        state=row.state,
+        superseded_by=_key_of(row.superseded_by) if readable else None,  # names another entry
     )
+
+
+def _key_of(key: dict[str, str] | None) -> EntryKey | None:
+    if key is None:
+        return None
+    return EntryKey(scope=key["scope"], path=key["path"], session_id=key.get("session_id") or None)
 
 
 def _summary(row: EntryRow, many: bool) -> EntrySummary:
@@ -134,6 +146,7 @@ def _summary(row: EntryRow, many: bool) -> EntrySummary:
         updated_at=row.updated_at,
         scope=row.scope if many else None,
         metadata=row.metadata or None,
+        state=row.state,
     )
 
 
@@ -227,6 +240,8 @@ AsOf = Annotated[
     int | None,
     Parameter(
         ge=0,
+        le=AS_OF_MAX,
+        schema_extra={"minimum": 0},  # ge=0 alone leaves the document without it
         description="epoch milliseconds: answer the entries as they were then, from the kept history "
         "(deleted entries that existed then included, later writes left out)",
     ),
@@ -273,10 +288,14 @@ async def list_entries(
         QueryParameter(
             name="filter",
             max_length=MAX_FILTER_TEXT,
+            pattern=NO_NUL,
             description='only entries whose metadata holds every pair of this JSON object: {"topic": "food"}',
         ),
     ] = None,
     as_of: AsOf = None,
+    include_superseded: Annotated[
+        bool, Parameter(description="superseded and merged entries too (else only active ones)")
+    ] = False,
 ) -> ListEntriesResponse:
     listing = ops.List(
         store=full_name,
@@ -287,6 +306,7 @@ async def list_entries(
         page_token=page_token,
         where=parse_filter(metadata_filter),
         as_of=as_of,
+        include_superseded=include_superseded,
     )
     page = await service.list_entries(ctx, request.user, listing)
     many = len(listing.scopes) > 1
@@ -338,6 +358,7 @@ async def search(
         where=data.filter,
         explain=data.explain,
         as_of=data.as_of,
+        include_superseded=data.include_superseded,
     )
     found = await service.search(ctx, request.user, query)
     details = found.explained.hits if found.explained is not None else {}
@@ -411,6 +432,27 @@ async def entry_history(
     )
 
 
+@post(
+    "/{full_name:str}/entries:setState",
+    status_code=200,
+    operation_id="setEntryState",
+    response_headers=ETAG,
+    responses=errors(404),
+)
+async def set_entry_state(
+    request: Req, ctx: Ctx, full_name: StoreFullName, data: JSONBody[SetStateRequest]
+) -> Response[Entry]:
+    """Mark the entry superseded by another, merged into another, or active again: lists and
+    searches leave superseded and merged entries out unless asked (`include_superseded`)."""
+    key = ops.ByKey(scope=data.scope, path=data.path, session_id=data.session_id)
+    by = None
+    if data.superseded_by is not None:
+        other = data.superseded_by
+        by = ops.ByKey(scope=other.scope or data.scope, path=other.path, session_id=other.session_id)
+    op = ops.SetState(store=full_name, key=key, state=data.state, superseded_by=by)
+    return _with_etag(to_entry(await service.set_state(ctx, request.user, op)))
+
+
 def _redaction(v: VersionRow) -> Redaction | None:
     if v.redacted_at is None:
         return None
@@ -464,6 +506,7 @@ route_handlers = [
     list_entries,
     update_entry,
     search,
+    set_entry_state,
     redact_entry,
     entry_history,
     restore_entry,

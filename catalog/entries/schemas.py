@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from catalog.entries.operations import SearchMode, WriteMode
+from catalog.entries.operations import EntryState, SearchMode, WriteMode
 from catalog.search import Explained, HitScores
 from catalog.wire import Degraded, Input, Output
 from catalog.wire.entry_keys import MAX_SCOPES, EntryPath, PathPrefix, SessionId
@@ -28,6 +28,10 @@ Contents = Annotated[str, msgspec.Meta(pattern=NO_NUL, extra_json_schema={"maxLe
 Description = Annotated[str, msgspec.Meta(pattern=NO_NUL, extra_json_schema={"maxLength": MAX_DESCRIPTION})]
 SourceType = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SOURCE_TYPE, pattern=NO_NUL)]
 CreationField = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CREATION_FIELD, pattern=NO_NUL)]
+
+
+# the latest time an as-of read may name (9999-12-31T23:59:59.999Z, epoch ms); later than now is refused
+AS_OF_MAX = 253_402_300_799_999
 
 
 class SourceRef(Input, kw_only=True):
@@ -113,8 +117,9 @@ class SearchRequest(Input, kw_only=True):
     # only entries whose metadata equals every pair given (inside the keyword and vector searches)
     filter: Metadata | None = None
     explain: bool = False  # each hit's score_details and the request's legs (SearchResponse.explain)
+    include_superseded: bool = False  # superseded and merged entries too
     # epoch ms: search the entries as they were then, from the kept history
-    as_of: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    as_of: Annotated[int, msgspec.Meta(ge=0, le=AS_OF_MAX)] | None = None
 
 
 class Entry(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -133,6 +138,14 @@ class Entry(msgspec.Struct, omit_defaults=True, kw_only=True):
     etag: str
     expires_at: int | None = None  # epoch milliseconds; absent: never
     metadata: dict[str, Any] | None = None
+    state: str  # active | superseded | merged
+    superseded_by: EntryKey | None = None  # the entry replacing it (superseded or merged)
+
+
+class EntryKey(msgspec.Struct, omit_defaults=True, kw_only=True):
+    scope: str
+    path: str
+    session_id: str | None = None
 
 
 class EntrySummary(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -143,6 +156,7 @@ class EntrySummary(msgspec.Struct, omit_defaults=True, kw_only=True):
     updated_at: int
     scope: str | None = None
     metadata: dict[str, Any] | None = None
+    state: str = "active"  # absent: active
 
 
 class ListEntriesResponse(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -258,6 +272,20 @@ class Redaction(msgspec.Struct, kw_only=True):
 
 class HistoryResponse(msgspec.Struct, kw_only=True):
     versions: list[EntryVersion]  # newest first
+
+
+class StateKey(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    scope: Scope | None = None  # the entry's own scope when absent
+    path: EntryPath
+    session_id: SessionId | None = None
+
+
+class SetStateRequest(Input, kw_only=True):
+    scope: Scope
+    path: EntryPath
+    session_id: SessionId | None = None
+    state: EntryState
+    superseded_by: StateKey | None = None  # the entry replacing it (superseded, merged); none when active
 
 
 MAX_REDACTION_REASON = 1000

@@ -142,9 +142,11 @@ async def resolve_store(
 
 
 async def check_binding(ctx: Context, principal: Principal, store: Securable, scopes: Sequence[str]) -> None:
-    """With `scope_binding = end_user`, a request may only touch the scope equal to its verified
+    """The scopes a request reaches on the store: held to the grants limited to scopes that allow
+    its actions there, and, with `scope_binding = end_user`, to the scope equal to its verified
     end user (the token's `on_behalf_of`, else its subject), composite scopes `<user>:...`, and
     the store's shared scopes."""
+    ctx.access.hold_scopes(principal, store, scopes)
     binding, shared = await scope_binding(ctx, store)
     if binding != "end_user":
         return
@@ -241,7 +243,7 @@ async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
         raise InvalidParameter("write_mode APPEND needs contents to append", "contents")
     store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
     key = _key(store, op.key)
-    readable = ctx.access.visible(principal, "entries.read", store)
+    readable = ctx.access.visible(principal, "entries.read", store, [scope])
     sources = await _sources(ctx, principal, op.derived_from)
     origin = _origin(op.origin)
     async with audited(ctx.pool) as conn:
@@ -366,11 +368,21 @@ async def list_entries(ctx: Context, principal: Principal, op: ops.List) -> Page
         path=exact,
         **({"filter": where} if where else {}),  # (a token issued before filters stays good)
         **({"as_of": at} if at is not None else {}),
+        **({"include_superseded": True} if op.include_superseded else {}),
     )
     after = await pages.after(op.page_token, Cursor)
     if at is None:
         rows = await repo.list_entries(
-            ctx.pool, store.node.id, scopes, session, prefix, after, limit + 1, exact, where
+            ctx.pool,
+            store.node.id,
+            scopes,
+            session,
+            prefix,
+            after,
+            limit + 1,
+            exact,
+            where,
+            include_inactive=op.include_superseded,
         )
     else:
         rows = await repo.as_of(
@@ -459,7 +471,7 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
         )
     scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
     store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
-    readable = ctx.access.visible(principal, "entries.read", store)
+    readable = ctx.access.visible(principal, "entries.read", store, scopes)
     if (reads := _reads_text(op.change)) is not None:
         await _ensure_may_read(ctx, principal, store, reads)
     adds_text = isinstance(op.change, ops.Insert | ops.Append) or op.change is None
@@ -552,7 +564,7 @@ async def batch_write(ctx: Context, principal: Principal, op: ops.Batch) -> list
     if not 1 <= len(op.writes) <= MAX_BATCH:
         raise InvalidParameter(f"entries must hold 1-{MAX_BATCH} entries", "entries")
     store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
-    readable = ctx.access.visible(principal, "entries.read", store)
+    readable = ctx.access.visible(principal, "entries.read", store, [scope])
     held = await is_held(ctx, store)
     results: list[BatchResult | None] = [None] * len(op.writes)
     checked: list[tuple[int, Key, Fields, ops.Write]] = []
@@ -651,6 +663,41 @@ async def restore(ctx: Context, principal: Principal, op: ops.Restore) -> Writte
     return Written(row, True)
 
 
+async def set_state(ctx: Context, principal: Principal, op: ops.SetState) -> EntryRow:
+    """Mark an entry superseded by another, merged into another, or active again (WRITE): a new
+    version of it, its contents unchanged. The entry replacing it must exist in the same store
+    (in a scope the caller may use) and be another entry; an active entry names none."""
+    scope = validate_scope(op.key.scope)
+    store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
+    key = _key(store, op.key)
+    if op.state == "active":
+        if op.superseded_by is not None:
+            raise InvalidParameter(
+                "an active entry is superseded by none: leave superseded_by out", "superseded_by"
+            )
+        replacing = None
+    else:
+        if op.superseded_by is None:
+            raise InvalidParameter(f"a {op.state} entry names the entry replacing it", "superseded_by")
+        other = _key(store, op.superseded_by, "superseded_by.")
+        await check_binding(ctx, principal, store, [other.scope])
+        target = await repo.get(ctx.pool, other)
+        if target is None:
+            raise InvalidParameter(
+                f"superseded_by: no entry at {other.path} in scope {other.scope}", "superseded_by"
+            )
+        if other == key:
+            raise InvalidParameter("an entry cannot supersede itself", "superseded_by")
+        replacing = target.id
+    async with audited(ctx.pool) as conn:
+        row = await repo.set_state(conn, key, op.state, replacing, principal.name)
+        if row is None:
+            raise NotFound(f"no entry at {key.path} in scope {key.scope}")
+        note_result(1)
+    _written(ctx)
+    return row
+
+
 async def redact(ctx: Context, principal: Principal, op: ops.Redact) -> tuple[repo.VersionRow, bool]:
     """Redact a kept version (MANAGE): its contents and description in the history are replaced
     by who redacted it, when and why; when it is the entry's current version, the entry's
@@ -742,6 +789,7 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
             where=where,
             vector=vector,
             explain=op.explain,
+            include_inactive=op.include_superseded,
         )
     )
     ranked = ranking.hits
@@ -757,6 +805,8 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
             row = rows.get(doc)
             # a hit deleted or moved since it was indexed is dropped; the entry shown is the current one
             if row is None or row.store_id != store_id or row.scope not in scopes:
+                continue
+            if not row.active and not op.include_superseded:  # superseded since (or a neighbour)
                 continue
             results.append((row, round(score, 6)))
             if len(results) == op.top_k:

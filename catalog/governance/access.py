@@ -16,18 +16,19 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
 import asyncpg
 
-from catalog.audit.log.writer import note_decision
+from catalog.audit.log.writer import note_decision, scope_limits, scopes_reached
 from catalog.auth.principal import Principal
 from catalog.errors import NotFound, PermissionDenied
 from catalog.governance.actions import action
 from catalog.governance.authorize import Authorizer, Decision
 from catalog.governance.locate import locate
+from catalog.governance.scoping import first_outside
 from catalog.governance.securables import Node, Securable, SecurableType
 
 
@@ -75,9 +76,46 @@ class Access:
         note_decision(action_name, securable, Decision(False, reason))
         raise PermissionDenied(f"{principal.name} may not {action(action_name).description}: {reason}")
 
-    def visible(self, principal: Principal, action_name: str, securable: Securable) -> bool:
-        """Whether `action_name` would be allowed, recording nothing (list filters, answer shaping)."""
-        return self.authorizer.authorize(principal, action(action_name), securable).allowed
+    def visible(
+        self,
+        principal: Principal,
+        action_name: str,
+        securable: Securable,
+        scopes: Sequence[str] | None = None,
+    ) -> bool:
+        """Whether `action_name` would be allowed, recording nothing (list filters, answer shaping).
+        An action allowed only in some scopes is visible only for `scopes` they all match."""
+        decision = self.authorizer.authorize(principal, action(action_name), securable)
+        if not decision.allowed or decision.scopes is None:
+            return decision.allowed
+        return scopes is not None and first_outside(decision.scopes, scopes) is None
+
+    def scope_filter(self, securable: Securable) -> Callable[[str], bool]:
+        """For an answer that gathers rows of every scope (a list of a store's sessions): whether a
+        row's scope may be shown under the request's scope limits on the securable, which are then
+        held (the rows outside are left out)."""
+        limits = scope_limits(securable.node.id)
+        for limit in limits:
+            limit.held = True
+        patterns = [limit.patterns for limit in limits]
+        return lambda scope: all(first_outside(p, [scope]) is None for p in patterns)
+
+    def hold_scopes(self, principal: Principal, securable: Securable, scopes: Sequence[str]) -> None:
+        """Hold the scopes a request reaches on a store to every action of the request allowed
+        there only in some scopes (grants limited to scopes); 403, recorded, for a scope outside.
+        Actions checked later are held to these scopes as well (`Authorizer.check`)."""
+        scopes_reached(securable.node.id).update(scopes)
+        for limit in scope_limits(securable.node.id):
+            outside = first_outside(limit.patterns, scopes)
+            if outside is not None:
+                limit.held = True  # held, and refused: nothing of the scope is answered
+                reason = f"{limit.reason}, not scope '{outside}'"
+                note_decision(limit.action_name, securable, Decision(False, reason))
+                raise PermissionDenied(
+                    f"{principal.name} may not {action(limit.action_name).description} in scope "
+                    f"'{outside}': {reason}"
+                )
+            limit.held = True
 
     @staticmethod
     def child(

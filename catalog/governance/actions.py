@@ -76,6 +76,27 @@ class Action:
     description: str
     inside: bool = False
     any_privilege: bool = False  # any privilege that can be held on the securable suffices
+    # reaches data kept by scope (entries, conversations, sessions, transcripts): a grant limited to
+    # scopes allows it only for the scopes its patterns match, checked where the scopes are known
+    data: bool = False
+
+
+# the privileges a grant may limit to scopes
+SCOPABLE: tuple[str, ...] = ("READ_MEMORY_STORE", "WRITE_MEMORY_STORE")
+
+DATA_ACTIONS = frozenset(
+    {
+        "entries.read",
+        "entries.write",
+        "conversations.read",
+        "conversations.write",
+        "sessions.read",
+        "sessions.write",
+        "responses.create",
+        "memories.extract",
+        "transcripts.search",
+    }
+)
 
 
 def _a(
@@ -87,7 +108,7 @@ def _a(
     inside: bool = False,
     any_privilege: bool = False,
 ) -> Action:
-    return Action(name, on, privileges, description, inside, any_privilege)
+    return Action(name, on, privileges, description, inside, any_privilege, name in DATA_ACTIONS)
 
 
 ACTIONS: dict[str, Action] = {

@@ -11,6 +11,10 @@ Rules (policies/model.conf states them for the engine; policies/README.md for pe
 3. The owner of an object holds every privilege on it; the owner of a catalog or schema may manage
    what is below it but gets no data access (READ/WRITE_MEMORY_STORE) from that alone.
 4. The metastore admin may do everything.
+5. A READ_MEMORY_STORE or WRITE_MEMORY_STORE grant limited to scopes (patterns: a scope, or a
+   prefix ending in `*`) is left out of the engine; when no grant for every scope allows a data
+   action, such grants do, and the decision carries the union of their patterns (`scopes`): the
+   request is held to it where its scopes are known (`Access.hold_scopes`).
 Every decision carries its reason: the grant path that allowed it, or what is missing.
 
 Decisions are cached per (principal, action, full name, chain with owners); the cache is emptied
@@ -27,13 +31,14 @@ from typing import Any
 import asyncpg
 
 from catalog import telemetry
-from catalog.audit.log.writer import note_decision
+from catalog.audit.log.writer import note_decision, note_scope_limit, scopes_reached
 from catalog.auth.principal import Principal
 from catalog.errors import PermissionDenied
 from catalog.governance import repo
-from catalog.governance.actions import EFFECTIVE, METASTORE_ADMIN, Action, Privilege
+from catalog.governance.actions import EFFECTIVE, METASTORE_ADMIN, SCOPABLE, Action, Privilege
 from catalog.governance.engine import CasbinEngine
 from catalog.governance.policy import ACCOUNT_USERS, PolicyState
+from catalog.governance.scoping import first_outside
 from catalog.governance.securables import DEPTH, Node, Securable, SecurableType
 
 _USE = {1: (SecurableType.CATALOG, Privilege.USE_CATALOG), 2: (SecurableType.SCHEMA, Privilege.USE_SCHEMA)}
@@ -47,6 +52,8 @@ class Decision:
     allowed: bool
     reason: str
     privilege: str | None = None
+    # allowed only in the scopes these patterns match (grants limited to scopes); None: every scope
+    scopes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,7 @@ class Holding:
     grantee: str  # the principal itself, or the group it comes through
     source: Node  # the securable the grant (or ownership) is on
     basis: str = ""  # what is held there: the privilege granted (ALL_PRIVILEGES too), OWNER or ADMIN
+    scopes: tuple[str, ...] | None = None  # the grant's scope patterns; None: every scope
 
 
 def _describe(node: Node) -> str:
@@ -85,7 +93,7 @@ class Authorizer:
         for row in rows.members:
             policy.apply("member", "add", row[0], row[1], row[2])
         for row in rows.grants:
-            policy.apply("grant", "add", row[0], row[1], row[2])
+            policy.apply("grant", "add", row[0], row[1], row[2], row[3])
         self.policy = policy
         self._cache.clear()
 
@@ -100,14 +108,14 @@ class Authorizer:
             while True:
                 rows = await repo.policy_changes(self.pool, self.policy.revision, _SYNC_BATCH)
                 for row in rows:
-                    self.apply(row["kind"], row["op"], row["a"], row["b"], row["c"])
+                    self.apply(row["kind"], row["op"], row["a"], row["b"], row["c"], row["d"])
                     self.policy.revision = row["seq"]
                 if len(rows) < _SYNC_BATCH:
                     break
 
-    def apply(self, kind: str, op: str, a: str, b: str, c: str) -> None:
+    def apply(self, kind: str, op: str, a: str, b: str, c: str, d: str = "") -> None:
         """Apply one policy change; every cached decision is dropped."""
-        self.policy.apply(kind, op, a, b, c)
+        self.policy.apply(kind, op, a, b, c, d)
         self._cache.clear()
 
     # --- deciding --------------------------------------------------------------------------------
@@ -123,9 +131,14 @@ class Authorizer:
         for node in reversed(chain):
             if node.type != SecurableType.METASTORE and node.owner in subjects:
                 lines.append([node.owner, node.id, OWNER])
+            limited = self.policy.grant_scopes
             for grantee, privileges in self.policy.grants.get(node.id, {}).items():
                 if grantee in subjects:
-                    lines.extend([grantee, node.id, privilege] for privilege in privileges)
+                    lines.extend(
+                        [grantee, node.id, privilege]
+                        for privilege in privileges
+                        if not limited or (node.id, grantee, privilege) not in limited
+                    )
         parents = [(chain[i].id, chain[i - 1].id) for i in range(1, len(chain))]
         self.engine.load(lines, membership.edges, parents)
         return subjects
@@ -197,15 +210,78 @@ class Authorizer:
         if not securable.exists:
             return Decision(True, f"{securable.kind} {securable.full_name} does not exist", privileges[0])
         if held is None:
+            scoped = self._scoped(name, privileges, chain)
+            if scoped is not None:
+                privilege, patterns, reason = scoped
+                return Decision(True, reason, privilege, patterns if action.data else None)
             wanted = " or ".join(privileges) if not action.any_privilege else "a privilege"
             return Decision(False, f"requires {wanted} on {_describe(securable.node)}", privileges[0])
         return Decision(True, self._reason(name, held[1], chain), held[0])
+
+    def _limited(
+        self, principal: str, privilege: str, chain: tuple[Node, ...]
+    ) -> list[tuple[str, Node, tuple[str, ...]]]:
+        """The grants limited to scopes that give `privilege` to `principal` (directly or through
+        a group) on the securable or above it: (grantee, where, patterns), most specific first."""
+        if not self.policy.grant_scopes:
+            return []
+        subjects = self.policy.membership(principal).subjects
+        found = []
+        for node in reversed(chain):
+            for grantee, granted in self.policy.grants.get(node.id, {}).items():
+                if grantee in subjects and privilege in granted:
+                    patterns = self.policy.grant_scopes.get((node.id, grantee, privilege))
+                    if patterns:
+                        found.append((grantee, node, patterns))
+        return found
+
+    def _scoped(
+        self, principal: str, privileges: tuple[str, ...], chain: tuple[Node, ...]
+    ) -> tuple[str, tuple[str, ...], str] | None:
+        """The first of `privileges` held only through grants limited to scopes: it, the union of
+        their patterns, and the reason naming them."""
+        for privilege in privileges:
+            if privilege not in SCOPABLE:
+                continue
+            grants = self._limited(principal, privilege, chain)
+            if not grants:
+                continue
+            patterns: list[str] = []
+            for _, _, limited in grants:
+                patterns += [p for p in limited if p not in patterns]
+            where = "; ".join(
+                f"{privilege} on {_describe(node)}{'' if grantee == principal else f' via group {grantee}'}"
+                f" for scopes {', '.join(limited)}"
+                for grantee, node, limited in grants
+            )
+            return privilege, tuple(patterns), where
+        return None
 
     @telemetry.authorization
     async def check(self, principal: Principal, action: Action, securable: Securable) -> Decision:
         await self.sync(securable.revision)
         decision = self.authorize(principal, action, securable)
+        # allowed only in some scopes: kept for the request's scopes to be held to it where they
+        # are known (and refused where there is no request to keep it in)
+        if decision.scopes is not None:
+            decision = self._limit(action, securable, decision)
         note_decision(action.name, securable, decision)  # for the request's audit event
+        return decision
+
+    @staticmethod
+    def _limit(action: Action, securable: Securable, decision: Decision) -> Decision:
+        """A decision allowed only in some scopes, kept in the request (its scopes are held to it
+        where they are known: `Access.hold_scopes`); the scopes the request already reached on
+        the securable are held to it now."""
+        assert decision.scopes is not None
+        limit = note_scope_limit(action.name, securable, decision)
+        if limit is None:
+            return Decision(False, f"{decision.reason}, and no scope can be checked here", decision.privilege)
+        reached = scopes_reached(securable.node.id)
+        outside = first_outside(decision.scopes, reached)
+        if outside is not None:
+            return Decision(False, f"{decision.reason}, not scope '{outside}'", decision.privilege)
+        limit.held = limit.held or bool(reached)
         return decision
 
     async def ensure(self, principal: Principal, action: Action, securable: Securable) -> Decision:
@@ -226,6 +302,11 @@ class Authorizer:
             if allowed and line is not None:
                 source = next((n for n in chain if n.id == line[1]), self.metastore)
                 found.append(Holding(privilege, line[0], source, line[2]))
+            elif privilege in SCOPABLE:  # held only in some scopes: each limited grant, with its patterns
+                found += [
+                    Holding(privilege, grantee, node, privilege, patterns)
+                    for grantee, node, patterns in self._limited(principal, privilege, chain)
+                ]
         return found
 
     def is_member(self, principal: str, group_name: str) -> bool:

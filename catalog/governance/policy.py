@@ -8,6 +8,7 @@ takes effect on the very next request everywhere.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -29,6 +30,9 @@ class PolicyState:
     grants: dict[str, dict[str, set[str]]] = field(
         default_factory=dict
     )  # securable id → grantee → privileges
+    # (securable id, grantee, privilege) → the scope patterns a limited grant applies to (a grant
+    # not here applies to every scope)
+    grant_scopes: dict[tuple[str, str, str], tuple[str, ...]] = field(default_factory=dict)
     group_names: dict[str, str] = field(default_factory=dict)  # group id → display name
     group_ids: dict[str, str] = field(default_factory=dict)  # display name → group id
     principal_groups: dict[str, set[str]] = field(
@@ -41,13 +45,20 @@ class PolicyState:
 
     # --- changes ---------------------------------------------------------------------------------
 
-    def apply(self, kind: str, op: str, a: str, b: str, c: str) -> None:
-        """Apply one policy_log row (idempotent: applying it twice changes nothing more)."""
+    def apply(self, kind: str, op: str, a: str, b: str, c: str, d: str = "") -> None:
+        """Apply one policy_log row (idempotent: applying it twice changes nothing more). A grant's
+        `d` is its scope patterns as a JSON array ('' for every scope); an `add` of a grant that is
+        there replaces its patterns."""
         if kind == "grant":
             holders = self.grants.setdefault(a, {})
             if op == "add":
                 holders.setdefault(b, set()).add(c)
+                if d:
+                    self.grant_scopes[(a, b, c)] = tuple(json.loads(d))
+                else:
+                    self.grant_scopes.pop((a, b, c), None)
             else:
+                self.grant_scopes.pop((a, b, c), None)
                 holders.get(b, set()).discard(c)
                 if not holders.get(b):
                     holders.pop(b, None)

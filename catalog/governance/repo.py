@@ -28,7 +28,7 @@ LEFT JOIN memory_stores m ON m.schema_id = s.id AND m.name = $3 AND ($4::text IS
 class PolicyRows:
     """The whole policy as of `revision`, read in one snapshot: the rows of `groups` (id,
     display_name), `group_members` (group_id, member_type, member) and `grants` (securable_id,
-    principal, privilege)."""
+    principal, privilege, scope patterns as JSON or '')."""
 
     revision: int
     groups: list[asyncpg.Record]
@@ -43,15 +43,18 @@ async def load_policy(pool: asyncpg.Pool) -> PolicyRows:
         revision = await conn.fetchval("SELECT coalesce(max(seq), 0) FROM policy_log")
         groups = await conn.fetch("SELECT id::text, display_name FROM groups")
         members = await conn.fetch("SELECT group_id::text, member_type, member FROM group_members")
-        grants = await conn.fetch("SELECT securable_id::text, principal, privilege FROM grants")
+        grants = await conn.fetch(
+            "SELECT securable_id::text, principal, privilege, coalesce(array_to_json(scopes)::text, '') "
+            "FROM grants"
+        )
     return PolicyRows(revision, groups, members, grants)
 
 
 async def policy_changes(pool: asyncpg.Pool, after: int, limit: int) -> list[asyncpg.Record]:
-    """At most `limit` rows of `policy_log` past seq `after`, in seq order: seq, kind, op, a, b, c."""
+    """At most `limit` rows of `policy_log` past seq `after`, in seq order: seq, kind, op, a, b, c, d."""
     # the LIMIT keeps the plan on the primary key even as a generic prepared plan
     rows: list[asyncpg.Record] = await pool.fetch(
-        "SELECT seq, kind, op, a, b, c FROM policy_log WHERE seq > $1 ORDER BY seq LIMIT $2", after, limit
+        "SELECT seq, kind, op, a, b, c, d FROM policy_log WHERE seq > $1 ORDER BY seq LIMIT $2", after, limit
     )
     return rows
 

@@ -32,7 +32,7 @@ def _indexed(corpus: Corpus) -> str:
     """The columns of an `IndexedEntry`, in its order."""
     return (
         "id::text, store_id::text, scope, session_id, path, coalesce(contents, ''), "
-        f"coalesce(description, ''), {corpus.metadata}"
+        f"coalesce(description, ''), {corpus.metadata}, {corpus.state}"
     )
 
 

@@ -29,9 +29,12 @@ class Corpus:
     directory: str  # the index directory under the index root ("" = the root itself)
     hnsw_index: str
     metadata: str = "NULL::jsonb"  # the column of its rows' metadata (for filters), if any
+    state: str = "'active'"  # the column of its rows' state (consolidation), if any
 
 
-ENTRIES = Corpus("entries", "entries", "entry_changes", "entry_id", "", "entries_embedding_hnsw", "metadata")
+ENTRIES = Corpus(
+    "entries", "entries", "entry_changes", "entry_id", "", "entries_embedding_hnsw", "metadata", "state"
+)
 TRANSCRIPTS = Corpus(
     "transcripts",
     "transcript_items",

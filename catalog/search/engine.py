@@ -115,6 +115,7 @@ class Query:
     # the query's vector, when the caller started computing it early (`SearchEngine.embed_query`)
     vector: asyncio.Future[np.ndarray] | None = field(default=None, compare=False)
     explain: bool = False  # also say how each hit's score was made and what each leg did
+    include_inactive: bool = False  # superseded and merged entries too (consolidation)
 
 
 @dataclass(frozen=True)
@@ -673,6 +674,7 @@ class SearchEngine:
             path_prefix=query.path_prefix,
             where=query.where,
             within=await self._within(query),
+            include_inactive=query.include_inactive,
         )
         return hits, fresh
 
@@ -714,6 +716,7 @@ class SearchEngine:
             path_prefix=query.path_prefix,
             where=query.where,
             within=await self._within(query),
+            include_inactive=query.include_inactive,
         )
 
     @telemetry.search_leg("semantic")
@@ -741,6 +744,7 @@ class SearchEngine:
             session_id=query.session_id,
             path_prefix=query.path_prefix,
             where=query.where,
+            include_inactive=query.include_inactive,
         )
         return vector, hits, complete
 

@@ -159,6 +159,12 @@ class IndexedEntry:
     contents: str
     description: str
     metadata: dict[str, Any] | None = None
+    state: str = "active"  # an entry superseded or merged carries INACTIVE among its meta terms
+
+
+# the meta term of an entry that is not active (superseded, merged): no metadata pair makes it
+# (metadata text holds no NUL), so a search leaves such entries out with one MustNot clause
+INACTIVE = "\x00inactive"
 
 
 class FullTextIndex:
@@ -252,7 +258,7 @@ class FullTextIndex:
                     contents=entry.contents,
                     description=entry.description,
                     path_words=_PATH_WORDS.sub(" ", entry.path),
-                    meta=metadata_terms(entry.metadata),
+                    meta=metadata_terms(entry.metadata) + ([] if entry.state == "active" else [INACTIVE]),
                 )
             )
 
@@ -281,6 +287,7 @@ class FullTextIndex:
         path_prefix: str | None = None,
         where: Mapping[str, Any] | None = None,
         within: Sequence[str] | None = None,
+        include_inactive: bool = False,
     ) -> list[tuple[str, float]]:
         """(entry id, BM25 score), best first, only from the given store and scopes (and, with
         `where`, only entries whose metadata holds each of its pairs; with `within`, only those
@@ -292,7 +299,7 @@ class FullTextIndex:
             words, ["contents", "description", "path_words"], field_boosts=self.boosts
         )
         clauses = [
-            *self._filter(store_id, scopes, session_id, path_prefix, where, within),
+            *self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive),
             (tantivy.Occur.Must, parsed),
         ]
         searcher = self.index.searcher()
@@ -307,8 +314,10 @@ class FullTextIndex:
         path_prefix: str | None,
         where: Mapping[str, Any] | None = None,
         within: Sequence[str] | None = None,
+        include_inactive: bool = False,
     ) -> list[tuple[Any, Any]]:
-        """The clauses that restrict a search to what it may return."""
+        """The clauses that restrict a search to what it may return (active entries only, unless
+        `include_inactive`)."""
         # one scope (the common case) as a term query: a term-set query builds a bitset of the
         # whole index per search, 5-10x slower when the clause is counted once per query term
         scope = (
@@ -332,6 +341,8 @@ class FullTextIndex:
             clauses.append((tantivy.Occur.Must, admitted))
         for term in metadata_terms(where):
             clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "meta", term)))
+        if not include_inactive:
+            clauses.append((tantivy.Occur.MustNot, tantivy.Query.term_query(self.schema, "meta", INACTIVE)))
         return clauses
 
     def query_terms(self, text: str) -> list[str]:
@@ -355,6 +366,7 @@ class FullTextIndex:
         path_prefix: str | None = None,
         where: Mapping[str, Any] | None = None,
         within: Sequence[str] | None = None,
+        include_inactive: bool = False,
     ) -> dict[str, float]:
         """For each given entry, the share of the query's term weight it holds in any text field
         (0 to 1): each distinct term weighs its idf among the entries the same filter admits, so
@@ -364,8 +376,15 @@ class FullTextIndex:
         if not terms or not ids:
             return dict.fromkeys(ids, 0.0)
         searcher = self.index.searcher()
-        scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within)
-        key = (store_id, tuple(sorted(scopes)), session_id, path_prefix, tuple(sorted(metadata_terms(where))))
+        scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive)
+        key = (
+            store_id,
+            tuple(sorted(scopes)),
+            session_id,
+            path_prefix,
+            tuple(sorted(metadata_terms(where))),
+            include_inactive,
+        )
         anywhere = [self._anywhere(term) for term in terms]
         admitted = self._counts.get(key, lambda: self._count(searcher, scoped))
         weights = []

@@ -106,15 +106,17 @@ class VectorSearch:
         session_id: str | None = None,
         path_prefix: str | None = None,
         where: Mapping[str, Any] | None = None,
+        include_inactive: bool = False,
     ) -> list[tuple[str, float]]:
         """(entry id, cosine similarity), best first; with `where` (a metadata filter), only
-        entries whose metadata holds each of its pairs."""
+        entries whose metadata holds each of its pairs; only active entries unless
+        `include_inactive` (superseded and merged ones too)."""
         if where and self.corpus.metadata == "NULL::jsonb":
             return []  # rows without metadata hold no pair
         args: tuple[Any, ...] = (store_id, list(scopes), session_id, path_prefix, vector, limit)
-        condition = _FILTER
+        condition = _FILTER if include_inactive else f"{_FILTER} AND {self.corpus.state} = 'active'"
         if where:
-            args, condition = (*args, where), _FILTER + _WHERE
+            args, condition = (*args, where), condition + _WHERE
         candidates = min(max(limit * OVERSAMPLE, MIN_CANDIDATES), MAX_CANDIDATES)
         rows_total = max(await self._table_rows(), 1)
         # HNSW only pays off when the candidates it returns hold enough rows of these scopes:
@@ -183,7 +185,7 @@ class VectorSearch:
         return (
             "SELECT id::text, 1 - d AS similarity FROM ("
             f"  SELECT id, store_id, scope, session_id, path, {self.corpus.metadata} AS metadata, "
-            "  embedding, embedding <=> $5 AS d "
+            f"  {self.corpus.state} AS state, embedding, embedding <=> $5 AS d "
             f"  FROM {self.corpus.table} {inner}"
             f"  ORDER BY embedding <=> $5 LIMIT {int(candidates)}) nearest "
             f"WHERE {condition} ORDER BY d LIMIT $6"

@@ -17,7 +17,7 @@ from urllib.parse import unquote_plus
 from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
 
 from catalog import telemetry
-from catalog.audit.log.writer import PendingEvent, current
+from catalog.audit.log.writer import PendingEvent, current, unheld_scope_limit
 from catalog.errors import RequestTimeout, error_body, is_unavailable, log_unexpected
 from catalog.settings import Settings
 from catalog.web.deps import ServerParts, server_parts
@@ -218,6 +218,28 @@ class RequestMiddleware:
                 return  # the application's response was replaced by an error: drop the rest
             if message["type"] == "http.response.start":
                 status = message["status"]
+                unheld = unheld_scope_limit(audit) if status < 300 and not audit.committed else None
+                if unheld is not None:
+                    # an action allowed only in some scopes answered without holding the scopes it
+                    # reached to them: refused rather than answered (no route should come here)
+                    replaced = True
+                    status = 403
+                    audit.decision, audit.reason = "deny", f"{unheld.reason}, and the scopes were not checked"
+                    await self._audit(scope, state, audit, request_id, status)
+
+                    async def send_refusal(refusal: Message) -> None:
+                        if refusal["type"] == "http.response.start":
+                            refusal["headers"] = [*refusal["headers"], (b"x-request-id", request_id.encode())]  # type: ignore[typeddict-unknown-key]
+                        await send(refusal)
+
+                    await self._reply(
+                        state,
+                        send_refusal,
+                        403,
+                        "PERMISSION_DENIED",
+                        f"{unheld.reason}: this request reaches data it cannot hold to those scopes",
+                    )
+                    return
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
                 message["headers"] = headers  # type: ignore[typeddict-unknown-key]

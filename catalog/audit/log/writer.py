@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -94,6 +94,23 @@ class PendingEvent:
     # request answers once the change is made (a web console form answers 303 See Other)
     success_status: int = 200
     early_unlock: bool = True  # see repo.FLUSH_TAIL
+    # actions allowed only in some scopes (grants limited to scopes), each to be held to the scopes
+    # the request reaches (`governance.Access.hold_scopes`); one never held refuses the answer
+    scope_limits: list[ScopeLimit] = field(default_factory=list)
+    scopes_reached: dict[str, set[str]] = field(default_factory=dict)  # securable id → scopes held so far
+
+
+@dataclass
+class ScopeLimit:
+    """An action allowed on a store only in the scopes `patterns` match, and whether the request
+    has held the scopes it reaches to them."""
+
+    action_name: str
+    securable_id: str
+    full_name: str
+    patterns: tuple[str, ...]
+    reason: str
+    held: bool = False
 
 
 current: ContextVar[PendingEvent | None] = ContextVar("pending_event", default=None)
@@ -114,6 +131,43 @@ def note_decision(action_name: str, securable: Any, decision: Any) -> None:
         pending.decision = "allow" if decision.allowed else "deny"
         pending.reason = decision.reason
         pending.policy_revision = securable.revision
+
+
+def note_scope_limit(action_name: str, securable: Any, decision: Any) -> ScopeLimit | None:
+    """Called by the authorizer for an action allowed only in some scopes: kept for the scopes the
+    request reaches to be held to it. None when there is no request to keep it in (the caller
+    then refuses: a limit nobody would check is no limit)."""
+    pending = current.get()
+    if pending is None:
+        return None
+    for limit in pending.scope_limits:
+        if limit.action_name == action_name and limit.securable_id == securable.node.id:
+            return limit
+    limit = ScopeLimit(action_name, securable.node.id, securable.full_name, decision.scopes, decision.reason)
+    pending.scope_limits.append(limit)
+    return limit
+
+
+def scope_limits(securable_id: str) -> list[ScopeLimit]:
+    """The current request's scope limits on a securable."""
+    pending = current.get()
+    if pending is None:
+        return []
+    return [limit for limit in pending.scope_limits if limit.securable_id == securable_id]
+
+
+def scopes_reached(securable_id: str) -> set[str]:
+    """The scopes of a securable the current request has reached so far (held to its limits);
+    the set is the request's own, to add to."""
+    pending = current.get()
+    if pending is None:
+        return set()
+    return pending.scopes_reached.setdefault(securable_id, set())
+
+
+def unheld_scope_limit(pending: PendingEvent) -> ScopeLimit | None:
+    """A scope limit the request never held its scopes to (its answer must not go out)."""
+    return next((limit for limit in pending.scope_limits if not limit.held), None)
 
 
 def begin_operation(params: dict[str, Any]) -> None:

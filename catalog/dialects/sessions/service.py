@@ -364,11 +364,12 @@ async def list_sessions(
         await check_binding(ctx, principal, store, [terms["actor_id"]])
     binding, shared = await scope_binding(ctx, store)
     identity = principal.on_behalf_of or principal.name
+    within_limits = ctx.access.scope_filter(store)  # grants limited to scopes show only theirs
 
     def visible(row: SessionRow) -> bool:
         # under end_user binding a list shows only the sessions the caller's end user may touch
         actor = row.actor_id
-        return (
+        return within_limits(actor) and (
             binding != "end_user" or actor == identity or actor.startswith(f"{identity}:") or actor in shared
         )
 

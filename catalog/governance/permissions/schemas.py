@@ -7,8 +7,9 @@ from typing import Annotated
 import msgspec
 
 from catalog.governance.actions import Privilege
+from catalog.governance.scoping import MAX_PATTERNS
 from catalog.wire import Input
-from catalog.wire.inputs import PrincipalName
+from catalog.wire.inputs import MAX_SCOPE, NO_CONTROL, PrincipalName
 
 MAX_CHANGES = 1000
 
@@ -36,10 +37,25 @@ PrivilegeName = Annotated[
 ]
 
 
+ScopePattern = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=MAX_SCOPE,
+        pattern=NO_CONTROL,
+        description="a scope (`team-a`) or a prefix ending in `*` "
+        "(`team-a:*`: every scope starting `team-a:`)",
+    ),
+]
+
+
 class PermissionsChange(Input, kw_only=True):
     principal: PrincipalName
     add: list[PrivilegeName] = []
     remove: list[PrivilegeName] = []
+    # READ_MEMORY_STORE / WRITE_MEMORY_STORE limited to these scopes (added to a grant's patterns,
+    # or removed from them); none: every scope
+    scopes: Annotated[list[ScopePattern], msgspec.Meta(min_length=1, max_length=MAX_PATTERNS)] | None = None
 
 
 class UpdatePermissions(Input, kw_only=True):
@@ -47,9 +63,11 @@ class UpdatePermissions(Input, kw_only=True):
     omit_permissions_in_response: bool = False
 
 
-class PrivilegeAssignment(msgspec.Struct, kw_only=True):
+class PrivilegeAssignment(msgspec.Struct, omit_defaults=True, kw_only=True):
     principal: str
     privileges: list[str]
+    # the privileges granted only in some scopes, with their patterns (the others: every scope)
+    scopes: dict[str, list[str]] = {}
 
 
 class PermissionsList(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -61,6 +79,7 @@ class EffectivePrivilege(msgspec.Struct, omit_defaults=True, kw_only=True):
     privilege: str
     inherited_from_type: str | None = None
     inherited_from_name: str | None = None
+    scopes: list[str] | None = None  # held only in the scopes these patterns match (a limited grant)
 
 
 class EffectivePrivilegeAssignment(msgspec.Struct, kw_only=True):

@@ -10,7 +10,7 @@ from catalog.audit.log.writer import audited
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound
-from catalog.governance.actions import GRANTABLE, Privilege
+from catalog.governance.actions import GRANTABLE, SCOPABLE, Privilege
 from catalog.governance.permissions import repo
 from catalog.governance.permissions.schemas import (
     MAX_CHANGES,
@@ -23,7 +23,9 @@ from catalog.governance.permissions.schemas import (
     PrivilegeAssignment,
     UpdatePermissions,
 )
+from catalog.governance.scoping import MAX_PATTERNS
 from catalog.governance.securables import DEPTH, Securable, SecurableType
+from catalog.wire.entry_keys import validate_scope
 from catalog.wire.inputs import MAX_PRINCIPAL, blank
 from catalog.wire.names import split_full_name
 from catalog.wire.pagination import Pages, page_size
@@ -107,7 +109,7 @@ async def get_permissions(
     page = names[:size]
     token = await pages.token(page[-1]) if len(names) > size else None
     return PermissionsList(
-        privilege_assignments=[PrivilegeAssignment(principal=name, privileges=grants[name]) for name in page],
+        privilege_assignments=[_assignment(name, grants[name]) for name in page],
         next_page_token=token,
     )
 
@@ -145,23 +147,107 @@ async def update_permissions(
     kind = parse_securable_type(securable_type)
     if len(body.changes) > MAX_CHANGES:
         raise InvalidParameter(f"at most {MAX_CHANGES} changes per request", "changes")
-    add: list[tuple[str, str]] = []
-    remove: list[tuple[str, str]] = []
+    add: list[tuple[str, str, list[str] | None, int]] = []
+    remove: list[tuple[str, str, list[str] | None, int]] = []
     for i, change in enumerate(body.changes):
         who = _principal_name(change.principal, f"changes[{i}].principal")
-        add += [(who, _privilege(p, kind, f"changes[{i}].add")) for p in change.add]
-        remove += [(who, _privilege(p, kind, f"changes[{i}].remove")) for p in change.remove]
-    if both := set(add) & set(remove):
+        patterns = _patterns(change, i)
+        add += [(who, _privilege(p, kind, f"changes[{i}].add"), patterns, i) for p in change.add]
+        remove += [(who, _privilege(p, kind, f"changes[{i}].remove"), patterns, i) for p in change.remove]
+    if both := {(w, p) for w, p, _, _ in add} & {(w, p) for w, p, _, _ in remove}:
         who, privilege = sorted(both)[0]
         raise InvalidParameter(f"{privilege} for {who} is both added and removed", "changes")
     securable = await resolve(ctx, principal, "permissions.update", securable_type, full_name, store_kind)
     async with audited(ctx.pool) as conn:
-        await repo.change_grants(conn, securable, add=add, remove=remove, granted_by=principal.name)
+        principals = sorted({w for w, _, _, _ in add} | {w for w, _, _, _ in remove})
+        before = await repo.grants_for_update(conn, securable.node.id, principals)
+        after = _changed(before, add, remove)
+        put = [(*key, scopes) for key, scopes in after.items() if key not in before or before[key] != scopes]
+        delete = [key for key in before if key not in after]
+        await repo.change_grants(conn, securable, put=put, delete=delete, granted_by=principal.name)
     if body.omit_permissions_in_response:
         return PermissionsList(privilege_assignments=[])
     grants = await repo.list_grants(ctx.pool, securable.node.id, None)
-    return PermissionsList(
-        privilege_assignments=[PrivilegeAssignment(principal=n, privileges=p) for n, p in grants.items()]
+    return PermissionsList(privilege_assignments=[_assignment(n, g) for n, g in grants.items()])
+
+
+def _patterns(change: PermissionsChange, i: int) -> list[str] | None:
+    """The change's scope patterns (without repeats), which only READ and WRITE may carry."""
+    if change.scopes is None:
+        return None
+    field = f"changes[{i}].scopes"
+    if not 1 <= len(change.scopes) <= MAX_PATTERNS:
+        raise InvalidParameter(f"{field} holds 1-{MAX_PATTERNS} scope patterns", field)
+    for privilege in [*change.add, *change.remove]:
+        named = Privilege.parse(privilege).value if _PRIVILEGE.fullmatch(privilege) else None
+        if named is not None and named not in SCOPABLE:
+            raise InvalidParameter(
+                f"only {' and '.join(SCOPABLE)} may be limited to scopes, not {named}", field
+            )
+    patterns: list[str] = []
+    for j, pattern in enumerate(change.scopes):
+        validate_scope(pattern, f"{field}[{j}]")
+        if "*" in pattern[:-1]:
+            raise InvalidParameter(
+                f"{field}[{j}] is a scope or a prefix ending in '*': '*' only at its end", f"{field}[{j}]"
+            )
+        if pattern not in patterns:
+            patterns.append(pattern)
+    return patterns
+
+
+_ABSENT: list[str] = []  # a marker: no grant (None is a grant for every scope)
+
+
+def _changed(
+    before: dict[tuple[str, str], list[str] | None],
+    add: list[tuple[str, str, list[str] | None, int]],
+    remove: list[tuple[str, str, list[str] | None, int]],
+) -> dict[tuple[str, str], list[str] | None]:
+    """The grants after the changes. A removal with scopes takes those patterns from a grant
+    limited to scopes (the grant goes with its last pattern); an addition with scopes adds them
+    to a limited grant (a grant for every scope stays so) and one without makes it every scope."""
+    after = dict(before)
+    for who, privilege, patterns, i in remove:
+        key = (who, privilege)
+        if patterns is None or key not in after:
+            after.pop(key, None)
+            continue
+        held = after[key]
+        if held is None:
+            raise InvalidParameter(
+                f"{privilege} for {who} is granted in every scope: remove it without scopes, then add it "
+                "with the scopes it keeps",
+                f"changes[{i}].scopes",
+            )
+        left = [p for p in held if p not in patterns]
+        if left:
+            after[key] = left
+        else:
+            after.pop(key)
+    for who, privilege, patterns, i in add:
+        key = (who, privilege)
+        held = after.get(key, _ABSENT)
+        if patterns is None or held is None:
+            after[key] = None
+        elif held is _ABSENT:
+            after[key] = patterns
+        else:
+            merged = [*held, *(p for p in patterns if p not in held)]
+            if len(merged) > MAX_PATTERNS:
+                raise InvalidParameter(
+                    f"{privilege} for {who} would be limited to more than {MAX_PATTERNS} scope patterns",
+                    f"changes[{i}].scopes",
+                )
+            after[key] = merged
+    return after
+
+
+def _assignment(name: str, grants: list[repo.Grant]) -> PrivilegeAssignment:
+    return PrivilegeAssignment(
+        principal=name,
+        privileges=[privilege for privilege, _ in grants],
+        scopes={privilege: scopes for privilege, scopes in grants if scopes is not None},
     )
 
 
@@ -175,6 +261,7 @@ class Held:
     source_name: str
     inherited: bool  # held on a parent of the securable, not on the securable itself
     basis: str  # what is held there: the privilege granted (ALL_PRIVILEGES too), OWNER or ADMIN
+    scopes: tuple[str, ...] | None = None  # held only in the scopes these patterns match
 
 
 @dataclass(frozen=True)
@@ -200,6 +287,7 @@ async def effective_holdings(
             source_name=holding.source.full_name,
             inherited=holding.source.id != securable.node.id,
             basis=holding.basis,
+            scopes=holding.scopes,
         )
         for holding in ctx.authorizer.holdings(about, securable)
     ]
@@ -229,6 +317,7 @@ async def get_effective_permissions(
                 privilege=held.privilege,
                 inherited_from_type=held.source_type if held.inherited else None,
                 inherited_from_name=held.source_name if held.inherited else None,
+                scopes=list(held.scopes) if held.scopes is not None else None,
             )
         )
     grantees = [g for g in sorted(by_grantee) if after is None or g > after]

@@ -20,7 +20,7 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import asyncpg
 
@@ -48,6 +48,7 @@ class PipelineRow:
     trigger: str
     creator: str
     version: int
+    maintain: bool
     created_at: int  # epoch ms
     updated_at: int
     created_us: int  # the list's key, with the id
@@ -74,6 +75,9 @@ class RunRow:
     created_at: int
     started_at: int | None
     ended_at: int | None
+    maintain: bool = False  # the maintenance step runs after the sessions
+    dry_run: bool = False  # the maintenance step only reports what it would do
+    maintenance: dict[str, Any] | None = None  # the step's report, once done
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ _PIPELINE_COLUMNS = (
     "sc.name || '.' || s2.name || '.' || ss.name AS session_store_full_name, "
     "m.name AS memory_store, m.id::text AS memory_store_id, "
     "c.name || '.' || s.name || '.' || m.name AS memory_store_full_name, "
-    "p.display_name, p.model, p.instructions, p.trigger, p.creator, p.version, "
+    "p.display_name, p.model, p.instructions, p.trigger, p.creator, p.version, p.maintain, "
     f"{_MS.format(col='p.created_at')} AS created_at, {_MS.format(col='p.updated_at')} AS updated_at, "
     "(extract(epoch FROM p.created_at) * 1000000)::bigint AS created_us, "
     "c.id::text AS c_id, c.owner AS c_owner, s.id::text AS s_id, s.owner AS s_owner, m.owner AS m_owner"
@@ -104,7 +108,7 @@ _RUN_COLUMNS = (
     "id::text AS id, pipeline::text AS pipeline, run_number, state, trigger, requested_by, error, "
     "planned, sessions_total, sessions_extracted, sessions_skipped, sessions_failed, entries_written, "
     f"attempts, {_MS.format(col='created_at')} AS created_at, {_MS.format(col='started_at')} AS started_at, "
-    f"{_MS.format(col='ended_at')} AS ended_at"
+    f"{_MS.format(col='ended_at')} AS ended_at, maintain, dry_run, maintenance"
 )
 
 
@@ -123,6 +127,7 @@ def _pipeline(row: asyncpg.Record) -> PipelineRow:
         trigger=row["trigger"],
         creator=row["creator"],
         version=row["version"],
+        maintain=row["maintain"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         created_us=row["created_us"],
@@ -151,12 +156,13 @@ async def insert_pipeline(
     instructions: str | None,
     trigger: str,
     creator: str,
+    maintain: bool = False,
 ) -> str:
     try:
         value = await conn.fetchval(
             "INSERT INTO memory_pipelines (session_store_id, memory_store_id, display_name, model, "
-            "instructions, trigger, scheduled_at, creator) VALUES ($1, $2, $3, $4, $5, $6, "
-            "CASE WHEN $6 = 'SCHEDULED' THEN clock_timestamp() END, $7) RETURNING id::text",
+            "instructions, trigger, scheduled_at, creator, maintain) VALUES ($1, $2, $3, $4, $5, $6, "
+            "CASE WHEN $6 = 'SCHEDULED' THEN clock_timestamp() END, $7, $8) RETURNING id::text",
             session_store_id,
             memory_store_id,
             display_name,
@@ -164,6 +170,7 @@ async def insert_pipeline(
             instructions,
             trigger,
             creator,
+            maintain,
         )
     except asyncpg.UniqueViolationError as exc:
         raise AlreadyExists(
@@ -200,6 +207,7 @@ async def update_pipeline(
     instructions: tuple[str | None] | None,
     trigger: str | None,
     expected_version: int | None,
+    maintain: bool | None = None,
 ) -> int | None:
     """Set the fields given (a 1-tuple holds the new value, None leaves the field); answers the new
     version, or None when the pipeline is gone or (with `expected_version`) changed meanwhile."""
@@ -210,7 +218,7 @@ async def update_pipeline(
         "instructions = CASE WHEN $6 THEN $7 ELSE instructions END, "
         "scheduled_at = CASE WHEN $8::text = 'SCHEDULED' AND trigger <> 'SCHEDULED' THEN clock_timestamp() "
         "  WHEN $8::text = 'MANUAL_ONLY' THEN NULL ELSE scheduled_at END, "
-        "trigger = coalesce($8::text, trigger), "
+        "trigger = coalesce($8::text, trigger), maintain = coalesce($10::boolean, maintain), "
         "version = version + 1, updated_at = clock_timestamp() "
         "WHERE id = $1 AND ($9::bigint IS NULL OR version = $9) RETURNING version",
         pipeline_id,
@@ -222,6 +230,7 @@ async def update_pipeline(
         instructions[0] if instructions else None,
         trigger,
         expected_version,
+        maintain,
     )
     return None if value is None else int(value)
 
@@ -243,7 +252,14 @@ async def active_run(conn: Conn, pipeline_id: str) -> int | None:
 
 
 async def insert_run(
-    conn: asyncpg.Connection, pipeline_id: str, trigger: str, by: str, *, due_after: float | None = None
+    conn: asyncpg.Connection,
+    pipeline_id: str,
+    trigger: str,
+    by: str,
+    *,
+    due_after: float | None = None,
+    maintain: bool | None = None,
+    dry_run: bool = False,
 ) -> RunRow | int | None:
     """A new PENDING run (in the caller's transaction, under the pipeline's row lock, which orders
     concurrent inserts), or the number of the run already active, or None when the pipeline is
@@ -266,13 +282,18 @@ async def insert_run(
         "UPDATE memory_pipelines SET next_run = next_run + 1 WHERE id = $1 RETURNING next_run - 1",
         pipeline_id,
     )
+    # a run maintains when asked, else as its pipeline says
     row = await conn.fetchrow(
-        "INSERT INTO pipeline_runs (pipeline, run_number, trigger, requested_by) VALUES ($1, $2, $3, $4) "
+        "INSERT INTO pipeline_runs (pipeline, run_number, trigger, requested_by, maintain, dry_run) "
+        "VALUES ($1, $2, $3, $4, "
+        "coalesce($5::boolean, (SELECT maintain FROM memory_pipelines WHERE id = $1)), $6) "
         f"ON CONFLICT DO NOTHING RETURNING {_RUN_COLUMNS}",
         pipeline_id,
         number,
         trigger,
         by,
+        maintain,
+        dry_run,
     )
     if row is None:  # cannot happen under the row lock; the unique index is the last word
         return await active_run(conn, pipeline_id) or 0
@@ -500,3 +521,29 @@ async def first_failure(conn: Conn, run_id: str) -> str | None:
         run_id,
     )
     return None if value is None else str(value)
+
+
+# --- the maintenance step ----------------------------------------------------------------------------
+
+
+async def run_scopes(conn: Conn, run_id: str) -> list[str]:
+    """The scopes of a run's sessions (their actors), extracted or unchanged since their last
+    extraction, not failed: in order of first appearance (read by SQL only)."""
+    rows = await conn.fetch(
+        "SELECT a.actor_id, min(r.ordinal) AS first FROM pipeline_run_sessions r "
+        "JOIN agent_sessions a ON a.id = r.session "
+        "WHERE r.run = $1 AND r.outcome IN ('extracted', 'skipped') GROUP BY a.actor_id ORDER BY first",
+        run_id,
+    )
+    return [row["actor_id"] for row in rows]
+
+
+async def record_maintenance(conn: Conn, run_id: str, worker: str, report: dict[str, Any]) -> bool:
+    """Keep the step's report on the run (while the worker holds its lease)."""
+    status: str = await conn.execute(
+        "UPDATE pipeline_runs SET maintenance = $3 WHERE id = $1 AND leased_by = $2",
+        run_id,
+        worker,
+        report,  # (the pool's codec encodes JSON)
+    )
+    return status.endswith(" 1")

@@ -85,7 +85,7 @@ async def delete_pipeline(request: Req, ctx: Ctx, pipeline_id: PipelineId) -> Em
 async def run_pipeline(
     request: Req, ctx: Ctx, pipeline_id: PipelineId, data: JSONBody[RunRequest]
 ) -> PipelineRun:
-    return await service.run(ctx, request.user, pipeline_id)
+    return await service.run(ctx, request.user, pipeline_id, data)
 
 
 @get("/{pipeline_id:str}/runs", operation_id="agentsListMemoryPipelineRuns", responses=errors(404))

@@ -25,6 +25,7 @@ UPDATE_FIELDS = (
     "dreamer_policy.model",
     "dreamer_policy.instructions",
     "dreamer_policy.trigger",
+    "dreamer_policy.maintain",
 )
 UPDATE_MASK_PATTERN = field_list_pattern([name.replace(".", "[.]") for name in UPDATE_FIELDS])
 PIPELINE_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
@@ -61,6 +62,8 @@ class DreamerPolicyInput(Input, kw_only=True):
     model: Model | None = None
     instructions: Instructions | None = None
     trigger: Trigger | None = None
+    # after the sessions, the model reviews the memories of their scopes: merges, splits, supersedes
+    maintain: bool | None = None
 
 
 class PipelineCreate(Input, kw_only=True):
@@ -78,7 +81,12 @@ class PipelineUpdate(Input, kw_only=True):
 
 
 class RunRequest(Input, kw_only=True):
-    """`POST .../run` takes an empty object."""
+    """`POST .../run` takes an empty object (what the SDK sends), or asks for the maintenance step
+    (`maintain`, else as the pipeline says) and for it to only report what it would do
+    (`dry_run`)."""
+
+    maintain: bool | None = None
+    dry_run: bool = False
 
 
 class DreamerPolicy(Output, kw_only=True):
@@ -86,6 +94,7 @@ class DreamerPolicy(Output, kw_only=True):
     instructions: str | None = None
     trigger: Literal["MANUAL_ONLY", "SCHEDULED"]
     enabled: bool  # scheduled runs are on: the trigger is SCHEDULED
+    maintain: bool = False  # each run ends with the maintenance step (absent: it does not)
 
 
 class MemoryPipeline(Output, kw_only=True):
@@ -118,6 +127,31 @@ class PipelineRun(Output, kw_only=True):
     sessions_skipped: int  # unchanged since their last extraction into the memory store
     sessions_failed: int
     entries_written: int
+    maintain: bool = False  # the run ends with the maintenance step
+    maintenance: Maintenance | None = None  # what the step did (or would do), once done
+
+
+class MaintenanceAction(Output, kw_only=True):
+    """One change of the maintenance step: `merged` (sources into `into`), `split` (`sources[0]`
+    into `written`), `superseded` (`sources[0]` by `into`)."""
+
+    action: Literal["merged", "split", "superseded"]
+    scope: str
+    sources: list[str]  # paths
+    into: str | None = None  # the entry replacing them (merged, superseded)
+    written: list[str] = []  # the paths written (merged: `into`; split: the parts)
+
+
+class Maintenance(Output, kw_only=True):
+    dry_run: bool  # nothing was written: the actions are what it would do
+    held: bool = False  # the memory store is under legal hold: left alone
+    scopes_reviewed: int
+    merged: int  # entries merged into another
+    split: int  # entries split into parts
+    superseded: int  # entries superseded by another
+    actions: list[MaintenanceAction]
+    failed_scopes: int = 0  # scopes whose review failed (the upstream model, a refusal)
+    error: str | None = None  # the first failure
 
 
 class PipelineRunList(Output, kw_only=True):

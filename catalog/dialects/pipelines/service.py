@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+import msgspec
+
 from catalog.audit.log import audited
 from catalog.auth import Principal
 from catalog.context import Context
@@ -40,12 +42,14 @@ from catalog.dialects.pipelines.schemas import (
     UPDATE_MASK_PATTERN,
     DreamerPolicy,
     DreamerPolicyInput,
+    Maintenance,
     MemoryPipeline,
     MemoryPipelineList,
     PipelineCreate,
     PipelineRun,
     PipelineRunList,
     PipelineUpdate,
+    RunRequest,
 )
 from catalog.dialects.sessions.service import store_name
 from catalog.entries.service import resolve_store
@@ -60,7 +64,7 @@ MAX_PAGE = 100
 _PIPELINE_ID = re.compile(PIPELINE_ID_PATTERN)
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 _UPDATE_MASK = re.compile(UPDATE_MASK_PATTERN)
-_POLICY_FIELDS = ("model", "instructions", "trigger")
+_POLICY_FIELDS = ("model", "instructions", "trigger", "maintain")
 
 # Whom to tell that a run was created, per pool (the workers of this process on that database):
 # the worker starts it at once rather than at its next poll. Other processes find it by polling.
@@ -125,6 +129,7 @@ def to_pipeline(row: PipelineRow) -> MemoryPipeline:
             instructions=row.instructions,
             trigger="SCHEDULED" if row.trigger == "SCHEDULED" else "MANUAL_ONLY",
             enabled=row.trigger == "SCHEDULED",
+            maintain=row.maintain,
         ),
         etag=str(row.version),
         creator=row.creator,
@@ -147,6 +152,8 @@ def to_run(row: RunRow) -> PipelineRun:
         sessions_skipped=row.sessions_skipped,
         sessions_failed=row.sessions_failed,
         entries_written=row.entries_written,
+        maintain=row.maintain,
+        maintenance=msgspec.convert(row.maintenance, Maintenance) if row.maintenance is not None else None,
     )
 
 
@@ -218,6 +225,7 @@ async def create(ctx: Context, principal: Principal, body: PipelineCreate) -> Me
             instructions=policy.instructions,
             trigger=trigger_value(policy.trigger),
             creator=principal.name,
+            maintain=bool(policy.maintain),
         )
     return await _reload(ctx, pipeline_id)
 
@@ -295,6 +303,7 @@ async def update(
             instructions=(policy.instructions,) if "dreamer_policy.instructions" in fields else None,
             trigger=trigger_value(policy.trigger) if "dreamer_policy.trigger" in fields else None,
             expected_version=expected,
+            maintain=bool(policy.maintain) if "dreamer_policy.maintain" in fields else None,
         )
         if version is None:
             if expected is not None and await repo.get_pipeline(conn, row.id) is not None:
@@ -323,13 +332,20 @@ def _active(pipeline_id: str, number: int) -> Aborted:
     return Aborted(f"memory pipeline {pipeline_name(pipeline_id)} has a run in progress: {name}")
 
 
-async def run(ctx: Context, principal: Principal, pipeline_id: str) -> PipelineRun:
+async def run(
+    ctx: Context, principal: Principal, pipeline_id: str, body: RunRequest | None = None
+) -> PipelineRun:
     row = await _load(ctx, pipeline_id)
     await _memory_store(ctx, principal, row.memory_store_full_name, "pipelines.run")
     await _session_store(ctx, principal, row.session_store_full_name)
     require(ctx.llm)  # 501 when no upstream model is configured: no run could do anything
+    asked = body or RunRequest()
+    if asked.dry_run and not (asked.maintain or (asked.maintain is None and row.maintain)):
+        raise InvalidParameter("dry_run is the maintenance step's: give maintain: true too", "dry_run")
     async with audited(ctx.pool) as conn:
-        created = await repo.insert_run(conn, row.id, "MANUAL", principal.name)
+        created = await repo.insert_run(
+            conn, row.id, "MANUAL", principal.name, maintain=asked.maintain, dry_run=asked.dry_run
+        )
         if created is None:
             raise NotFound(f"memory pipeline {pipeline_id} does not exist")
         if isinstance(created, int):

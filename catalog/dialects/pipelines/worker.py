@@ -59,7 +59,7 @@ from catalog.audit.log import AuditWriter, background, note_outcome, operation, 
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects.extraction import service as extraction
-from catalog.dialects.pipelines import repo
+from catalog.dialects.pipelines import maintenance, repo
 from catalog.dialects.pipelines.repo import PipelineRow, PlannedSession, RunRow
 from catalog.dialects.pipelines.service import listen_for_new_runs, pipeline_name, run_name
 from catalog.dialects.sessions import repo as sessions_repo
@@ -266,6 +266,11 @@ class PipelineWorker:
             counts = await repo.get_run_by_id(self.ctx.pool, run.id)
             if counts is None:
                 return
+            # the maintenance step, unless done before a takeover
+            maintained = not counts.maintain or counts.maintenance is not None
+            if not maintained and not await self._maintain(pipeline, owner, counts, audit, store):
+                log.warning("pipeline run: lease lost, stopped", extra={"run": name})
+                return
             state, error = "SUCCEEDED", None
             if counts.sessions_failed and not counts.sessions_extracted:
                 first = await repo.first_failure(self.ctx.pool, run.id)
@@ -293,6 +298,42 @@ class PipelineWorker:
                 reason=error,
             )
             log.info("pipeline run ended", extra={"run": name, "state": state})
+
+    async def _maintain(
+        self, pipeline: PipelineRow, owner: Principal, run: RunRow, audit: Any, store: dict[str, Any]
+    ) -> bool:
+        """The maintenance step over the scopes of the run's sessions, its report kept on the run
+        and in a `pipelines.run` event (phase `maintain`); False when the lease is lost."""
+        scopes = await repo.run_scopes(self.ctx.pool, run.id)
+        report = await maintenance.maintain(
+            self.ctx,
+            owner,
+            pipeline.memory_store_full_name,
+            scopes,
+            dry_run=run.dry_run,
+            instructions=pipeline.instructions,
+            model=pipeline.model,
+        )
+        if not await repo.record_maintenance(self.ctx.pool, run.id, self.name, report.as_dict()):
+            return False
+        await record_background(
+            audit,
+            action_name="pipelines.run",
+            **store,
+            params={
+                "phase": "maintain",
+                "dry_run": report.dry_run,
+                "held": report.held,
+                "scopes_reviewed": report.scopes_reviewed,
+                "merged": report.merged,
+                "split": report.split,
+                "superseded": report.superseded,
+                "failed_scopes": report.failed_scopes,
+            },
+            result_count=len(report.actions),
+            reason=report.error,
+        )
+        return True
 
     async def _plan(self, pipeline: PipelineRow, run: RunRow) -> bool:
         """List the session store's sessions for the run, once; False when the lease is lost."""

@@ -372,3 +372,24 @@ def test_the_backstop_refuses_an_answer_whose_scopes_were_not_held(client, token
         params={"principal": "ann", "decision": "deny", "max_results": 5},
     ).json()["events"][0]
     assert event["request_id"] == r.headers["x-request-id"] and event["status_code"] == 403, event
+
+
+def test_the_console_shows_a_limited_reader_only_its_scopes(client, token, settings):
+    from catalog.auth import mint_dev_token
+
+    client.cookies.clear()
+    try:
+        r = client.post(
+            "/console/sign-in", data={"token": mint_dev_token(settings, "ann")}, follow_redirects=False
+        )
+        assert r.status_code == 303, r.text
+        page = client.get(f"/console/stores/{NAME}", params={"scope": "team-a:x"})
+        assert page.status_code == 200 and 'id="entries-scope"' in page.text, page.text
+        assert TEXTS["team-a:x"] in page.text or "/n.md" in page.text
+        refused = client.get(f"/console/stores/{NAME}", params={"scope": "team-b"})
+        assert TEXTS["team-b"] not in refused.text and "/n.md" not in refused.text
+        assert "not scope &#39;team-b&#39;" in refused.text or "not scope 'team-b'" in refused.text, (
+            refused.text
+        )
+    finally:
+        client.cookies.clear()

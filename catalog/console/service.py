@@ -265,7 +265,8 @@ async def store_page(
         about=effective.about,
         sources=[_source(h, effective.about) for h in effective.held],
         may_ask_others=ctx.access.visible(principal, "effective_permissions.other", securable),
-        may_read_entries=ctx.access.visible(principal, "entries.read", securable),
+        # the form is offered to a reader of some scopes too: each request is held to its scope
+        may_read_entries=ctx.access.visible_somewhere(principal, "entries.read", securable),
         may_read_audit=ctx.access.visible(principal, "audit.read", metastore),
     )
     if scope is None or not scope.strip():

@@ -100,6 +100,11 @@ class Access:
         patterns = [limit.patterns for limit in limits]
         return lambda scope: all(first_outside(p, [scope]) is None for p in patterns)
 
+    def visible_somewhere(self, principal: Principal, action_name: str, securable: Securable) -> bool:
+        """Whether `action_name` would be allowed in some scope at least (a grant limited to
+        scopes counts): whether to offer what each request then holds to its own scopes."""
+        return self.authorizer.authorize(principal, action(action_name), securable).allowed
+
     def hold_scopes(self, principal: Principal, securable: Securable, scopes: Sequence[str]) -> None:
         """Hold the scopes a request reaches on a store to every action of the request allowed
         there only in some scopes (grants limited to scopes); 403, recorded, for a scope outside.

@@ -228,6 +228,41 @@ def test_metadata_and_filters_on_the_command_line(live):
     )
 
 
+def test_forget_deletes_what_matches_a_query(live):
+    store = f"main.default.{unique('forget')}"
+    ok(catalog(live, "stores", "create", store))
+    for path, contents in (
+        ("/divorce.md", "The divorce from Sam was finalised in May"),
+        ("/lawyer.md", "The divorce lawyer is Ms Park"),
+        ("/food.md", "Likes ramen and green tea"),
+    ):
+        ok(catalog(live, "entries", "put", store, "--scope", "u", path, "--contents", contents))
+    forget = ["entries", "forget", store, "--scope", "u", "the divorce"]
+
+    dry = ok(catalog(live, *forget, "--dry-run"))
+    head, table = dry.split("\n", 1)
+    assert head == "would delete 2 entries in scope u (a dry run: nothing deleted)"
+    assert sorted(row[0] for row in rows(table)) == ["/divorce.md", "/lawyer.md"]
+    listed = json.loads(ok(catalog(live, "--json", "entries", "list", store, "--scope", "u")))
+    assert len(listed["entries"]) == 3
+
+    # a floor no entry reaches in keyword mode (none holds "papers"), then the real thing as JSON
+    narrow = ["entries", "forget", store, "--scope", "u", "divorce papers", "--mode", "keyword"]
+    assert ok(catalog(live, *narrow, "--min-score", "1")) == (
+        "no entry in scope u matches the query: nothing deleted\n"
+    )
+    answer = json.loads(ok(catalog(live, "--json", *forget)))
+    assert sorted(e["path"] for e in answer["deleted"]) == ["/divorce.md", "/lawyer.md"]
+    assert answer["truncated"] is False and {e["scope"] for e in answer["deleted"]} == {"u"}
+    listed = json.loads(ok(catalog(live, "--json", "entries", "list", store, "--scope", "u")))
+    assert [e["path"] for e in listed["entries"]] == ["/food.md"]
+
+    # what the server refuses, what the command refuses, and who may not
+    assert "min_score" in failed(catalog(live, *forget, "--min-score", "0"), "INVALID_PARAMETER_VALUE")
+    assert "--mode" in failed(catalog(live, *forget, "--mode", "fuzzy"), "USAGE")
+    failed(catalog(live, *forget, who="mallory"), "PERMISSION_DENIED")
+
+
 def test_every_failure_is_one_error_line_and_exit_1(live):
     store = f"main.default.{unique('err')}"
     ok(catalog(live, "stores", "create", store))

@@ -109,6 +109,7 @@ SEMANTIC: dict[str, list[str]] = {
         r"at most 20 scopes per request",
         r"as_of must be a time in epoch milliseconds from 0 to now",  # the clock's, not the schema's
     ],
+    "deleteMatchingEntries": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
     "getEntry": [r"as_of must be a time in epoch milliseconds from 0 to now"],
     "setEntryState": [  # the entry replacing it is another stored entry, named only when not active
         r"an active entry is superseded by none",

@@ -224,6 +224,70 @@ async def test_each_call_is_one_audit_event_of_its_operation(live, store):
     assert {(e["securable_full_name"], e["decision"]) for e in connects} == {(STORE, "allow")}
 
 
+async def test_delete_memory_by_query_deletes_the_matches_of_the_bound_scope(live, store):
+    async with session(live, token(live, "alice", on_behalf_of="ivy")) as client:
+        listed = await client.list_tools()
+        tool = next(t for t in listed.tools if t.name == "delete_memory")
+        assert set(tool.input_schema["properties"]) == {"path", "query"}
+        assert tool.input_schema["required"] == [] and "query" in tool.description
+        for path, contents in (
+            ("/memories/divorce.md", "The divorce from Sam was finalised in May"),
+            ("/memories/lawyer.md", "The divorce lawyer is Ms Park"),
+            ("/memories/food.md", "Likes ramen and green tea"),
+        ):
+            answer(
+                await client.call_tool(
+                    "save_memory", {"path": path, "description": "d", "contents": contents}
+                )
+            )
+        both = await client.call_tool("delete_memory", {"path": "/memories/food.md", "query": "divorce"})
+        assert both.is_error and "not both" in text(both)
+        neither = await client.call_tool("delete_memory", {})
+        assert neither.is_error and "give path" in text(neither)
+
+        forgot = answer(await client.call_tool("delete_memory", {"query": "the divorce"}))
+        assert sorted(forgot["deleted"]) == ["/memories/divorce.md", "/memories/lawyer.md"]
+        assert forgot["result"] == "deleted 2 memories matching the query" and "truncated" not in forgot
+        again = answer(await client.call_tool("delete_memory", {"query": "the divorce"}))
+        assert again["deleted"] == [] and "nothing was deleted" in again["result"]
+        kept = answer(await client.call_tool("list_memories", {}))
+        assert [m["path"] for m in kept["memories"]] == ["/memories/food.md"]
+    # only the bound scope: another user's memory on the same topic stays
+    with rest(live, "alice") as alice:
+        r = alice.post(
+            f"{UC}/memory-stores/{STORE}/entries",
+            params={"scope": "jack"},
+            json={"path": "/memories/divorce.md", "contents": "The divorce of Jack"},
+        )
+        assert r.status_code == 200, r.text
+    async with session(live, token(live, "alice", on_behalf_of="ivy")) as client:
+        answer(await client.call_tool("delete_memory", {"query": "the divorce"}))
+    with rest(live, "alice") as alice:
+        r = alice.get(
+            f"{UC}/memory-stores/{STORE}/entries:get",
+            params={"scope": "jack", "path": "/memories/divorce.md"},
+        )
+        assert r.status_code == 200, r.text
+    # a reader may not: deleting needs WRITE (and READ, for what matched)
+    with rest(live) as admin:
+        changes = [{"principal": "kim", "add": ["READ_MEMORY_STORE"]}]
+        r = admin.patch(f"{UC}/permissions/memory_store/{STORE}", json={"changes": changes})
+        assert r.status_code == 200, r.text
+    async with session(live, token(live, "kim")) as client:
+        refused = await client.call_tool("delete_memory", {"query": "the divorce"})
+        assert refused.is_error and "not allowed" in text(refused)
+    denied = audit(live, principal="kim", action_name="entries.write")
+    assert [(e["decision"], e["status_code"]) for e in denied] == [("deny", 403)]
+    events = [e for e in audit(live, principal="alice", scope="ivy") if e["request_params"].get("tool")]
+    forgets = [e for e in events if "dry_run" in e["request_params"]]
+    assert [(e["action_name"], e["status_code"], e["result_count"]) for e in forgets] == [
+        ("entries.write", 200, 2),
+        ("entries.write", 200, 0),
+        ("entries.write", 200, 0),  # jack's memory is not in ivy's scope
+    ]
+    assert all("divorce" not in json.dumps(e) for e in forgets)  # the query is never audited
+
+
 def test_a_principal_without_grants_is_refused_and_audited(live, store):
     r = httpx.post(
         f"{live.url}/mcp/memory-stores/{STORE}",

@@ -25,6 +25,7 @@ from catalog.client.types import (
     AuditEvent,
     AuditVerification,
     Catalog,
+    DeletedMatching,
     EffectivePrivilegeAssignment,
     Entry,
     EntrySummary,
@@ -528,6 +529,32 @@ class AsyncStore:
         )
         page = await self._c.call(call, dict[str, Any])
         return SearchHits.of(items(page, "results", SearchHit), page.get("degraded"))
+
+    async def delete_matching(
+        self,
+        scope: str | Sequence[str],
+        query: str,
+        *,
+        mode: str | None = None,
+        min_score: float | None = None,
+        path_prefix: str | None = None,
+        session_id: str | None = None,
+        dry_run: bool = False,
+    ) -> DeletedMatching:
+        """Forget by query: delete the entries of the scope (or scopes) that `search` finds for
+        `query` at or above `min_score` (default 0.5), at most 100 (`.truncated` when more
+        matched: call it again); `dry_run=True` names them and deletes nothing."""
+        call = calls.delete_matching_entries(
+            self.full_name,
+            scope,
+            query,
+            mode=mode,
+            min_score=min_score,
+            path_prefix=path_prefix,
+            session_id=session_id,
+            dry_run=dry_run,
+        )
+        return await self._c.call(call, DeletedMatching)
 
     async def history(self, scope: str, path: str, *, session_id: str | None = None) -> Versions:
         """Every kept version of the entry, newest first (also after it was deleted)."""

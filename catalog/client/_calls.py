@@ -345,6 +345,34 @@ def search_entries(
     return Call("POST", _entries(full_name, ":search"), body=body, idempotent=True)  # it only reads
 
 
+def delete_matching_entries(
+    full_name: str,
+    scope: str | Sequence[str],
+    query: str,
+    *,
+    mode: str | None,
+    min_score: float | None,
+    path_prefix: str | None,
+    session_id: str | None,
+    dry_run: bool,
+) -> Call:
+    """Forget by query: the entries a search for `query` answers at or above `min_score` (the
+    server's default 0.5), at most 100 per call."""
+    if mode is not None and mode not in SEARCH_MODES:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(SEARCH_MODES)}")
+    body = _set(
+        **_scopes(scope),
+        query=query,
+        mode=mode,
+        min_score=min_score,
+        path_prefix=path_prefix,
+        session_id=session_id,
+        dry_run=True if dry_run else None,
+    )
+    # a dry run only reads; a delete sent twice would delete what matches then (more, if truncated)
+    return Call("POST", _entries(full_name, ":deleteMatching"), body=body, idempotent=dry_run)
+
+
 def entry_history(full_name: str, scope: str, path: str, session_id: str | None) -> Call:
     return Call(
         "GET",

@@ -430,6 +430,34 @@ def entries_search(args: argparse.Namespace) -> int:
     return show_one(args, call, hits)
 
 
+def entries_forget(args: argparse.Namespace) -> int:
+    call = calls.delete_matching_entries(
+        args.store,
+        args.scope,
+        args.query,
+        mode=args.mode,
+        min_score=args.min_score,
+        path_prefix=args.path_prefix,
+        session_id=None,
+        dry_run=args.dry_run,
+    )
+
+    def forgotten(body: dict[str, Any]) -> str:
+        deleted = body.get("deleted") or []
+        if not deleted:
+            return f"no entry in scope {args.scope} matches the query: nothing deleted"
+        verb = "would delete" if args.dry_run else "deleted"
+        head = f"{verb} {len(deleted)} {'entry' if len(deleted) == 1 else 'entries'} in scope {args.scope}"
+        if args.dry_run:
+            head += " (a dry run: nothing deleted)"
+        if body.get("truncated"):
+            head += "; more matched: run it again to delete the rest"
+        rows = [(e.get("path"), e.get("session_id")) for e in deleted]
+        return f"{head}\n{table(['PATH', 'SESSION'], rows)}"
+
+    return show_one(args, call, forgotten)
+
+
 # --- backup and restore --------------------------------------------------------------------------
 
 MIB = 1024 * 1024
@@ -813,6 +841,25 @@ def add_commands(
     searched.add_argument(
         "--filter", type=json_object, help='metadata to match: a JSON object, e.g. {"topic": "food"}'
     )
+
+    forget = leaf(
+        entries,
+        "forget",
+        entries_forget,
+        "delete the entries that match a query (what search finds at --min-score), at most 100",
+    )
+    store_and_scope(forget)
+    forget.add_argument("query", metavar="QUERY", help="what to forget, in words, e.g. 'the divorce'")
+    forget.add_argument(
+        "--dry-run", action="store_true", help="name the entries it would delete, and delete none"
+    )
+    forget.add_argument(
+        "--min-score", type=float, help="the score a match needs: above 0, at most 1 (default 0.5)"
+    )
+    forget.add_argument(
+        "--mode", choices=("hybrid", "keyword", "semantic"), help="how to rank (default hybrid)"
+    )
+    forget.add_argument("--path-prefix", help="only the entries whose path starts with this")
 
     exported = leaf(
         commands,

@@ -159,6 +159,22 @@ class SearchHits(list[SearchHit]):
         return answer
 
 
+class DeletedEntry(_Answer, kw_only=True):
+    """An entry a delete by query deleted (or, in a dry run, would delete)."""
+
+    scope: str
+    path: str
+    session_id: str | None = None
+
+
+class DeletedMatching(_Answer, kw_only=True):
+    """What `Store.delete_matching` answers: the entries, best match first, and whether more
+    matched than one call deletes (`truncated`: call it again)."""
+
+    deleted: list[DeletedEntry] = []
+    truncated: bool = False
+
+
 class EntryVersion(_Answer, kw_only=True):
     etag: str  # what `restore` takes
     operation: str  # create | update | restore | delete

@@ -184,3 +184,17 @@ class Search(msgspec.Struct, frozen=True, kw_only=True):
     explain: bool = False  # how each hit's score was made, and what each leg did
     as_of: int | None = None  # epoch ms: search the entries as they were then (from the history)
     include_superseded: bool = False  # superseded and merged entries too
+
+
+class DeleteMatching(msgspec.Struct, frozen=True, kw_only=True):
+    """Forget by query: delete the entries of the scopes a search for `query` answers at or above
+    `min_score` (None: the recommended floor), at most a hundred; `dry_run` names them only."""
+
+    store: str
+    scopes: tuple[str, ...]
+    query: str
+    mode: SearchMode = "hybrid"
+    min_score: float | None = None
+    path_prefix: str | None = None
+    session_id: str | None = None
+    dry_run: bool = False

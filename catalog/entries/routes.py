@@ -23,6 +23,9 @@ from catalog.entries.schemas import (
     BatchCreateRequest,
     BatchCreateResponse,
     BatchResultItem,
+    DeletedEntry,
+    DeleteMatchingRequest,
+    DeleteMatchingResponse,
     Entry,
     EntryCreate,
     EntryEdit,
@@ -377,6 +380,38 @@ async def search(
 
 
 @post(
+    "/{full_name:str}/entries:deleteMatching",
+    status_code=200,
+    operation_id="deleteMatchingEntries",
+    responses=errors(404, 409, 413),
+)
+async def delete_matching(
+    request: Req, ctx: Ctx, full_name: StoreFullName, data: JSONBody[DeleteMatchingRequest]
+) -> DeleteMatchingResponse:
+    """Forget by query: delete the entries of the scopes that `entries:search` answers for the
+    query at or above `min_score` (default 0.5), at most 100 (`truncated` when more matched;
+    `dry_run` names them and deletes nothing). WRITE and READ; 409 under legal hold."""
+    op = ops.DeleteMatching(
+        store=full_name,
+        scopes=tuple(validate_scopes(data.scope, data.scopes)),
+        query=data.query,
+        mode=data.mode,
+        min_score=data.min_score,
+        path_prefix=data.path_prefix,
+        session_id=data.session_id,
+        dry_run=data.dry_run,
+    )
+    forgotten = await service.delete_matching(ctx, request.user, op)
+    return DeleteMatchingResponse(
+        deleted=[
+            DeletedEntry(scope=row.scope, path=row.path, session_id=row.session_id or None)
+            for row in forgotten.rows
+        ],
+        truncated=forgotten.truncated,
+    )
+
+
+@post(
     "/{full_name:str}/entries:batchCreate",
     status_code=200,
     operation_id="batchCreateEntries",
@@ -506,6 +541,7 @@ route_handlers = [
     list_entries,
     update_entry,
     search,
+    delete_matching,
     set_entry_state,
     redact_entry,
     entry_history,

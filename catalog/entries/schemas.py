@@ -122,6 +122,40 @@ class SearchRequest(Input, kw_only=True):
     as_of: Annotated[int, msgspec.Meta(ge=0, le=AS_OF_MAX)] | None = None
 
 
+# forget by query: a hundred entries at most per request, at or above the recommended floor of a
+# search's scores (docs/entries/search.md) unless the request names another
+MAX_DELETE_MATCHING = 100
+DELETE_MATCHING_FLOOR = 0.5
+MinScoreFloor = Annotated[
+    float,
+    msgspec.Meta(gt=0, le=1, description="the score a match needs (default: a search's recommended floor)"),
+]
+
+
+class DeleteMatchingRequest(Input, kw_only=True):
+    """Delete the entries a search for `query` answers at or above `min_score`."""
+
+    query: Annotated[str, msgspec.Meta(max_length=MAX_QUERY, pattern=NOT_BLANK)]
+    scope: Scope | None = None
+    scopes: Annotated[list[Scope], msgspec.Meta(max_length=MAX_SCOPES)] | None = None
+    mode: SearchMode = "hybrid"
+    min_score: MinScoreFloor = DELETE_MATCHING_FLOOR
+    path_prefix: PathPrefix | None = None
+    session_id: SessionId | None = None
+    dry_run: bool = False  # name the entries that would be deleted, and delete nothing
+
+
+class DeletedEntry(msgspec.Struct, omit_defaults=True, kw_only=True):
+    scope: str
+    path: str
+    session_id: str | None = None
+
+
+class DeleteMatchingResponse(msgspec.Struct, kw_only=True):
+    deleted: list[DeletedEntry]  # best match first (in a dry run: the entries that would be deleted)
+    truncated: bool  # more entries matched than one request deletes: send it again
+
+
 class Entry(msgspec.Struct, omit_defaults=True, kw_only=True):
     scope: str
     path: str

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +34,10 @@ from catalog.entries import operations as ops
 from catalog.entries import repo
 from catalog.entries.repo import EntryRow, Fields, Key
 from catalog.entries.schemas import (
+    DELETE_MATCHING_FLOOR,
     MAX_CONTENTS,
     MAX_CREATION_FIELD,
+    MAX_DELETE_MATCHING,
     MAX_DESCRIPTION,
     MAX_QUERY,
     MAX_SOURCE_TYPE,
@@ -757,6 +759,23 @@ def search_input(text: str, top_k: int) -> str:
 async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[EntryRow]:
     """The hits, best first: the current rows from PostgreSQL with their scores, and the legs
     that may have missed entries (`degraded`)."""
+
+    async def authorize(scopes: list[str]) -> Securable:
+        return await resolve_store(ctx, principal, op.store, "entries.read", scopes)
+
+    _, found = await _ranked(ctx, op, authorize, op.top_k)
+    note_result(len(found.hits))
+    return found
+
+
+async def _ranked(
+    ctx: Context,
+    op: ops.Search,
+    authorize: Callable[[list[str]], Awaitable[Securable]],
+    limit: int,
+) -> tuple[Securable, Found[EntryRow]]:
+    """A search's ranking: its input checked, the store authorized by `authorize` (handed the
+    searched scopes), and at most `limit` hits, best first (every search of entries runs it)."""
     scopes = validate_scopes(None, op.scopes)
     query = search_input(op.query, op.top_k)
     prefix = validate_path_prefix(op.path_prefix)
@@ -767,16 +786,16 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
     # the model embeds the query while the request is authorized (the longest step of a search)
     vector = ctx.search.embed_query(query) if op.mode != "keyword" else None
     try:
-        store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
+        store = await authorize(scopes)
     except BaseException:
         if vector is not None:
             vector.cancel()
         raise
     store_id = store.node.id
-    candidates = max(MIN_CANDIDATES, op.top_k * 3)
+    candidates = max(MIN_CANDIDATES, limit * 3)
     if at is not None:
         parts = (store_id, scopes, query, candidates, session, prefix, where, vector)
-        return await _search_then(ctx, op, *parts, at)
+        return store, await _search_then(ctx, op, *parts, at, limit)
     ranking = await ctx.search.rank(
         Query(
             store_id,
@@ -796,9 +815,9 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
     if op.min_score is not None:
         ranked = [(doc, score) for doc, score in ranked if score >= op.min_score]
     results: list[tuple[EntryRow, float]] = []
-    first, rest = ranked[: op.top_k * 2], ranked[op.top_k * 2 :]
+    first, rest = ranked[: limit * 2], ranked[limit * 2 :]
     for chunk in (first, rest):
-        if len(results) == op.top_k or not chunk:
+        if len(results) == limit or not chunk:
             break
         rows = await repo.by_ids(ctx.pool, store_id, [doc for doc, _ in chunk])
         for doc, score in chunk:
@@ -809,10 +828,77 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
             if not row.active and not op.include_superseded:  # superseded since (or a neighbour)
                 continue
             results.append((row, round(score, 6)))
-            if len(results) == op.top_k:
+            if len(results) == limit:
                 break
-    note_result(len(results))
-    return Found(results, ranking.degraded, ranking.explained)
+    return store, Found(results, ranking.degraded, ranking.explained)
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    rows: list[EntryRow]  # the entries deleted, best match first (a dry run: that would be)
+    truncated: bool  # more matched than one request deletes
+
+
+def delete_matching_floor(value: float | None) -> float:
+    """A forget's `min_score`: the recommended floor when none is given, else above 0 and at most
+    1 (a floor of 0 would take whatever the ranking reaches)."""
+    if value is None:
+        return DELETE_MATCHING_FLOOR
+    if not 0 < value <= 1:
+        raise InvalidParameter("min_score must be greater than 0 and at most 1", "min_score")
+    return value
+
+
+@telemetry.memory_operation("delete_memory")
+async def delete_matching(ctx: Context, principal: Principal, op: ops.DeleteMatching) -> Forgotten:
+    """Forget by query: delete the entries of the scopes that the same search as `search` answers
+    at or above the floor, at most `MAX_DELETE_MATCHING` (best first; `truncated` when more
+    matched). It needs WRITE, and READ too, since the answer says what matched; a store under
+    legal hold refuses it (a dry run as well: it answers what the request would do). The entries
+    go together in one transaction with the request's audit event (their versions stay in the
+    history, as for any delete); an entry changed or deleted since it was ranked is left alone
+    and not named. A dry run names the entries and deletes nothing."""
+    floor = delete_matching_floor(op.min_score)
+    query = ops.Search(
+        store=op.store,
+        scopes=op.scopes,
+        query=op.query,
+        top_k=MAX_DELETE_MATCHING,
+        path_prefix=op.path_prefix,
+        session_id=op.session_id,
+        min_score=floor,
+        mode=op.mode,
+    )
+
+    async def authorize(scopes: list[str]) -> Securable:
+        store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
+        await _ensure_may_read(ctx, principal, store, "a delete by query")
+        await ensure_not_held(ctx, store, "deleted")
+        return store
+
+    store, found = await _ranked(ctx, query, authorize, MAX_DELETE_MATCHING + 1)
+    matched = [row for row, _ in found.hits]
+    rows, truncated = matched[:MAX_DELETE_MATCHING], len(matched) > MAX_DELETE_MATCHING
+    note_params(
+        {
+            "mode": op.mode,
+            "min_score": str(floor),
+            "dry_run": str(op.dry_run).lower(),
+            "truncated": str(truncated).lower(),
+        }
+    )
+    if op.dry_run or not rows:
+        note_result(len(rows))
+        return Forgotten(rows, truncated)
+    deleted: list[EntryRow] = []
+    async with audited(ctx.pool) as conn:
+        for row in rows:
+            gone, _ = await repo.delete(conn, store.node.id, row.id, row.version, principal.name)
+            if gone:
+                deleted.append(row)
+        note_result(len(deleted))
+    _written(ctx)
+    return Forgotten(deleted, truncated)
 
 
 AS_OF_SEARCH_MAX = 20_000  # entries of the searched scopes an as-of search ranks, at most
@@ -830,6 +916,7 @@ async def _search_then(
     where: dict[str, Any] | None,
     vector: asyncio.Future[Any] | None,
     at: int,
+    limit: int,
 ) -> Found[EntryRow]:
     """A search of the store as it was at `at`: the versions alive then, from the history,
     ranked exactly (`SearchEngine.rank_given`); the hits are those versions."""
@@ -865,6 +952,5 @@ async def _search_then(
         (by_id[doc], round(score, 6))
         for doc, score in ranking.hits
         if op.min_score is None or score >= op.min_score
-    ][: op.top_k]
-    note_result(len(results))
+    ][:limit]
     return Found(results, ranking.degraded, ranking.explained)

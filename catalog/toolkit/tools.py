@@ -112,6 +112,22 @@ class PathArgs(Input):
     path: Path
 
 
+class DeleteArgs(Input):
+    path: Path | None = None
+    query: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                min_length=1,
+                max_length=MAX_QUERY,
+                description="Instead of path: delete every memory that matches this, in natural language "
+                "(e.g. the divorce); at most 100 at a time",
+            ),
+        ]
+        | None
+    ) = None
+
+
 class ListArgs(Input):
     path_prefix: (
         Annotated[
@@ -295,7 +311,14 @@ async def _update(ctx: Context, bound: Bound, args: UpdateArgs) -> dict[str, Any
     return _written(await entries.edit(ctx, bound.principal, op), "updated")
 
 
-async def _delete(ctx: Context, bound: Bound, args: PathArgs) -> dict[str, Any]:
+async def _delete(ctx: Context, bound: Bound, args: DeleteArgs) -> dict[str, Any]:
+    if args.path is not None and args.query is not None:
+        raise ToolError("give path or query, not both")
+    if args.path is None and args.query is None:
+        raise ToolError("give path (one memory) or query (the memories that match it)")
+    if args.query is not None:
+        return await _forget(ctx, bound, args.query)
+    assert args.path is not None
     if bound.dry_run:
         if await _would(ctx, bound, args.path) is None:
             raise NotFound(f"no entry at {args.path}")
@@ -303,6 +326,25 @@ async def _delete(ctx: Context, bound: Bound, args: PathArgs) -> dict[str, Any]:
     op = ops.Delete(store=bound.store, target=ops.ByKey(scope=bound.scope, path=args.path))
     await entries.delete(ctx, bound.principal, op)
     return {"result": f"deleted {args.path}"}
+
+
+async def _forget(ctx: Context, bound: Bound, query: str) -> dict[str, Any]:
+    """Delete by query: the memories of the bound scope that search_memory finds for it at the
+    recommended floor, at most 100; answers their paths."""
+    op = ops.DeleteMatching(store=bound.store, scopes=(bound.scope,), query=query, dry_run=bound.dry_run)
+    forgotten = await entries.delete_matching(ctx, bound.principal, op)
+    paths = [row.path for row in forgotten.rows]
+    if not paths:
+        return {"result": "no memory matches the query; nothing was deleted", "deleted": []}
+    verb = "would delete" if bound.dry_run else "deleted"
+    result = f"{verb} {len(paths)} {'memory' if len(paths) == 1 else 'memories'} matching the query"
+    if bound.dry_run:
+        result += " (a dry run: nothing is written)"
+    answer: dict[str, Any] = {"result": result, "deleted": paths}
+    if forgotten.truncated:
+        answer["truncated"] = True
+        answer["note"] = f"more than {len(paths)} memories matched: call delete_memory again for the rest"
+    return answer
 
 
 Run = Callable[[Context, Bound, Any], Awaitable[dict[str, Any]]]
@@ -376,8 +418,11 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         "delete_memory",
         "Delete a memory",
-        "Delete a memory that is wrong, obsolete, or that the person asked you to forget.",
-        PathArgs,
+        "Delete a memory that is wrong, obsolete, or that the person asked you to forget: give its "
+        "path, or instead a query to delete every memory that matches it (what search_memory finds "
+        "as relevant, at most 100 at a time; the answer lists the paths deleted). Prefer a path when "
+        "you know it; search first if unsure what a query would reach.",
+        DeleteArgs,
         _delete,
         read_only=False,
         destructive=True,

@@ -13,12 +13,14 @@ from catalog.dialects.agents.schemas import (
     READ_MASK_PATTERN,
     STORE_ID_PATTERN,
     STORE_UPDATE_MASK_PATTERN,
+    AgentDeleteMatchingResult,
     AgentEntry,
     AgentEntryCreate,
     AgentEntryList,
     AgentSearchResult,
     AgentStore,
     AgentStoreList,
+    DeleteMatchingBody,
     EntryUpdate,
     GrantRequest,
     SearchBody,
@@ -191,6 +193,21 @@ async def search(request: Req, ctx: Ctx, store_id: StoreId, data: JSONBody[Searc
     return await service.search(ctx, request.user, store_id, data)
 
 
+@post(
+    "/{store_id:str}/entries:deleteMatching",
+    status_code=200,
+    operation_id="agentsDeleteMatchingMemoryEntries",
+    responses=errors(404, 409, 413),
+)
+async def delete_matching(
+    request: Req, ctx: Ctx, store_id: StoreId, data: JSONBody[DeleteMatchingBody]
+) -> AgentDeleteMatchingResult:
+    """Forget by query: delete the actor's entries that `entries:search` answers for the query at
+    or above `min_score` (default 0.5), at most 100 (`truncated` when more matched; `dry_run`
+    names them and deletes nothing). WRITE and READ; 409 under legal hold."""
+    return await service.delete_matching(ctx, request.user, store_id, data)
+
+
 router = routing.router(
     path="/api/2.0/agents/memory-stores",
     route_handlers=[create_store, list_stores],
@@ -210,6 +227,7 @@ store_router = routing.router(
         update_entry,
         delete_entry,
         search,
+        delete_matching,
     ],
     tags=["agents"],
     memory_store=True,

@@ -8,11 +8,13 @@ from typing import Annotated, Literal
 import msgspec
 
 from catalog.entries.schemas import (
+    DELETE_MATCHING_FLOOR,
     MAX_QUERY,
     MAX_TOP_K,
     Contents,
     Description,
     EntryPath,
+    MinScoreFloor,
     PathPrefix,
     ScoreDetails,
     SearchExplain,
@@ -97,6 +99,16 @@ class SearchBody(Input, kw_only=True):
     explain: bool = False  # each hit's score_details and the request's legs (AgentSearchResult.explain)
 
 
+class DeleteMatchingBody(Input, kw_only=True):
+    """Forget by query: the actor's entries a search for `query` answers at or above `min_score`."""
+
+    actor_id: Scope
+    query: Annotated[str, msgspec.Meta(max_length=MAX_QUERY, pattern=NOT_BLANK)]
+    min_score: MinScoreFloor = DELETE_MATCHING_FLOOR
+    path_prefix: PathPrefix | None = None
+    dry_run: bool = False  # name the entries that would be deleted, and delete nothing
+
+
 class AgentStore(Output, kw_only=True):
     name: str
     display_name: str
@@ -138,3 +150,8 @@ class AgentSearchResult(Output):
     results: list[AgentSearchHit]
     degraded: Degraded = None
     explain: SearchExplain | None = None  # an explained search only
+
+
+class AgentDeleteMatchingResult(msgspec.Struct, kw_only=True):
+    deleted: list[str]  # the entries' names, best match first (a dry run: that would be deleted)
+    truncated: bool  # more entries matched than one request deletes: send it again

@@ -18,6 +18,7 @@ from catalog.dialects.agents.schemas import (
     READ_MASK_PATTERN,
     STORE_ID_PATTERN,
     STORE_UPDATE_MASK_PATTERN,
+    AgentDeleteMatchingResult,
     AgentEntry,
     AgentEntryCreate,
     AgentEntryList,
@@ -25,6 +26,7 @@ from catalog.dialects.agents.schemas import (
     AgentSearchResult,
     AgentStore,
     AgentStoreList,
+    DeleteMatchingBody,
     EntryUpdate,
     GrantRequest,
     SearchBody,
@@ -293,4 +295,24 @@ async def search(ctx: Context, principal: Principal, sid: str, body: SearchBody)
         ],
         degraded=list(found.degraded) or None,
         explain=search_explain(found.explained),
+    )
+
+
+async def delete_matching(
+    ctx: Context, principal: Principal, sid: str, body: DeleteMatchingBody
+) -> AgentDeleteMatchingResult:
+    """Forget by query in the actor's scope (as `entries:deleteMatching`): the names of the
+    entries deleted (a dry run: that would be), at most 100."""
+    op = ops.DeleteMatching(
+        store=_full_name(ctx, sid),
+        scopes=(validate_scope(body.actor_id, "actor_id"),),
+        query=body.query,
+        min_score=body.min_score,
+        path_prefix=body.path_prefix,
+        dry_run=body.dry_run,
+    )
+    forgotten = await entries.delete_matching(ctx, principal, op)
+    return AgentDeleteMatchingResult(
+        deleted=[f"memory-stores/{sid}/entries/{row.id}" for row in forgotten.rows],
+        truncated=forgotten.truncated,
     )

@@ -298,3 +298,24 @@ def test_a_write_only_extractor_reads_nothing_of_the_memory_store_to_the_model(l
     assert len(tool_answers) == 4
     assert all("not allowed" in answer for answer in tool_answers[:3])
     assert "4711" not in "".join(tool_answers)
+
+
+def test_a_memory_saved_then_deleted_by_query_is_not_answered(live, llm):
+    """delete_memory by query: the paths it deleted leave the extraction's answer."""
+    sessions, memory = setup_stores(live, "forget")
+    session = sessions.add(actor_id="fay", session_id="s")
+    session.append_items([{"role": "user", "content": "Forget my old phone number."}])
+    llm.script(
+        Call(
+            "save_memory",
+            {"path": "/memories/phone.md", "description": "Phone", "contents": "phone 555 0100"},
+        ),
+        Call(
+            "save_memory", {"path": "/memories/city.md", "description": "City", "contents": "lives in Oslo"}
+        ),
+        Call("delete_memory", {"query": "phone number 555 0100"}),
+        Reply("Forgot the phone number."),
+    )
+    done = session.extract_memories(memory_store=memory)
+    assert [m.path for m in done] == ["/memories/city.md"]
+    assert list(memories(live, memory, "fay")) == ["/memories/city.md"]

@@ -111,6 +111,7 @@ SEMANTIC: dict[str, list[str]] = {
     ],
     "deleteMatchingEntries": [r"scope \(or scopes\) is required", r"at most 20 scopes per request"],
     "getEntry": [r"as_of must be a time in epoch milliseconds from 0 to now"],
+    "agentsRunMemoryPipeline": [r"dry_run is the maintenance step's"],  # with maintain (or the pipeline's)
     "setEntryState": [  # the entry replacing it is another stored entry, named only when not active
         r"an active entry is superseded by none",
         r"a \w+ entry names the entry replacing it",

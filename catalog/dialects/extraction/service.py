@@ -213,9 +213,16 @@ async def _converse(
                 if path in outcome.deleted:
                     outcome.deleted.remove(path)
             elif tool_call.name == "delete_memory":
-                path = str(json.loads(tool_call.arguments).get("path", ""))
-                outcome.written.pop(path, None)
-                outcome.deleted.append(path)
+                # by path, or by query: the paths it deleted (or would, in a dry run)
+                deleted = done.result.get("deleted")
+                paths = (
+                    [str(p) for p in deleted]
+                    if isinstance(deleted, list)
+                    else [str(json.loads(tool_call.arguments).get("path", ""))]
+                )
+                for path in paths:
+                    outcome.written.pop(path, None)
+                    outcome.deleted.append(path)
 
 
 def _dry_entry(memory_sid: str, actor: str, memory: dict[str, Any], n: int) -> AgentEntry:

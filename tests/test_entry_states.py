@@ -115,3 +115,80 @@ def test_an_entry_cannot_supersede_itself_and_the_entry_must_exist(client, token
 def test_setting_a_state_needs_write(client, token):
     r = set_state(client, token, "/b.md", "superseded", {"path": "/new.md"}, who="reader")
     assert r.status_code == 403, r.text
+
+
+def test_the_store_as_it_was_answers_each_entry_in_its_state_then(client, token):
+    """The history keeps the state of each version: an as-of read answers an entry's state at
+    that time, and lists and searches of then leave out what was superseded then."""
+
+    def write(path: str, text: str) -> dict:
+        r = client.post(
+            f"{STORE}/entries",
+            headers=token(),
+            params={"scope": "then"},
+            json={"path": path, "contents": text},
+        )
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def state(path: str, value: str, by: str | None = None) -> dict:
+        body = {
+            "scope": "then",
+            "path": path,
+            "state": value,
+            **({"superseded_by": {"path": by}} if by else {}),
+        }
+        r = client.post(f"{STORE}/entries:setState", headers=token(), json=body)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def listed(at: int, **more) -> dict[str, str]:  # type: ignore[no-untyped-def]
+        r = client.get(f"{STORE}/entries", headers=token(), params={"scope": "then", "as_of": at, **more})
+        assert r.status_code == 200, r.text
+        return {e["path"]: e.get("state", "active") for e in r.json()["entries"]}
+
+    def found(at: int, **more) -> list[str]:  # type: ignore[no-untyped-def]
+        body = {
+            "scope": "then",
+            "query": "the office is on the harbour",
+            "mode": "keyword",
+            "as_of": at,
+            **more,
+        }
+        r = client.post(f"{STORE}/entries:search", headers=token(), json=body)
+        assert r.status_code == 200, r.text
+        return [x["memory_entry"]["path"] for x in r.json()["results"]]
+
+    write("/office-old.md", "the office is on the harbour")
+    write("/office.md", "the office moved uphill, away from the harbour")
+    state("/office-old.md", "superseded", "/office.md")
+    state("/office-old.md", "active")  # active again now
+    # each version's time as the history gives it (the time that finds it)
+    r = client.get(
+        f"{STORE}/entries:history", headers=token(), params={"scope": "then", "path": "/office-old.md"}
+    )
+    assert r.status_code == 200, r.text
+    at = {v["etag"]: v["updated_at"] for v in r.json()["versions"]}
+    # the history answers each version's state
+    states = {
+        v["etag"]: (v.get("state", "active"), v.get("superseded_by", {}).get("path"))
+        for v in r.json()["versions"]
+    }
+    assert states == {"1": ("active", None), "2": ("superseded", "/office.md"), "3": ("active", None)}
+    before, superseded, again = at["1"], at["2"], at["3"]
+    assert listed(before) == {"/office-old.md": "active"}  # the other was written after
+
+    assert "/office-old.md" not in listed(superseded)
+    assert listed(superseded, include_superseded="true")["/office-old.md"] == "superseded"
+    r = client.get(
+        f"{STORE}/entries:get",
+        headers=token(),
+        params={"scope": "then", "path": "/office-old.md", "as_of": superseded},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "superseded" and r.json()["superseded_by"]["path"] == "/office.md"
+    assert "/office-old.md" in found(before)
+    assert "/office-old.md" not in found(superseded)
+    assert "/office-old.md" in found(superseded, include_superseded=True)
+    # and now it is active again
+    assert listed(again)["/office-old.md"] == "active"

@@ -64,7 +64,7 @@ _EXPORT: dict[str, str] = {
     "ORDER BY scope, session_id, path",
     "entry_version": "SELECT entry_id::text AS entry_id, scope, nullif(session_id, '') AS session_id, "
     "path, version, contents, description, metadata, operation, changed_at, changed_by, "
-    "redacted_at, redacted_by, redaction_reason "
+    "redacted_at, redacted_by, redaction_reason, state, superseded_by "
     "FROM entry_versions WHERE store_id = $1 AND ($2::text IS NULL OR scope = $2) ORDER BY seq",
     "conversation": "SELECT id, scope, scope_kind, metadata, last_position, created_at, created_by, "
     "updated_at FROM conversations WHERE store_id = $1 AND ($2::text IS NULL OR scope = $2) ORDER BY id",
@@ -180,8 +180,8 @@ async def replace_history(conn: asyncpg.Connection, store_id: str, rows_: Sequen
     await conn.executemany(
         "INSERT INTO entry_versions (store_id, scope, session_id, path, entry_id, version, contents, "
         "description, metadata, operation, changed_at, changed_by, redacted_at, redacted_by, "
-        "redaction_reason) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12, $13, $14, $15)",
+        "redaction_reason, state, superseded_by) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12, $13, $14, $15, $16, $17::jsonb)",
         [(store_id, *row) for row in rows_],
     )
 

@@ -131,6 +131,10 @@ class EntryVersion(Line, tag="entry_version"):
     redacted_at: datetime | None = None
     redacted_by: str | None = None
     redaction_reason: str | None = None
+    # its consolidation state then, and the key of the entry replacing it ({scope, session_id,
+    # path}); absent in archives made before: active
+    state: Literal["active", "superseded", "merged"] = "active"
+    superseded_by: dict[str, str] | None = None
 
 
 class Conversation(Line, tag="conversation"):

@@ -495,6 +495,19 @@ class _Restored:
     conversations_renamed: int
 
 
+def _version_key(key: dict[str, str] | None, number: int) -> dict[str, str] | None:
+    """A version's `superseded_by`: the key of an entry ({scope, session_id, path})."""
+    if key is None:
+        return None
+    if set(key) != {"scope", "session_id", "path"} or not all(isinstance(v, str) for v in key.values()):
+        raise ArchiveError(f"line {number}: superseded_by is the key of an entry: scope, session_id, path")
+    return {
+        "scope": _check(number, validate_scope, key["scope"]),
+        "session_id": key["session_id"],
+        "path": _check(number, validate_path, key["path"]),
+    }
+
+
 def _grant_scopes(grant: Grant, number: int) -> list[str] | None:
     """A grant's scope patterns, as a grant could be limited by the permissions API."""
     if grant.scopes is None:
@@ -573,6 +586,8 @@ async def _restore(conn: asyncpg.Connection, store_id: str, archive: Archive, mo
             v.redacted_at,
             v.redacted_by,
             v.redaction_reason,
+            v.state,
+            _version_key(v.superseded_by, number),
         )
         for number, v in archive.of("entry_version", EntryVersion)
     ]

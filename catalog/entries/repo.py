@@ -388,12 +388,15 @@ class VersionRow(msgspec.Struct, frozen=True, kw_only=True):
     redacted_at: int | None = None  # epoch milliseconds: its contents and description were redacted
     redacted_by: str | None = None
     redaction_reason: str | None = None
+    state: str = "active"  # its consolidation state at this version
+    superseded_by: dict[str, str] | None = None  # {scope, session_id, path} of the entry replacing it
 
 
 _VERSION_COLUMNS = (
     "version, contents, description, metadata, operation, "
     "(extract(epoch FROM changed_at) * 1000)::bigint AS changed_at, changed_by, "
-    "(extract(epoch FROM redacted_at) * 1000)::bigint AS redacted_at, redacted_by, redaction_reason"
+    "(extract(epoch FROM redacted_at) * 1000)::bigint AS redacted_at, redacted_by, redaction_reason, "
+    "state, superseded_by"
 )
 
 
@@ -428,10 +431,11 @@ SELECT a.id, a.store_id, a.scope, a.session_id, a.path, a.contents, a.descriptio
        NULL::text AS source_type, NULL::text AS creation_reason, NULL::text AS creation_source,
        a.version, (extract(epoch FROM f.changed_at) * 1000)::bigint AS created_at, f.changed_by AS created_by,
        (extract(epoch FROM a.changed_at) * 1000)::bigint AS updated_at, a.changed_by AS updated_by,
-       NULL::bigint AS expires_at, a.metadata
+       NULL::bigint AS expires_at, a.metadata, a.state, a.superseded_by
 FROM (
   SELECT DISTINCT ON (v.scope, v.session_id, v.path) v.entry_id AS id, v.store_id, v.scope, v.session_id,
-         v.path, v.version, v.contents, v.description, v.metadata, v.operation, v.changed_at, v.changed_by
+         v.path, v.version, v.contents, v.description, v.metadata, v.operation, v.changed_at, v.changed_by,
+         v.state, v.superseded_by
   FROM entry_versions v
   WHERE v.store_id = $1 AND ($2::text[] IS NULL OR v.scope = ANY($2::text[]))
     AND v.changed_at < to_timestamp(($3::double precision + 1) / 1000)
@@ -445,6 +449,7 @@ LEFT JOIN LATERAL (
 ) f ON true
 WHERE a.operation <> 'delete' AND ($8::jsonb IS NULL OR a.metadata @> $8)
   AND ($9::text IS NULL OR (a.path, a.scope, a.session_id) > ($9, $10, $11))
+  AND ($13 OR a.state = 'active')
 ORDER BY a.path, a.scope, a.session_id
 LIMIT $12
 """
@@ -463,11 +468,13 @@ async def as_of(
     where: dict[str, Any] | None = None,
     after: tuple[str, str, str] | None = None,
     limit: int = 1,
+    include_inactive: bool = True,
 ) -> list[EntryRow]:
     """The entries of these scopes as they were at the end of millisecond `at_ms` (epoch ms: so a
-    version's own `updated_at` finds it), from the kept history,
-    ordered by (path, scope, session_id) as `list_entries`; `after` is the last key of the
-    previous page; `scopes` None: any scope (an entry asked for by id)."""
+    version's own `updated_at` finds it), from the kept history, each in its state then
+    (`include_inactive=False`: only those active then), ordered by (path, scope, session_id) as
+    `list_entries`; `after` is the last key of the previous page; `scopes` None: any scope (an
+    entry asked for by id)."""
     after_path, after_scope, after_session = after or (None, None, None)
     return _rows(
         await conn.fetch(
@@ -484,6 +491,7 @@ async def as_of(
             after_scope,
             after_session,
             limit,
+            include_inactive,
         )
     )
 

@@ -461,6 +461,8 @@ async def entry_history(
                 updated_at=v.changed_at,
                 updated_by=v.changed_by,
                 redacted=_redaction(v),
+                state=v.state,
+                superseded_by=_key_of(v.superseded_by),
             )
             for v in versions
         ]

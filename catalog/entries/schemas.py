@@ -296,6 +296,8 @@ class EntryVersion(msgspec.Struct, omit_defaults=True, kw_only=True):
     updated_at: int
     updated_by: str
     redacted: Redaction | None = None  # its contents and description were redacted
+    state: str = "active"  # its state at this version (absent: active)
+    superseded_by: EntryKey | None = None  # the entry replacing it then (superseded, merged)
 
 
 class Redaction(msgspec.Struct, kw_only=True):

@@ -398,6 +398,7 @@ async def list_entries(ctx: Context, principal: Principal, op: ops.List) -> Page
             where=where,
             after=after,
             limit=limit + 1,
+            include_inactive=op.include_superseded,  # in their state then
         )
     page = rows[:limit]
     note_result(len(page))
@@ -931,6 +932,7 @@ async def _search_then(
             path_prefix=prefix,
             where=where,
             limit=AS_OF_SEARCH_MAX + 1,
+            include_inactive=op.include_superseded,  # in their state then
         )
         if len(rows) > AS_OF_SEARCH_MAX:
             raise InvalidParameter(

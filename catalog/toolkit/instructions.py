@@ -32,7 +32,8 @@ Update and delete
 - If a memory on the topic exists, change it with update_memory instead of saving a duplicate: \
 str_replace to correct one fact, insert to add a line, replace_all to rewrite it.
 - When a fact stops being true, remove or correct it; when the person asks you to forget \
-something, delete the memory or the line, and say that you did.
+something, delete the memory or the line (delete_memory with a query removes every memory about \
+a topic at once), and say that you did.
 - If a tool answers an error, read it: it says what to do next (for example, look the path up \
 with list_memories, or read the memory again before editing it).
 

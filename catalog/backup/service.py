@@ -77,10 +77,10 @@ from catalog.governance.namespace.schemas import (
     MAX_PROPERTY_KEY,
     MAX_PROPERTY_VALUE,
 )
-from catalog.governance.scoping import MAX_PATTERNS
+from catalog.governance.scoping import MAX_PATTERNS, validate_pattern
 from catalog.search.embedder import DIMENSIONS
 from catalog.wire.entry_keys import validate_path, validate_scope, validate_session
-from catalog.wire.inputs import MAX_PRINCIPAL, MAX_SCOPE, blank, within
+from catalog.wire.inputs import MAX_PRINCIPAL, blank, within
 from catalog.wire.metadata import validate as validate_metadata
 from catalog.wire.names import split_full_name
 
@@ -514,10 +514,10 @@ def _grant_scopes(grant: Grant, number: int) -> list[str] | None:
         return None
     if grant.privilege not in SCOPABLE:
         raise ArchiveError(f"line {number}: only {' and '.join(SCOPABLE)} may be limited to scopes")
-    if not 1 <= len(grant.scopes) <= MAX_PATTERNS or any(
-        not isinstance(p, str) or not p or len(p) > MAX_SCOPE or "*" in p[:-1] for p in grant.scopes
-    ):
+    if not 1 <= len(grant.scopes) <= MAX_PATTERNS:
         raise ArchiveError(f"line {number}: scopes holds 1-{MAX_PATTERNS} scopes or prefixes ending in '*'")
+    for j, pattern in enumerate(grant.scopes):
+        _check(number, validate_pattern, pattern, f"scopes[{j}]")
     return list(dict.fromkeys(grant.scopes))
 
 

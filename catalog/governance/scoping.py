@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from catalog.errors import InvalidParameter
+from catalog.wire.entry_keys import validate_scope
+
 MAX_PATTERNS = 20  # per grant (the grants table holds to it too)
 
 
@@ -21,3 +24,12 @@ def first_outside(patterns: Sequence[str], scopes: Iterable[str]) -> str | None:
         if not any(matches(pattern, scope) for pattern in patterns):
             return scope
     return None
+
+
+def validate_pattern(pattern: str, field: str) -> str:
+    """A scope pattern as a grant takes it: a scope (`validate_scope`'s rules) with `*` at most
+    at its end (400 naming `field` otherwise)."""
+    validate_scope(pattern, field)
+    if "*" in pattern[:-1]:
+        raise InvalidParameter(f"{field} is a scope or a prefix ending in '*': '*' only at its end", field)
+    return pattern

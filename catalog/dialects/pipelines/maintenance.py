@@ -28,7 +28,7 @@ Rules:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
 
 import msgspec
@@ -42,7 +42,7 @@ from catalog.entries.repo import EntryRow
 from catalog.errors import AlreadyExists, CatalogError, NotFound
 from catalog.governance.namespace.service import is_held
 from catalog.llm import assistant_message, require
-from catalog.toolkit.tools import input_schema
+from catalog.toolkit.tools import ToolError, input_schema
 from catalog.wire import Input
 from catalog.wire.inputs import NO_NUL
 
@@ -140,25 +140,15 @@ class Report:
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "dry_run": self.dry_run,
-            "held": self.held,
-            "scopes_reviewed": self.scopes_reviewed,
-            "merged": self.merged,
-            "split": self.split,
-            "superseded": self.superseded,
-            "actions": self.actions,
-            "failed_scopes": self.failed_scopes,
-            **({"error": self.error} if self.error else {}),
-        }
+        """The report as kept on the run (and answered as `maintenance`)."""
+        kept = asdict(self)
+        if kept["error"] is None:
+            del kept["error"]
+        return kept
 
-
-class _Refused(Exception):
-    """What the model is told went wrong with a tool call (and the status its REST twin answers)."""
-
-    def __init__(self, message: str, status: int = 400, code: str = "INVALID_PARAMETER_VALUE") -> None:
-        super().__init__(message)
-        self.message, self.status, self.code = message, status, code
+    def counts(self) -> dict[str, Any]:
+        """What the step's audit event keeps: everything but the actions and the error."""
+        return {k: v for k, v in asdict(self).items() if k not in ("actions", "error")}
 
 
 @dataclass(frozen=True)
@@ -256,19 +246,19 @@ async def _call(place: _Scope, name: str, arguments: str) -> str:
     async with operation(params):
         try:
             if name not in TOOLS:
-                raise _Refused(
+                raise ToolError(
                     f"no tool named {name[:64]!r}; the tools are {', '.join(TOOLS)}", 404, "NOT_FOUND"
                 )
             try:
                 args = msgspec.json.decode(arguments or "{}", type=TOOLS[name][1])
             except msgspec.DecodeError as exc:
-                raise _Refused(f"bad arguments: {exc}") from None
+                raise ToolError(f"bad arguments: {exc}") from None
             for key in ("path", "by"):
                 if isinstance(getattr(args, key, None), str):
                     params[key] = getattr(args, key)[:MAX_KEPT]
             result = await _RUN[name](place, args)
-        except _Refused as exc:
-            note_outcome(exc.status, exc.code)
+        except ToolError as exc:
+            note_outcome(exc.status, exc.error_code)
             return json.dumps({"error": exc.message}, ensure_ascii=False)
         except CatalogError as exc:
             note_outcome(exc.status_code, exc.error_code)
@@ -280,9 +270,9 @@ async def _active(place: _Scope, path: str) -> EntryRow:
     try:
         row = await entries.get(place.ctx, place.owner, ops.Get(store=place.store, target=place.key(path)))
     except NotFound:
-        raise _Refused(f"no memory at {path}", 404, "NOT_FOUND") from None
+        raise ToolError(f"no memory at {path}", 404, "NOT_FOUND") from None
     if row.state != "active":
-        raise _Refused(f"{path} is already {row.state}", 409, "RESOURCE_CONFLICT")
+        raise ToolError(f"{path} is already {row.state}", 409, "RESOURCE_CONFLICT")
     return row
 
 
@@ -291,7 +281,7 @@ async def _free(place: _Scope, path: str) -> None:
         await entries.get(place.ctx, place.owner, ops.Get(store=place.store, target=place.key(path)))
     except NotFound:
         return
-    raise _Refused(f"a memory already exists at {path}: choose a new path", 409, AlreadyExists.error_code)
+    raise ToolError(f"a memory already exists at {path}: choose a new path", 409, AlreadyExists.error_code)
 
 
 async def _may_write(place: _Scope) -> None:
@@ -342,7 +332,7 @@ async def _get(place: _Scope, args: GetArgs) -> dict[str, Any]:
 async def _merge(place: _Scope, args: MergeArgs) -> dict[str, Any]:
     paths = list(dict.fromkeys(args.paths))
     if len(paths) < 2:
-        raise _Refused("merge_memories needs two or more different paths")
+        raise ToolError("merge_memories needs two or more different paths")
     for path in paths:
         await _active(place, path)
     into = args.into.path
@@ -364,7 +354,7 @@ async def _split(place: _Scope, args: SplitArgs) -> dict[str, Any]:
     await _active(place, args.path)
     paths = [part.path for part in args.parts]
     if len(set(paths)) < len(paths) or args.path in paths:
-        raise _Refused(
+        raise ToolError(
             "split_memory's parts need new paths, each different from the others and the original's"
         )
     for path in paths:
@@ -382,7 +372,7 @@ async def _split(place: _Scope, args: SplitArgs) -> dict[str, Any]:
 
 async def _supersede(place: _Scope, args: SupersedeArgs) -> dict[str, Any]:
     if args.path == args.by:
-        raise _Refused("a memory cannot supersede itself")
+        raise ToolError("a memory cannot supersede itself")
     await _active(place, args.path)
     await _active(place, args.by)
     if place.dry_run:

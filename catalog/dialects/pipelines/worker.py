@@ -320,16 +320,7 @@ class PipelineWorker:
             audit,
             action_name="pipelines.run",
             **store,
-            params={
-                "phase": "maintain",
-                "dry_run": report.dry_run,
-                "held": report.held,
-                "scopes_reviewed": report.scopes_reviewed,
-                "merged": report.merged,
-                "split": report.split,
-                "superseded": report.superseded,
-                "failed_scopes": report.failed_scopes,
-            },
+            params={"phase": "maintain", **report.counts()},
             result_count=len(report.actions),
             reason=report.error,
         )

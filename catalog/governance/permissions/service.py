@@ -23,9 +23,8 @@ from catalog.governance.permissions.schemas import (
     PrivilegeAssignment,
     UpdatePermissions,
 )
-from catalog.governance.scoping import MAX_PATTERNS
+from catalog.governance.scoping import MAX_PATTERNS, validate_pattern
 from catalog.governance.securables import DEPTH, Securable, SecurableType
-from catalog.wire.entry_keys import validate_scope
 from catalog.wire.inputs import MAX_PRINCIPAL, blank
 from catalog.wire.names import split_full_name
 from catalog.wire.pagination import Pages, page_size
@@ -186,11 +185,7 @@ def _patterns(change: PermissionsChange, i: int) -> list[str] | None:
             )
     patterns: list[str] = []
     for j, pattern in enumerate(change.scopes):
-        validate_scope(pattern, f"{field}[{j}]")
-        if "*" in pattern[:-1]:
-            raise InvalidParameter(
-                f"{field}[{j}] is a scope or a prefix ending in '*': '*' only at its end", f"{field}[{j}]"
-            )
+        validate_pattern(pattern, f"{field}[{j}]")
         if pattern not in patterns:
             patterns.append(pattern)
     return patterns

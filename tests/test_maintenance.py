@@ -314,63 +314,119 @@ def test_bad_and_refused_tool_calls_are_told_to_the_model(live, llm):
     assert active(live, store)["/notes.md"] == "active"
 
 
-def test_the_step_acts_as_the_creator_within_its_grants(live, llm):
-    """A creator whose WRITE is limited to scope `ann` (a scope grant): bob's session is refused
-    and his memories are not reviewed; ann's are, as the creator."""
+def _with_bob(live, name: str) -> tuple[str, str]:
+    """`setup`, plus a session of bob's and an old memory of his: (pipeline, memory store)."""
     h = headers(live)
-    pipeline, store = setup(live, "mt-mia")
-    r = httpx.delete(f"{live.url}{AGENTS}/{pipeline}", headers=h)
-    assert r.status_code == 200, r.text
+    pipeline, store = setup(live, name)
     r = httpx.post(
-        f"{live.url}{AGENTS}/session-stores/mt-mia-s/sessions",
+        f"{live.url}{AGENTS}/session-stores/{name}-s/sessions",
         headers=h,
         params={"session_id": "two"},
         json={"actor_id": "bob"},
     )
     assert r.status_code == 200, r.text
     r = httpx.post(
-        f"{live.url}{AGENTS}/session-stores/mt-mia-s/sessions/two/items:append",
+        f"{live.url}{AGENTS}/session-stores/{name}-s/sessions/two/items:append",
         headers=h,
         json={"items": [{"data": {"role": "user", "content": "hi"}}]},
     )
     assert r.status_code == 200, r.text
-    r = httpx.post(
-        f"{live.url}{AGENTS}/memory-stores/mt-mia-m/entries",
-        headers=h,
-        json={"actor_id": "bob", "path": "/city-old.md", "content": "lives in Rome"},
-    )
-    assert r.status_code == 200, r.text
-    changes = {
-        "main": [{"principal": "mia", "add": ["USE_CATALOG", "USE_SCHEMA"]}],
-        "main.default.mt-mia-s": [{"principal": "mia", "add": ["READ_MEMORY_STORE"]}],
-        store: [
-            {"principal": "mia", "add": ["READ_MEMORY_STORE"]},
-            {"principal": "mia", "add": ["WRITE_MEMORY_STORE"], "scopes": ["ann"]},
-        ],
-    }
+    for path, text in (("/city-old.md", "lives in Rome"), ("/city.md", "moved to Oslo")):
+        r = httpx.post(
+            f"{live.url}{AGENTS}/memory-stores/{name}-m/entries",
+            headers=h,
+            json={"actor_id": "bob", "path": path, "content": text},
+        )
+        assert r.status_code == 200, r.text
+    return pipeline, store
+
+
+def _grant(live, changes: dict[str, list[dict[str, Any]]]) -> None:
     for name, change in changes.items():
         kind = "catalog" if name == "main" else "memory_store"
-        r = httpx.patch(f"{live.url}{UC}/permissions/{kind}/{name}", headers=h, json={"changes": change})
+        r = httpx.patch(
+            f"{live.url}{UC}/permissions/{kind}/{name}", headers=headers(live), json={"changes": change}
+        )
         assert r.status_code == 200, r.text
+
+
+def test_a_creator_limited_to_some_scopes_has_no_pipeline_and_its_runs_stop(live, llm):
+    """A run reaches every scope: a principal whose WRITE is limited to scope `ann` may not
+    create a pipeline; one whose grant is narrowed after creating it has its runs fail, naming
+    it, before any session is read or memory reviewed."""
+    pipeline, store = _with_bob(live, "mt-mia")
+    r = httpx.delete(f"{live.url}{AGENTS}/{pipeline}", headers=headers(live))
+    assert r.status_code == 200, r.text
+    _grant(
+        live,
+        {
+            "main": [{"principal": "mia", "add": ["USE_CATALOG", "USE_SCHEMA"]}],
+            "main.default.mt-mia-s": [{"principal": "mia", "add": ["READ_MEMORY_STORE"]}],
+            store: [
+                {"principal": "mia", "add": ["READ_MEMORY_STORE"]},
+                {"principal": "mia", "add": ["WRITE_MEMORY_STORE"], "scopes": ["ann"]},
+            ],
+        },
+    )
     body = {
         "session_store": "mt-mia-s",
         "memory_store": "mt-mia-m",
         "dreamer_policy": {"model": "distiller", "maintain": True},
     }
     r = httpx.post(f"{live.url}{AGENTS}/memory-pipelines", headers=headers(live, "mia"), json=body)
+    assert r.status_code == 403 and "every scope" in r.json()["message"], r.text
+
+    # with WRITE in every scope mia creates it; then her WRITE is narrowed to ann again
+    _grant(live, {store: [{"principal": "mia", "add": ["WRITE_MEMORY_STORE"]}]})
+    r = httpx.post(f"{live.url}{AGENTS}/memory-pipelines", headers=headers(live, "mia"), json=body)
     assert r.status_code == 200, r.text
+    created = r.json()["name"]
+    _grant(live, {store: [{"principal": "mia", "remove": ["WRITE_MEMORY_STORE"]}]})
+    _grant(live, {store: [{"principal": "mia", "add": ["WRITE_MEMORY_STORE"], "scopes": ["ann"]}]})
     llm.script(
-        Reply("nothing to extract"),  # ann's session; bob's is refused before any model call
-        Call("supersede_memory", {"path": "/city-old.md", "by": "/city.md"}),
-        Reply("done"),
+        Reply("nothing to extract"), Call("supersede_memory", {"path": "/city-old.md", "by": "/city.md"})
     )
-    r = httpx.post(f"{live.url}{AGENTS}/{r.json()['name']}/run", headers=headers(live, "mia"), json={})
+    r = httpx.post(f"{live.url}{AGENTS}/{created}/run", headers=headers(live), json={})
     assert r.status_code == 200, r.text
     done = run_named(live, r.json()["name"])
-    assert (done["sessions_extracted"], done["sessions_failed"]) == (1, 1), done
-    report = done["maintenance"]
-    assert report["scopes_reviewed"] == 1 and report["superseded"] == 1, report
-    assert report["actions"][0]["scope"] == "ann"
-    old = entry(live, store, "/city-old.md")
-    assert old["state"] == "superseded" and old["updated_by"] == "mia"
+    assert done["state"] == "FAILED" and "mia may not" in done["error"], done
+    assert done["sessions_total"] == 0 and "maintenance" not in done, done
+    assert llm.requests == []  # nothing reached the model
     assert entry(live, store, "/city-old.md", scope="bob")["state"] == "active"
+    assert entry(live, store, "/city-old.md")["state"] == "active"
+
+
+def test_a_report_is_held_to_the_readers_scopes(live, llm):
+    """A reader of scope `ann` only reads a run's maintenance report without bob's actions, paths
+    or failure; a reader of every scope reads it whole."""
+    pipeline, store = _with_bob(live, "mt-rep")
+    _grant(
+        live,
+        {
+            "main": [{"principal": "rita", "add": ["USE_CATALOG", "USE_SCHEMA"]}],
+            store: [{"principal": "rita", "add": ["READ_MEMORY_STORE"], "scopes": ["ann"]}],
+        },
+    )
+    llm.script(
+        Reply("nothing to extract"),  # ann's session
+        Reply("nothing to extract"),  # bob's
+        Call("supersede_memory", {"path": "/city-old.md", "by": "/city.md"}),  # ann's review
+        Reply("done"),
+        Call("supersede_memory", {"path": "/city-old.md", "by": "/city.md"}),  # bob's review
+        Call("merge_memories", {"paths": ["/city.md", "/nope.md"], "into": {"path": "/x", "contents": "x"}}),
+        Reply("done"),
+    )
+    done = run(live, pipeline, maintain=True)
+    whole = done["maintenance"]
+    assert [a["scope"] for a in whole["actions"]] == ["ann", "bob"], whole
+    assert whole["scopes_reviewed"] == 2 and whole["superseded"] == 2 and not whole.get("partial")
+
+    r = httpx.get(f"{live.url}{AGENTS}/{done['name']}", headers=headers(live, "rita"))
+    assert r.status_code == 200, r.text
+    held = r.json()["maintenance"]
+    assert held["partial"] is True and [a["scope"] for a in held["actions"]] == ["ann"], held
+    assert (held["scopes_reviewed"], held["superseded"], held["merged"]) == (1, 1, 0), held
+    assert "bob" not in r.text
+    r = httpx.get(f"{live.url}{AGENTS}/{pipeline}/runs", headers=headers(live, "rita"))
+    assert r.status_code == 200, r.text
+    assert r.json()["pipeline_runs"][0]["maintenance"] == held and "bob" not in r.text

@@ -474,7 +474,8 @@ def test_runs_act_as_the_creator_and_are_audited_as_them(live, llm):
     asked = audit_events(live, principal="admin", action_name="pipelines.run")
     assert any(e["request_params"].get("pipeline_id") == created["name"].split("/")[1] for e in asked)
 
-    # the creator loses READ on the session store: the run's sessions fail, visibly, as theirs
+    # the creator loses READ on the session store: the run fails before reading any session,
+    # naming them, visibly in its last event
     r = httpx.patch(
         f"{live.url}{UC}/permissions/memory-store/main.default.owned-sessions",
         headers=headers(live),
@@ -483,14 +484,15 @@ def test_runs_act_as_the_creator_and_are_audited_as_them(live, llm):
     assert r.status_code == 200, r.text
     session_store.get("s1").append_items([{"role": "user", "content": "more"}])
     refused = run_to_end(live, created["name"])
-    assert refused["state"] == "FAILED" and counts(refused) == (1, 0, 0, 1, 0)
-    assert "pipe-owner" in refused["error"]
-    denied = [
+    assert refused["state"] == "FAILED" and counts(refused) == (0, 0, 0, 0, 0)
+    assert "pipe-owner may not" in refused["error"] and "READ_MEMORY_STORE" in refused["error"]
+    ended = [
         e
-        for e in audit_events(live, principal="pipe-owner", decision="deny")
+        for e in audit_events(live, principal="pipe-owner", action_name="pipelines.run")
         if e["request_params"].get("run") == refused["name"]
     ]
-    assert [e["action_name"] for e in denied] == ["sessions.read"] and denied[0]["status_code"] == 403
+    assert ended[0]["request_params"]["phase"] == "end" and "pipe-owner may not" in ended[0]["reason"]
+    assert not [e for e in ended if e["action_name"] == "memories.extract"]
 
 
 def test_who_may_read_change_and_run_a_pipeline(live, llm):
@@ -541,6 +543,138 @@ def test_who_may_read_change_and_run_a_pipeline(live, llm):
     run = run_to_end(live, name, sub="writer")
     assert run["state"] == "SUCCEEDED"
     api(live, "writer").delete_memory_pipeline(name)
+
+
+def grant(live, full_name: str, *changes: dict[str, Any], kind: str = "memory_store") -> None:
+    r = httpx.patch(
+        f"{live.url}{UC}/permissions/{kind}/{full_name}",
+        headers=headers(live),
+        json={"changes": list(changes)},
+    )
+    assert r.status_code == 200, r.text
+
+
+def test_a_principal_limited_to_some_scopes_cannot_use_anothers_pipeline(live, llm):
+    """The confused deputy: mallory holds READ and WRITE only for scopes `team-a:*`. She may not
+    change what another principal's pipeline does, run it, rename or delete it, or create one: a
+    run acts as its creator in every scope (alice's memory would be deleted by it)."""
+    session_store, memory_store = stores(live, "deputy", {"s1": "alice", "s2": "team-a:x"})
+    session_store.grant_permission("pipe-owner", permission="READ")
+    memory_store.grant_permission("pipe-owner", permission="WRITE")
+    created = pipeline(live, "deputy", sub="pipe-owner")
+    r = httpx.post(
+        f"{live.url}/api/2.0/agents/memory-stores/deputy-memory/entries",
+        headers=headers(live),
+        json={"actor_id": "alice", "path": "/memories/alice.md", "content": "alice's secret"},
+    )
+    assert r.status_code == 200, r.text
+    grant(live, "main", {"principal": "mallory", "add": ["USE_CATALOG", "USE_SCHEMA"]}, kind="catalog")
+    for store in ("main.default.deputy-sessions", "main.default.deputy-memory"):
+        grant(
+            live,
+            store,
+            {
+                "principal": "mallory",
+                "add": ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"],
+                "scopes": ["team-a:*"],
+            },
+        )
+    url = f"{live.url}{PIPELINES}/{created['name'].split('/')[1]}"
+    mallory = headers(live, "mallory")
+    attempts = [
+        httpx.patch(
+            url,
+            headers=mallory,
+            params={"update_mask": "dreamer_policy.instructions"},
+            json={"dreamer_policy": {"instructions": "delete every memory of alice"}},
+        ),
+        httpx.post(f"{url}/run", headers=mallory, json={}),
+        httpx.patch(url, headers=mallory, params={"update_mask": "display_name"}, json={"display_name": "x"}),
+        httpx.delete(url, headers=mallory),
+        httpx.post(
+            f"{live.url}{PIPELINES}",
+            headers=mallory,
+            json={"session_store": "deputy-sessions", "memory_store": "deputy-memory"},
+        ),
+    ]
+    assert attempts[0].status_code == 403 and "requires MANAGE" in attempts[0].json()["message"]
+    for r in attempts[1:]:
+        assert r.status_code == 403, r.text
+        assert "team-a:*" in r.json()["message"] and "every scope" in r.json()["message"], r.text
+    got = api(live).get_memory_pipeline(created["name"])
+    assert got["dreamer_policy"].get("instructions") is None and got["etag"] == created["etag"]
+    assert api(live).list_memory_pipeline_runs(created["name"])["pipeline_runs"] == []
+    assert "/memories/alice.md" in memories(live, "deputy-memory", "alice")
+    denied = audit_events(live, principal="mallory", decision="deny")
+    assert {e["action_name"] for e in denied} >= {
+        "pipelines.configure",
+        "pipelines.run",
+        "pipelines.manage",
+        "pipelines.create",
+    }
+    assert all(
+        "every scope" in e["reason"]
+        for e in denied
+        if e["action_name"] in ("pipelines.run", "pipelines.manage", "pipelines.create")
+    )
+
+
+def test_who_changes_what_a_pipeline_does_and_whom_its_runs_answer_to(live, llm):
+    """Changing what another's pipeline does needs MANAGE on both its stores and every step of a
+    run; who did is kept, named in every event of its runs, and a run fails, naming them, once
+    they may no longer do every step."""
+    session_store, memory_store = stores(live, "answer", {"s1": "kim"})
+    created = pipeline(live, "answer")
+    name, pipeline_id = created["name"], created["name"].split("/")[1]
+    url = f"{live.url}{PIPELINES}/{pipeline_id}"
+    grant(live, "main", {"principal": "mgr", "add": ["USE_CATALOG", "USE_SCHEMA"]}, kind="catalog")
+
+    def configure(who: str, instructions: str) -> httpx.Response:
+        return httpx.patch(
+            url,
+            headers=headers(live, who),
+            params={"update_mask": "dreamer_policy.instructions"},
+            json={"dreamer_policy": {"instructions": instructions}},
+        )
+
+    # MANAGE alone: a run would do what mgr may not (read the sessions and memories)
+    for store in ("main.default.answer-sessions", "main.default.answer-memory"):
+        grant(live, store, {"principal": "mgr", "add": ["MANAGE"]})
+    r = configure("mgr", "keep names")
+    assert r.status_code == 403 and "requires WRITE_MEMORY_STORE" in r.json()["message"], r.text
+    # READ and WRITE in every scope without MANAGE: may rename it, not change what it does
+    session_store.grant_permission("rw", permission="READ")
+    memory_store.grant_permission("rw", permission="WRITE")
+    assert configure("rw", "keep names").status_code == 403
+    r = httpx.patch(
+        url, headers=headers(live, "rw"), params={"update_mask": "display_name"}, json={"display_name": "n"}
+    )
+    assert r.status_code == 200 and "configured_by" not in r.json(), r.text
+    # MANAGE and every step: changed, and kept as who did
+    session_store.grant_permission("mgr", permission="READ")
+    memory_store.grant_permission("mgr", permission="WRITE")
+    r = configure("mgr", "keep names")
+    assert r.status_code == 200 and r.json()["configured_by"] == "mgr", r.text
+
+    llm.script(*save("/memories/kim.md"))
+    run = run_to_end(live, name, sub="rw")
+    assert run["state"] == "SUCCEEDED" and run["requested_by"] == "rw", run
+    events = [
+        e for e in audit_events(live, principal="admin") if e["request_params"].get("run") == run["name"]
+    ]
+    assert events and all(
+        (e["request_params"]["requested_by"], e["request_params"]["configured_by"]) == ("rw", "mgr")
+        for e in events
+    ), events
+
+    # mgr loses READ on the sessions: the next run, started by the creator, fails naming mgr
+    grant(live, "main.default.answer-sessions", {"principal": "mgr", "remove": ["READ_MEMORY_STORE"]})
+    session_store.get("s1").append_items([{"role": "user", "content": "more"}])
+    refused = run_to_end(live, name)
+    assert refused["state"] == "FAILED" and refused["error"].startswith(
+        "the run may not go on: mgr may not"
+    ), refused
+    assert counts(refused) == (0, 0, 0, 0, 0) and len(llm.requests) == 2  # nothing more was read
 
 
 def test_a_scheduled_pipeline_runs_by_itself(live, llm, database_url):

@@ -75,7 +75,7 @@ BODIES = {
         "session_store": "session-stores/walk-sessions",
         "memory_store": "walk-store",
     },
-    "agentsUpdateMemoryPipeline": {"display_name": "x"},
+    "agentsUpdateMemoryPipeline": {"display_name": "x", "dreamer_policy": {"instructions": "x"}},
     "agentsRunMemoryPipeline": {},
     "importMemoryStore": {},  # not an archive: refused with 400 once authorized
 }
@@ -265,6 +265,14 @@ def test_every_registered_action_is_used_by_a_route(client, token, walk, monkeyp
             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
         )
         assert mcp.status_code == (200 if who == "admin" else 403), mcp.text
+        # changing what a pipeline does asks about every step of its runs, past the first check
+        # (before the walk deletes the pipeline's stores)
+        r = client.patch(
+            f"/api/2.0/agents/memory-pipelines/{walk['pipeline_id']}",
+            headers=token(who),
+            json={"dreamer_policy": {"instructions": "x"}},
+        )
+        assert r.status_code == (200 if who == "admin" else 403), r.text
         for method, path, operation_id in _operations(client):
             if operation_id in OPEN_WITHOUT_TOKEN:
                 continue

@@ -100,6 +100,17 @@ class Access:
         patterns = [limit.patterns for limit in limits]
         return lambda scope: all(first_outside(p, [scope]) is None for p in patterns)
 
+    async def refusal(self, principal: Principal, action_name: str, securable: Securable) -> str | None:
+        """Why `action_name` would be refused now (the policy brought up to date first), or None
+        when it would be allowed; records nothing: the check of work done on someone's behalf
+        outside a request (a pipeline's run answers to its creator and to whoever started it)."""
+        await self.authorizer.sync(securable.revision)
+        act = action(action_name)
+        decision = self.authorizer.authorize(principal, act, securable)
+        if decision.allowed:
+            return None
+        return f"{principal.name} may not {act.description}: {decision.reason}"
+
     def visible_somewhere(self, principal: Principal, action_name: str, securable: Securable) -> bool:
         """Whether `action_name` would be allowed in some scope at least (a grant limited to
         scopes counts): whether to offer what each request then holds to its own scopes."""

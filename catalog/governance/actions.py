@@ -79,6 +79,9 @@ class Action:
     # reaches data kept by scope (entries, conversations, sessions, transcripts): a grant limited to
     # scopes allows it only for the scopes its patterns match, checked where the scopes are known
     data: bool = False
+    # reaches every scope of the securable at once (what a memory pipeline's runs do): a grant
+    # limited to scopes never allows it
+    every_scope: bool = False
 
 
 # the privileges a grant may limit to scopes
@@ -107,8 +110,9 @@ def _a(
     *,
     inside: bool = False,
     any_privilege: bool = False,
+    every_scope: bool = False,
 ) -> Action:
-    return Action(name, on, privileges, description, inside, any_privilege, name in DATA_ACTIONS)
+    return Action(name, on, privileges, description, inside, any_privilege, name in DATA_ACTIONS, every_scope)
 
 
 ACTIONS: dict[str, Action] = {
@@ -166,7 +170,9 @@ ACTIONS: dict[str, Action] = {
             "memory_store.import",
             _S.MEMORY_STORE,
             (_P.MANAGE,),
-            "import an archive into an existing memory store that holds nothing",
+            "import an archive into an existing memory store that holds nothing; writing what it "
+            "holds also needs `entries.write` (`sessions.write` for a session store) in every scope "
+            "of the archive, without the store's scope binding",
         ),
         _a(
             "memory_store.import_new",
@@ -234,32 +240,62 @@ ACTIONS: dict[str, Action] = {
             "extract a session's transcript into the store's memories (a dry run too: it checks "
             "what it would write); each tool call is then authorized as its entry operation",
         ),
-        # a memory pipeline belongs to its memory store; changing or running one also needs
-        # `sessions.read` on its session store (what extracting by hand needs)
+        # a memory pipeline belongs to its memory store; its runs act as its creator over every
+        # scope of both stores, so whoever creates, changes what it does or starts it must be able
+        # to do every step of a run (`pipelines.run`, `pipelines.read_memories` and
+        # `pipelines.read_sessions`, none of which a grant limited to scopes allows)
         _a(
             "pipelines.create",
             _S.MEMORY_STORE,
             (_P.WRITE_MEMORY_STORE,),
-            "create a memory pipeline into the store (its runs act as the creator)",
+            "create a memory pipeline into the store (its runs act as the creator, in every scope)",
+            every_scope=True,
         ),
         _a("pipelines.list", _S.METASTORE, (), "list the memory pipelines the caller may read"),
         _a(
             "pipelines.read",
             _S.MEMORY_STORE,
             (_P.READ_MEMORY_STORE,),
-            "read the store's memory pipelines and their runs",
+            "read the store's memory pipelines and their runs (a reader of some scopes reads the "
+            "runs' maintenance reports held to those scopes)",
         ),
         _a(
             "pipelines.manage",
             _S.MEMORY_STORE,
             (_P.WRITE_MEMORY_STORE,),
-            "update or delete a memory pipeline into the store",
+            "rename or delete a memory pipeline into the store",
+            every_scope=True,
+        ),
+        _a(
+            "pipelines.configure",
+            _S.MEMORY_STORE,
+            (_P.MANAGE,),
+            "change what another principal's memory pipeline does (its model, instructions, trigger "
+            "or maintenance; checked on both its stores)",
         ),
         _a(
             "pipelines.run",
             _S.MEMORY_STORE,
             (_P.WRITE_MEMORY_STORE,),
-            "start a run of a memory pipeline into the store",
+            "start a run of a memory pipeline into the store, or change what one does (its runs "
+            "write the memories of every scope)",
+            every_scope=True,
+        ),
+        _a(
+            "pipelines.read_memories",
+            _S.MEMORY_STORE,
+            (_P.READ_MEMORY_STORE,),
+            "read every scope's memories of a memory pipeline's memory store (a run reads them "
+            "before it writes), to create, change what it does or start a pipeline",
+            every_scope=True,
+        ),
+        _a(
+            "pipelines.read_sessions",
+            _S.MEMORY_STORE,
+            (_P.READ_MEMORY_STORE,),
+            "read every session of a memory pipeline's session store (a run reads them all), to "
+            "create, change what it does or start a pipeline",
+            every_scope=True,
         ),
         _a(
             "transcripts.search",

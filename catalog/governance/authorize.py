@@ -14,7 +14,8 @@ Rules (policies/model.conf states them for the engine; policies/README.md for pe
 5. A READ_MEMORY_STORE or WRITE_MEMORY_STORE grant limited to scopes (patterns: a scope, or a
    prefix ending in `*`) is left out of the engine; when no grant for every scope allows a data
    action, such grants do, and the decision carries the union of their patterns (`scopes`): the
-   request is held to it where its scopes are known (`Access.hold_scopes`).
+   request is held to it where its scopes are known (`Access.hold_scopes`). An action that reaches
+   every scope at once (`Action.every_scope`: a memory pipeline's) is never allowed by them.
 Every decision carries its reason: the grant path that allowed it, or what is missing.
 
 Decisions are cached per (principal, action, full name, chain with owners); the cache is emptied
@@ -213,6 +214,8 @@ class Authorizer:
             scoped = self._scoped(name, privileges, chain)
             if scoped is not None:
                 privilege, patterns, reason = scoped
+                if action.every_scope:  # it reaches every scope: a limit to some never allows it
+                    return Decision(False, f"{reason}; this reaches every scope", privilege)
                 return Decision(True, reason, privilege, patterns if action.data else None)
             wanted = " or ".join(privileges) if not action.any_privilege else "a privilege"
             return Decision(False, f"requires {wanted} on {_describe(securable.node)}", privileges[0])

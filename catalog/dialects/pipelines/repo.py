@@ -54,6 +54,7 @@ class PipelineRow:
     created_us: int  # the list's key, with the id
     # the memory store's chain (catalog, schema, store ids and owners), for list visibility
     chain: tuple[tuple[str, str], ...] = ()
+    configured_by: str | None = None  # who last changed what it does (None: only its creator)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ _PIPELINE_COLUMNS = (
     "sc.name || '.' || s2.name || '.' || ss.name AS session_store_full_name, "
     "m.name AS memory_store, m.id::text AS memory_store_id, "
     "c.name || '.' || s.name || '.' || m.name AS memory_store_full_name, "
-    "p.display_name, p.model, p.instructions, p.trigger, p.creator, p.version, p.maintain, "
+    "p.display_name, p.model, p.instructions, p.trigger, p.creator, p.version, p.maintain, p.configured_by, "
     f"{_MS.format(col='p.created_at')} AS created_at, {_MS.format(col='p.updated_at')} AS updated_at, "
     "(extract(epoch FROM p.created_at) * 1000000)::bigint AS created_us, "
     "c.id::text AS c_id, c.owner AS c_owner, s.id::text AS s_id, s.owner AS s_owner, m.owner AS m_owner"
@@ -128,6 +129,7 @@ def _pipeline(row: asyncpg.Record) -> PipelineRow:
         creator=row["creator"],
         version=row["version"],
         maintain=row["maintain"],
+        configured_by=row["configured_by"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         created_us=row["created_us"],
@@ -208,9 +210,11 @@ async def update_pipeline(
     trigger: str | None,
     expected_version: int | None,
     maintain: bool | None = None,
+    configured_by: str | None = None,
 ) -> int | None:
-    """Set the fields given (a 1-tuple holds the new value, None leaves the field); answers the new
-    version, or None when the pipeline is gone or (with `expected_version`) changed meanwhile."""
+    """Set the fields given (a 1-tuple holds the new value, None leaves the field), and
+    `configured_by` when given; answers the new version, or None when the pipeline is gone or
+    (with `expected_version`) changed meanwhile."""
     value = await conn.fetchval(
         "UPDATE memory_pipelines SET "
         "display_name = CASE WHEN $2 THEN $3 ELSE display_name END, "
@@ -219,6 +223,7 @@ async def update_pipeline(
         "scheduled_at = CASE WHEN $8::text = 'SCHEDULED' AND trigger <> 'SCHEDULED' THEN clock_timestamp() "
         "  WHEN $8::text = 'MANUAL_ONLY' THEN NULL ELSE scheduled_at END, "
         "trigger = coalesce($8::text, trigger), maintain = coalesce($10::boolean, maintain), "
+        "configured_by = coalesce($11::text, configured_by), "
         "version = version + 1, updated_at = clock_timestamp() "
         "WHERE id = $1 AND ($9::bigint IS NULL OR version = $9) RETURNING version",
         pipeline_id,
@@ -231,6 +236,7 @@ async def update_pipeline(
         trigger,
         expected_version,
         maintain,
+        configured_by,
     )
     return None if value is None else int(value)
 
@@ -547,3 +553,47 @@ async def record_maintenance(conn: Conn, run_id: str, worker: str, report: dict[
         report,  # (the pool's codec encodes JSON)
     )
     return status.endswith(" 1")
+
+
+# --- erasing a data subject --------------------------------------------------------------------------
+
+ERASED = "[erased]"  # an error that named an erased data subject
+
+
+async def erase_subject(conn: asyncpg.Connection, subject: str) -> int:
+    """Take a data subject out of the runs, in the caller's transaction (`catalog.erasure`): the
+    actions of a maintenance report in its scopes (`subject`, and those starting `subject:`) go,
+    with the paths they name; an error of a report, a run or a session that names the subject
+    anywhere (free text: any mention counts) becomes ERASED. The counts stay (what was done).
+    How many runs changed."""
+    changed: set[str] = set()
+    rows = await conn.fetch(
+        "SELECT id::text, maintenance FROM pipeline_runs WHERE maintenance IS NOT NULL AND ("
+        "EXISTS (SELECT 1 FROM jsonb_array_elements(maintenance -> 'actions') AS a "
+        "WHERE a ->> 'scope' = $1 OR starts_with(a ->> 'scope', $1 || ':')) "
+        "OR strpos(maintenance ->> 'error', $1) > 0) FOR UPDATE",
+        subject,
+    )
+    for row in rows:
+        report = dict(row["maintenance"])
+
+        def kept(action: Any) -> bool:
+            scope = action.get("scope") if isinstance(action, dict) else None
+            return not (isinstance(scope, str) and (scope == subject or scope.startswith(f"{subject}:")))
+
+        report["actions"] = [action for action in report.get("actions") or [] if kept(action)]
+        if isinstance(report.get("error"), str) and subject in report["error"]:
+            report["error"] = ERASED
+        await conn.execute("UPDATE pipeline_runs SET maintenance = $2 WHERE id = $1::uuid", row[0], report)
+        changed.add(row[0])
+    errors = await conn.fetch(
+        "UPDATE pipeline_runs SET error = $2 WHERE strpos(error, $1) > 0 RETURNING id::text", subject, ERASED
+    )
+    changed.update(row[0] for row in errors)
+    sessions = await conn.fetch(
+        "UPDATE pipeline_run_sessions SET error = $2 WHERE strpos(error, $1) > 0 RETURNING run::text",
+        subject,
+        ERASED,
+    )
+    changed.update(row[0] for row in sessions)
+    return len(changed)

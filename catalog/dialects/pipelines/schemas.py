@@ -105,6 +105,9 @@ class MemoryPipeline(Output, kw_only=True):
     dreamer_policy: DreamerPolicy
     etag: str
     creator: str  # the owner: runs act as this principal
+    # who last changed what it does (model, instructions, trigger, maintenance): its runs never do
+    # what this principal could not; absent while only the creator has
+    configured_by: str | None = None
     create_time: str
     update_time: str
 
@@ -118,6 +121,7 @@ class PipelineRun(Output, kw_only=True):
     name: str  # memory-pipelines/{id}/runs/{n}
     state: RunState
     trigger: Literal["MANUAL", "SCHEDULED"]  # asked for, or started by the schedule
+    requested_by: str | None = None  # who asked for it (absent: the schedule started it)
     error: str | None = None  # why the run failed (FAILED only)
     create_time: str
     start_time: str | None = None
@@ -152,6 +156,9 @@ class Maintenance(Output, kw_only=True):
     actions: list[MaintenanceAction]
     failed_scopes: int = 0  # scopes whose review failed (the upstream model, a refusal)
     error: str | None = None  # the first failure
+    # held to the reader's scopes (READ limited to some): the actions in other scopes are left out,
+    # the counts are those of the actions shown, and no failure is named
+    partial: bool = False
 
 
 class PipelineRunList(Output, kw_only=True):

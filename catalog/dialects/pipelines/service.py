@@ -6,12 +6,22 @@ Rules:
   `creator` owns it, and its runs act as the creator: every session read, every entry written is
   authorized and audited as that principal (see `catalog.dialects.pipelines.worker`);
 - a pipeline belongs to its memory store: reading it (and its runs) needs READ_MEMORY_STORE there
-  (`pipelines.read`; a list shows only those); an id that names no pipeline is 404 whoever asks
-  (ids are random UUIDs: a 404 tells nothing about anybody's pipelines); creating, changing or
-  running it needs what extracting by hand needs: WRITE_MEMORY_STORE on the memory store
-  (`pipelines.create`, `pipelines.manage`, `pipelines.run`) and READ_MEMORY_STORE on the session
-  store (`sessions.read`), so nobody makes a pipeline do, with its creator's privileges, what they
-  could not do themselves; deleting needs `pipelines.manage` only;
+  (`pipelines.read`; a list shows only those); a reader whose READ is limited to some scopes reads
+  each run's maintenance report held to those scopes (the actions in other scopes left out, the
+  counts those of the actions shown, an error shown only when it names one of its scopes). An
+  id that names no pipeline is 404 whoever asks (ids are random UUIDs: a 404 tells nothing about
+  anybody's pipelines);
+- a run acts as the creator over every scope of both stores: it reads every session, reads the
+  memories of each session's actor and writes them. So nobody makes a pipeline do what they could
+  not do themselves: creating one, changing what it does (`dreamer_policy`: model, instructions,
+  trigger, maintenance) and starting a run each need every step of a run (`RUN_STEPS`: WRITE and
+  READ on the memory store, READ on the session store, none of them through a grant limited to
+  scopes); changing what another principal's pipeline does needs MANAGE on both its stores too
+  (`pipelines.configure`). Who last changed it is kept (`configured_by`); every run checks, before
+  it starts and before each session and its maintenance step, that its creator, the principal
+  who started it and the one who last changed it may still do every step, and fails naming who
+  may not; every event of a run names the three. Renaming or deleting a pipeline needs
+  `pipelines.manage` (WRITE on the memory store in every scope);
 - `dreamer_policy.trigger` is MANUAL_ONLY (runs only when asked for; TRIGGER_UNSPECIFIED means
   it) or SCHEDULED (also a run about every `CATALOG_PIPELINE_INTERVAL` seconds); `enabled` says
   whether scheduled runs are on (the trigger is SCHEDULED). `model` names the model asked for
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -133,17 +144,24 @@ def to_pipeline(row: PipelineRow) -> MemoryPipeline:
         ),
         etag=str(row.version),
         creator=row.creator,
+        configured_by=row.configured_by,
         create_time=rfc3339(row.created_at),
         update_time=rfc3339(row.updated_at),
     )
 
 
-def to_run(row: RunRow) -> PipelineRun:
+def to_run(row: RunRow, shown: Callable[[str], bool] | None = None) -> PipelineRun:
+    """The run as answered; with `shown`, to a reader of only the scopes it admits (the
+    maintenance report held to them, no failure text: it may name other scopes)."""
+    error = row.error if row.state == "FAILED" else None
+    if error is not None and shown is not None:
+        error = "the run failed; its reason names scopes beyond the reader's"
     return PipelineRun(
         name=run_name(row.pipeline, row.run_number),
         state=row.state,  # type: ignore[arg-type]  # the table's CHECK holds it to the four states
         trigger="SCHEDULED" if row.trigger == "SCHEDULED" else "MANUAL",
-        error=row.error if row.state == "FAILED" else None,
+        requested_by=None if row.trigger == "SCHEDULED" else row.requested_by,
+        error=error,
         create_time=rfc3339(row.created_at),
         start_time=rfc3339(row.started_at) if row.started_at is not None else None,
         end_time=rfc3339(row.ended_at) if row.ended_at is not None else None,
@@ -153,7 +171,26 @@ def to_run(row: RunRow) -> PipelineRun:
         sessions_failed=row.sessions_failed,
         entries_written=row.entries_written,
         maintain=row.maintain,
-        maintenance=msgspec.convert(row.maintenance, Maintenance) if row.maintenance is not None else None,
+        maintenance=_report(row.maintenance, shown) if row.maintenance is not None else None,
+    )
+
+
+def _report(kept: dict[str, Any], shown: Callable[[str], bool] | None) -> Maintenance:
+    """A run's maintenance report; with `shown`, held to the scopes it admits: the actions in
+    other scopes left out, the counts recomputed from those shown, no failure named."""
+    report = msgspec.convert(kept, Maintenance)
+    if shown is None:
+        return report
+    actions = [a for a in report.actions if shown(a.scope)]
+    return Maintenance(
+        dry_run=report.dry_run,
+        held=report.held,
+        scopes_reviewed=len({a.scope for a in actions}),
+        merged=sum(len([s for s in a.sources if s != a.into]) for a in actions if a.action == "merged"),
+        split=sum(1 for a in actions if a.action == "split"),
+        superseded=sum(1 for a in actions if a.action == "superseded"),
+        actions=actions,
+        partial=True,
     )
 
 
@@ -164,10 +201,52 @@ async def _memory_store(ctx: Context, principal: Principal, full_name: str, acti
     return await resolve_store(ctx, principal, full_name, action_name, field="memory_store")
 
 
-async def _session_store(ctx: Context, principal: Principal, full_name: str) -> Securable:
+async def _session_store(
+    ctx: Context, principal: Principal, full_name: str, action_name: str = "pipelines.read_sessions"
+) -> Securable:
     return await ctx.access.resolve(
-        principal, "sessions.read", SecurableType.MEMORY_STORE, full_name.split("."), store_kind="session"
+        principal, action_name, SecurableType.MEMORY_STORE, full_name.split("."), store_kind="session"
     )
+
+
+# every step of a run, and the store it is done on: whoever creates a pipeline, changes what it does
+# or starts it must be allowed each (none of them through a grant limited to scopes)
+RUN_STEPS = (
+    ("pipelines.run", "memory"),
+    ("pipelines.read_memories", "memory"),
+    ("pipelines.read_sessions", "session"),
+)
+
+
+async def _every_step(ctx: Context, principal: Principal, target: Securable, source: Securable) -> None:
+    """403, recorded, unless `principal` may do every step of a run."""
+    for action_name, store in RUN_STEPS:
+        await ctx.access.ensure(principal, action_name, target if store == "memory" else source)
+
+
+async def refusal(ctx: Context, row: PipelineRow, principals: list[str]) -> str | None:
+    """Why a run of the pipeline may not go on (the first of `principals` that may not do every
+    step of it, and what it lacks), or None; records nothing (a run's check)."""
+    target = await ctx.access.locate(SecurableType.MEMORY_STORE, row.memory_store_full_name.split("."))
+    source = await ctx.access.locate(
+        SecurableType.MEMORY_STORE, row.session_store_full_name.split("."), "session"
+    )
+    if not target.exists or not source.exists:
+        return "a store of the pipeline no longer exists"
+    for name in principals:
+        for action_name, store in RUN_STEPS:
+            refused = await ctx.access.refusal(
+                Principal(name), action_name, target if store == "memory" else source
+            )
+            if refused is not None:
+                return refused
+    return None
+
+
+def run_principals(row: PipelineRow, requested_by: str | None) -> list[str]:
+    """Whom a run answers to: its pipeline's creator, who last changed what it does, and who
+    started it (none for a scheduled run: `requested_by` None)."""
+    return list(dict.fromkeys(p for p in (row.creator, row.configured_by, requested_by) if p is not None))
 
 
 async def _load(ctx: Context, pipeline_id: str) -> PipelineRow:
@@ -210,11 +289,12 @@ async def create(ctx: Context, principal: Principal, body: PipelineCreate) -> Me
     )
     source = await ctx.access.resolve(
         principal,
-        "sessions.read",
+        "pipelines.read_sessions",
         SecurableType.MEMORY_STORE,
         [*ctx.settings.agents_schema.split("."), session_name],
         store_kind="session",
     )
+    await _every_step(ctx, principal, target, source)
     async with audited(ctx.pool) as conn:
         pipeline_id = await repo.insert_pipeline(
             conn,
@@ -291,8 +371,19 @@ async def update(
     if body.etag is not None:
         expected = int(body.etag) if body.etag.isdigit() and len(body.etag) < 19 else -1
     policy = body.dreamer_policy or DreamerPolicyInput()
-    await _memory_store(ctx, principal, row.memory_store_full_name, "pipelines.manage")
-    await _session_store(ctx, principal, row.session_store_full_name)
+    configures = bool(fields - {"display_name"})  # what the pipeline does, not only its name
+    if not configures:
+        await _memory_store(ctx, principal, row.memory_store_full_name, "pipelines.manage")
+    else:
+        if principal.name != row.creator:
+            target = await _memory_store(ctx, principal, row.memory_store_full_name, "pipelines.configure")
+            source = await _session_store(ctx, principal, row.session_store_full_name, "pipelines.configure")
+        else:
+            target = await _memory_store(ctx, principal, row.memory_store_full_name, "pipelines.run")
+            source = await _session_store(ctx, principal, row.session_store_full_name)
+        await _every_step(ctx, principal, target, source)
+        if "display_name" in fields:
+            await ctx.access.ensure(principal, "pipelines.manage", target)
     async with audited(ctx.pool) as conn:
         version = await repo.update_pipeline(
             conn,
@@ -304,6 +395,7 @@ async def update(
             trigger=trigger_value(policy.trigger) if "dreamer_policy.trigger" in fields else None,
             expected_version=expected,
             maintain=bool(policy.maintain) if "dreamer_policy.maintain" in fields else None,
+            configured_by=principal.name if configures else None,
         )
         if version is None:
             if expected is not None and await repo.get_pipeline(conn, row.id) is not None:
@@ -336,8 +428,9 @@ async def run(
     ctx: Context, principal: Principal, pipeline_id: str, body: RunRequest | None = None
 ) -> PipelineRun:
     row = await _load(ctx, pipeline_id)
-    await _memory_store(ctx, principal, row.memory_store_full_name, "pipelines.run")
-    await _session_store(ctx, principal, row.session_store_full_name)
+    target = await _memory_store(ctx, principal, row.memory_store_full_name, "pipelines.run")
+    source = await _session_store(ctx, principal, row.session_store_full_name)
+    await _every_step(ctx, principal, target, source)
     require(ctx.llm)  # 501 when no upstream model is configured: no run could do anything
     asked = body or RunRequest()
     if asked.dry_run and not (asked.maintain or (asked.maintain is None and row.maintain)):
@@ -357,11 +450,11 @@ async def run(
 async def get_run(ctx: Context, principal: Principal, pipeline_id: str, run_id: str) -> PipelineRun:
     row = await _load(ctx, pipeline_id)
     number = _run_number(row.id, run_id)
-    await _memory_store(ctx, principal, row.memory_store_full_name, "pipelines.read")
+    target = await _memory_store(ctx, principal, row.memory_store_full_name, "pipelines.read")
     found = await repo.get_run(ctx.pool, row.id, number)
     if found is None:
         raise NotFound(f"{run_name(row.id, number)} does not exist")
-    return to_run(found)
+    return to_run(found, _scopes_shown(ctx, principal, target))
 
 
 async def list_runs(
@@ -370,9 +463,18 @@ async def list_runs(
     """Newest first."""
     size = page_size_of(page_size, default=MAX_PAGE, cap=MAX_PAGE, field="page_size")
     row = await _load(ctx, pipeline_id)
-    await _memory_store(ctx, principal, row.memory_store_full_name, "pipelines.read")
+    target = await _memory_store(ctx, principal, row.memory_store_full_name, "pipelines.read")
+    shown = _scopes_shown(ctx, principal, target)
     pages = Pages(ctx.pool, "pipeline_runs", pipeline=row.id)
     before = await pages.after(page_token, int)
     rows = await repo.list_runs(ctx.pool, row.id, before=before, limit=size + 1)
     token = await pages.token(rows[size - 1].run_number) if len(rows) > size else None
-    return PipelineRunList(pipeline_runs=[to_run(r) for r in rows[:size]], next_page_token=token)
+    return PipelineRunList(pipeline_runs=[to_run(r, shown) for r in rows[:size]], next_page_token=token)
+
+
+def _scopes_shown(ctx: Context, principal: Principal, target: Securable) -> Callable[[str], bool] | None:
+    """None for a reader of every scope of the memory store; else whether a scope may be shown
+    (a reader whose READ is limited to some scopes: a run's report is held to them)."""
+    if ctx.access.visible(principal, "entries.read", target):
+        return None
+    return lambda scope: ctx.access.visible(principal, "entries.read", target, [scope])

@@ -23,6 +23,10 @@ Rules:
   (the model may find them and write nothing, or save them again and be refused); and a session
   whose extraction ended (marked) before the stop is counted extracted, not skipped, when the
   attempt that redoes it finds nothing to do. A failed session counts what it wrote before failing;
+- a run answers to its pipeline's creator, to whoever last changed what it does and to whoever
+  started it (`service.run_principals`): before it plans, before each session and before its
+  maintenance step it checks that each of them may still do every step of it
+  (`service.refusal`), and else ends FAILED naming who may not, doing nothing more;
 - a run acts as its pipeline's creator: each session is authorized as theirs (`memories.extract`
   on the memory store, `sessions.read` on the session store, the stores' scope bindings) and each
   tool call of the model as its entry operation. A session that fails (the creator lost a
@@ -31,11 +35,12 @@ Rules:
   (not skipped) and every one of them failed, with `error` saying how many and the first reason;
   else it SUCCEEDED (the failures are in its counts and the audit log);
 - audit (`catalog.audit.log.background`): the events of a run carry the request id `run-<uuid>`
-  (the same after a takeover), the creator as principal, and the pipeline and the run in their
-  parameters: a `pipelines.run` event (decision `system`) when a worker starts it (`phase` start,
-  or resume), one `memories.extract` event per session (its outcome as the status: 403 when
-  refused, 502 when the model failed), one event per tool call, and a `pipelines.run` event when
-  it ends (its state and counts);
+  (the same after a takeover), the creator as principal, and the pipeline, the run, who asked for
+  it (`requested_by`: a principal, or `schedule`) and who last changed what it does
+  (`configured_by`) in their parameters: a `pipelines.run` event (decision `system`) when a
+  worker starts it (`phase` start, or resume), one `memories.extract` event per session (its
+  outcome as the status: 403 when refused, 502 when the model failed), one event per tool call,
+  and a `pipelines.run` event when it ends (its state and counts);
 - a SCHEDULED pipeline gets a run when `CATALOG_PIPELINE_INTERVAL` seconds have passed since its
   last run was created (or since it was scheduled, whichever is later) and none is active; the
   check is repeated under the pipeline's row lock, so two processes never both create it. Nothing
@@ -61,7 +66,13 @@ from catalog.context import Context
 from catalog.dialects.extraction import service as extraction
 from catalog.dialects.pipelines import maintenance, repo
 from catalog.dialects.pipelines.repo import PipelineRow, PlannedSession, RunRow
-from catalog.dialects.pipelines.service import listen_for_new_runs, pipeline_name, run_name
+from catalog.dialects.pipelines.service import (
+    listen_for_new_runs,
+    pipeline_name,
+    refusal,
+    run_name,
+    run_principals,
+)
 from catalog.dialects.sessions import repo as sessions_repo
 from catalog.dialects.sessions import service as sessions
 from catalog.entries.service import resolve_store
@@ -228,7 +239,15 @@ class PipelineWorker:
             "securable_full_name": pipeline.memory_store_full_name,
             "securable_id": pipeline.memory_store_id,
         }
-        params = {"pipeline": pipeline_name(pipeline.id), "run": name}
+        # every event of the run names whom it answers to besides its creator (the principal)
+        requested_by = None if run.requested_by == SCHEDULED_BY else run.requested_by
+        params = {
+            "pipeline": pipeline_name(pipeline.id),
+            "run": name,
+            "requested_by": run.requested_by,
+            "configured_by": pipeline.configured_by or pipeline.creator,
+        }
+        answers_to = run_principals(pipeline, requested_by)
         with background(
             self.audit, request_id=f"run-{run.id}", principal=pipeline.creator, params=params
         ) as audit:
@@ -243,10 +262,19 @@ class PipelineWorker:
                 "pipeline run started" if phase == "start" else "pipeline run resumed",
                 extra={"run": name, "worker": self.name},
             )
+            refused = await refusal(self.ctx, pipeline, answers_to)
+            if refused is not None:
+                await self._refused(run, name, audit, store, refused)
+                return
             if not run.planned and not await self._plan(pipeline, run):
                 return
             owner = Principal(pipeline.creator)
             for planned in await repo.pending_sessions(self.ctx.pool, run.id):
+                # whom the run answers to may have lost a privilege since it started
+                refused = await refusal(self.ctx, pipeline, answers_to)
+                if refused is not None:
+                    await self._refused(run, name, audit, store, refused)
+                    return
                 outcome, error = await self._session(pipeline, owner, planned)
                 async with self.ctx.pool.acquire() as conn:
                     recorded = await repo.record_outcome(
@@ -268,9 +296,14 @@ class PipelineWorker:
                 return
             # the maintenance step, unless done before a takeover
             maintained = not counts.maintain or counts.maintenance is not None
-            if not maintained and not await self._maintain(pipeline, owner, counts, audit, store):
-                log.warning("pipeline run: lease lost, stopped", extra={"run": name})
-                return
+            if not maintained:
+                refused = await refusal(self.ctx, pipeline, answers_to)
+                if refused is not None:
+                    await self._refused(run, name, audit, store, refused)
+                    return
+                if not await self._maintain(pipeline, owner, counts, audit, store):
+                    log.warning("pipeline run: lease lost, stopped", extra={"run": name})
+                    return
             state, error = "SUCCEEDED", None
             if counts.sessions_failed and not counts.sessions_extracted:
                 first = await repo.first_failure(self.ctx.pool, run.id)
@@ -298,6 +331,29 @@ class PipelineWorker:
                 reason=error,
             )
             log.info("pipeline run ended", extra={"run": name, "state": state})
+
+    async def _refused(self, run: RunRow, name: str, audit: Any, store: dict[str, Any], reason: str) -> None:
+        """End the run FAILED, doing nothing more: whom it answers to may not do every step."""
+        error = f"the run may not go on: {reason}"[:MAX_ERROR]
+        finished = await repo.finish(self.ctx.pool, run.id, self.name, "FAILED", error)
+        if finished is None:
+            return
+        await record_background(
+            audit,
+            action_name="pipelines.run",
+            **store,
+            params={
+                "phase": "end",
+                "state": "FAILED",
+                "sessions_total": finished.sessions_total,
+                "sessions_extracted": finished.sessions_extracted,
+                "sessions_skipped": finished.sessions_skipped,
+                "sessions_failed": finished.sessions_failed,
+            },
+            result_count=finished.entries_written,
+            reason=error,
+        )
+        log.info("pipeline run refused", extra={"run": name})
 
     async def _maintain(
         self, pipeline: PipelineRow, owner: Principal, run: RunRow, audit: Any, store: dict[str, Any]

@@ -62,7 +62,8 @@ def _cli(
 
 def _state(client: Client, store: str, conversation: str | None = None) -> dict:
     """Everything the API says of the store: definition, grants, every entry with its history,
-    keyword and hybrid searches, lineage, the conversation's items."""
+    keyword and hybrid searches, lineage, the conversation's items; who imported each entry and
+    version apart (`imported`: an import records its own importer)."""
     info = client.request("GET", f"{UC}/memory-stores/{store}")
     definition = {
         k: info.get(k)
@@ -90,6 +91,10 @@ def _state(client: Client, store: str, conversation: str | None = None) -> dict:
                 f"{UC}/memory-stores/{store}/entries:history",
                 params={"scope": scope, "path": summary["path"]},
             )["versions"]
+    imported = {
+        key: (entry.pop("imported_by", None), [v.pop("imported_by", None) for v in histories[key]])
+        for key, entry in entries.items()
+    }
     searches = {}
     for query in QUERIES:
         for mode in ("keyword", "hybrid"):
@@ -113,6 +118,7 @@ def _state(client: Client, store: str, conversation: str | None = None) -> dict:
         "searches": searches,
         "lineage": edges,
         "items": items,
+        "imported": imported,
     }
 
 
@@ -274,6 +280,9 @@ def test_round_trip_after_the_store_is_dropped(server, written, archive):
     merged = after["entries"][("bob", "/tea.md")]
     assert merged["state"] == "merged" and merged["superseded_by"] == {"scope": "bob", "path": "/travel.md"}
     assert after["histories"] == before["histories"]
+    assert after["imported"] == {  # the import recorded its importer on every entry and version
+        key: ("admin", ["admin"] * len(versions)) for key, (_, versions) in before["imported"].items()
+    }
     assert after["lineage"] == before["lineage"] and len(after["lineage"]) == 2
     assert after["items"] == before["items"] and len(after["items"]) == 2
     for key, hits in before["searches"].items():
@@ -392,6 +401,129 @@ def test_without_manage_an_import_or_export_is_refused_and_audited(server, writt
     exports = [e for e in events if e.action_name == "memory_store.export"]
     assert imports and imports[0].decision == "deny" and imports[0].status_code == 403
     assert exports and exports[0].decision == "deny" and exports[0].status_code == 403
+
+
+def _import(server, sub: str, into: str, data: bytes) -> httpx.Response:
+    return httpx.post(
+        f"{server.url}{UC}/memory-stores/{into}/import",
+        headers={"Authorization": f"Bearer {_token(server, sub)}", "Content-Type": "application/x-ndjson"},
+        content=data,
+        timeout=120,
+    )
+
+
+def _held(server, store: str) -> dict:
+    """What the store holds of the archive's keys: each one's history, or the 404 of none."""
+    held = {}
+    for scope in SCOPES:
+        for path in ("/tea.md", "/travel.md", "/gone.md"):
+            r = httpx.get(
+                f"{server.url}{UC}/memory-stores/{store}/entries:history",
+                headers={"Authorization": f"Bearer {_token(server)}"},
+                params={"scope": scope, "path": path},
+            )
+            held[(scope, path)] = r.json()["versions"] if r.status_code == 200 else r.status_code
+    return held
+
+
+def test_an_import_writes_only_the_scopes_its_importer_may_write(server, written, archive):
+    """Importing entries is writing them: MANAGE on the store is not enough, WRITE is needed in
+    every scope the archive holds (a grant limited to some scopes refuses the others), and nothing
+    is written before the whole import is allowed."""
+    into = f"main.default.restored_{uuid.uuid4().hex[:6]}"
+    importer = f"restorer-{uuid.uuid4().hex[:6]}"
+    permissions = f"{UC}/permissions/memory_store/{into}"
+    data = archive.read_bytes()
+    with _client(server) as c:
+        c.memory_stores.create(into)
+        c.grants.update("memory_store", into, importer, add=["MANAGE"])
+        nothing = _held(server, into)
+        assert set(nothing.values()) == {404}
+
+        refused = _import(server, importer, into, data)  # MANAGE only: no scope may be written
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error_code"] == "PERMISSION_DENIED"
+        assert "the import writes scope 'alice'" in refused.json()["message"], refused.text
+        assert "WRITE_MEMORY_STORE" in refused.json()["message"]
+        assert _held(server, into) == nothing
+
+        limited = {"principal": importer, "add": ["WRITE_MEMORY_STORE"], "scopes": ["alice"]}
+        c.request("PATCH", permissions, json={"changes": [limited]})
+        refused = _import(server, importer, into, data)  # alice may be written, bob may not
+        assert refused.status_code == 403, refused.text
+        assert "in scope 'bob'" in refused.json()["message"], refused.text
+        assert _held(server, into) == nothing  # not half of it either
+
+        events = list(c.audit.events(principal=importer, limit=10))
+        denied = [e for e in events if e.action_name == "entries.write" and e.decision == "deny"]
+        assert len(denied) == 2 and all(e.securable_full_name == into for e in denied)
+        assert all(e.status_code == 403 for e in denied)
+
+        everywhere = {"principal": importer, "add": ["WRITE_MEMORY_STORE"]}
+        c.request("PATCH", permissions, json={"changes": [everywhere]})
+        done = _import(server, importer, into, data)
+        assert done.status_code == 200, done.text
+        assert done.json()["counts"]["entry"] == 6
+        (event,) = [e for e in c.audit.events(principal=importer, limit=10) if e.decision == "allow"]
+        assert (event.action_name, event.securable_full_name, event.result_count) == (
+            "memory_store.import",
+            into,
+            6,
+        )
+
+
+def test_imported_versions_keep_their_author_and_record_the_importer(server, written, archive):
+    """The archive's authors stay the original authors; every entry and version the import wrote
+    names its importer, in the API's answers and in the next export (a re-import records its own
+    importer); an archive made before the field imports as well."""
+    into = f"main.default.imported_{uuid.uuid4().hex[:6]}"
+    importer = f"importer-{uuid.uuid4().hex[:6]}"
+    lines = _lines(archive.read_bytes())
+    old = [{k: v for k, v in line.items() if k != "imported_by"} for line in lines]  # before the field
+    with _client(server) as c:
+        c.memory_stores.create(into)
+        c.grants.update("memory_store", into, importer, add=["MANAGE", "WRITE_MEMORY_STORE"])
+        done = _import(server, importer, into, _reseal(old))
+        assert done.status_code == 200, done.text
+        original = _state(c, STORE)
+        copy = _state(c, into)
+        assert len(copy["entries"]) == 6 and copy["entries"].keys() == original["entries"].keys()
+        for key, entry in copy["entries"].items():
+            assert entry["created_by"] == original["entries"][key]["created_by"] == "admin", key
+            assert entry["updated_by"] == original["entries"][key]["updated_by"], key
+        for key, versions in copy["histories"].items():
+            assert [v["updated_by"] for v in versions] == [
+                v["updated_by"] for v in original["histories"][key]
+            ], key
+        assert copy["imported"] == {
+            key: (importer, [importer] * len(versions)) for key, versions in copy["histories"].items()
+        }
+
+        # what is written after the import is not imported; the entry still came by the import
+        c.store(into).edit("alice", "/tea.md", append="Now oolong too.")  # under the archive's hold
+        tea = {"scope": "alice", "path": "/tea.md"}
+        got = c.request("GET", f"{UC}/memory-stores/{into}/entries:get", params=tea)
+        assert (got["created_by"], got["updated_by"], got["imported_by"]) == ("admin", "admin", importer)
+        newest, *before = c.request("GET", f"{UC}/memory-stores/{into}/entries:history", params=tea)[
+            "versions"
+        ]
+        assert "imported_by" not in newest and {v["imported_by"] for v in before} == {importer}
+
+        data = b"".join(c.memory_stores.export(into))
+        exported = _lines(data)
+        rows = [line for line in exported if line["kind"] in ("entry", "entry_version")]
+        assert {line["imported_by"] for line in rows} == {importer, None}
+        assert {line["imported_by"] for line in rows if line["kind"] == "entry"} == {importer}
+        again = f"main.default.reimported_{uuid.uuid4().hex[:6]}"
+        c.memory_stores.import_archive(again, data)  # by the admin
+        reimported = _lines(b"".join(c.memory_stores.export(again)))
+    rows = [line for line in reimported if line["kind"] in ("entry", "entry_version")]
+    assert rows and {line["imported_by"] for line in rows} == {"admin"}
+    assert [line.get("changed_by", line.get("created_by")) for line in rows] == [
+        line.get("changed_by", line.get("created_by"))
+        for line in exported
+        if line["kind"] in ("entry", "entry_version")
+    ]
 
 
 def test_export_with_scope_holds_only_that_scope(server, written):

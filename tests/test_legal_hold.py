@@ -146,3 +146,68 @@ def test_erasure_keeps_the_lineage_of_a_held_stores_entries(client, token, setti
     # the held entry keeps where it came from; the erased one's edge is gone
     assert asyncio.run(edges()) == {"lin-held": 1, "lin-free": 0}
     client.patch(f"{UC}/memory-stores/main.default.lin-held", headers=token(), json={"legal_hold": False})
+
+
+def test_every_refusal_of_a_hold_is_in_the_api_document(client, token):
+    """Each route a legal hold refuses with 409 says so in /openapi.json, as every status a route
+    answers: removing a session's items (pop, clear), deleting a session, a session store, a
+    conversation or one of its items, an entry or a memory store."""
+    sessions = "/api/2.0/agents/session-stores"
+    conversations = "/ai-gateway/mlflow/v1/conversations"
+    base = make_store(client, token, "doc-held")
+    r = client.post(
+        base + "/entries", headers=token(), params={"scope": "u"}, json={"path": "/a.md", "contents": "x"}
+    )
+    assert r.status_code == 200, r.text
+    r = client.post(
+        conversations,
+        headers=token(),
+        json={
+            "memory_store": {"name": "main.default.doc-held"},
+            "scope": {"kind": "user", "value": "u"},
+            "items": [{"role": "user", "content": "x", "id": "msg_held"}],
+        },
+    )
+    assert r.status_code == 200, r.text
+    conversation = r.json()["id"]
+    r = client.post(sessions, headers=token(), params={"session_store_name": "doc-held-chats"}, json={})
+    assert r.status_code == 200, r.text
+    r = client.post(
+        f"{sessions}/doc-held-chats/sessions",
+        headers=token(),
+        params={"session_id": "h"},
+        json={"actor_id": "u"},
+    )
+    assert r.status_code == 200, r.text
+    r = client.post(
+        f"{sessions}/doc-held-chats/sessions/h/items:append", headers=token(), json={"items": [{"data": 1}]}
+    )
+    assert r.status_code == 200, r.text
+    for url in (base, f"{sessions}/doc-held-chats"):
+        r = client.patch(url, headers=token(), json={"legal_hold": True})
+        assert r.status_code == 200, r.text
+
+    values = {
+        "full_name": "main.default.doc-held",
+        "store_name": "doc-held-chats",
+        "session_id": "h",
+        "conversation_id": conversation,
+        "item_id": "msg_held",
+    }
+    refused = [
+        ("post", f"{sessions}/{{store_name}}/sessions/{{session_id}}/items:pop", {"json": {}}),
+        ("post", f"{sessions}/{{store_name}}/sessions/{{session_id}}/items:clear", {"json": {}}),
+        ("delete", f"{sessions}/{{store_name}}/sessions/{{session_id}}", {}),
+        ("delete", f"{sessions}/{{store_name}}", {}),
+        ("delete", f"{conversations}/{{conversation_id}}/items/{{item_id}}", {}),
+        ("delete", f"{conversations}/{{conversation_id}}", {}),
+        ("delete", f"{UC}/memory-stores/{{full_name}}/entries", {"params": {"scope": "u", "path": "/a.md"}}),
+        ("delete", f"{UC}/memory-stores/{{full_name}}", {}),
+    ]
+    document = client.get("/openapi.json").json()["paths"]
+    for method, template, kwargs in refused:
+        r = client.request(method.upper(), template.format(**values), headers=token(), **kwargs)
+        assert r.status_code == 409 and "legal hold" in r.json()["message"], (template, r.text)
+        assert "409" in document[template][method]["responses"], (method, template)
+    for url in (base, f"{sessions}/doc-held-chats"):
+        assert client.patch(url, headers=token(), json={"legal_hold": False}).status_code == 200

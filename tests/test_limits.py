@@ -239,6 +239,30 @@ def test_a_request_head_over_16_kib_is_431_however_it_arrives(small_server):
     assert status == 200 and body == {"status": "ok"}
 
 
+def test_a_page_token_at_its_documented_maximum_is_431_as_the_document_says(small_server):
+    """A page token may be as long as the request head the server takes: a schema-valid token
+    that long is answered 431, and every route taking one says so in /openapi.json."""
+    import re
+
+    document = httpx.get(f"{small_server.url}/openapi.json").json()
+    checked = []
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            token = next((p for p in operation.get("parameters", []) if p["name"] == "page_token"), None)
+            if token is None:
+                continue
+            longest = token["schema"]["maxLength"]
+            value = "a" * (longest - 44) + "." + "b" * 43  # a payload and a MAC, as the server issues
+            assert re.fullmatch(token["schema"]["pattern"], value) and len(value) == longest
+            url = small_server.url + re.sub(r"\{\w+\}", "x", path)
+            r = httpx.request(method.upper(), url, params={"page_token": value}, timeout=15)
+            assert r.status_code == 431, (method, path, r.status_code, r.text[:200])
+            assert r.json()["error_code"] == "REQUEST_HEADER_FIELDS_TOO_LARGE"
+            assert "431" in operation["responses"], (method, path)
+            checked.append(operation["operationId"])
+    assert {"listCatalogs", "listEntries", "agentsListSessionItems", "listAuditEvents"} <= set(checked)
+
+
 def test_a_client_too_slow_with_its_headers_is_cut_off_with_408(small_server):
     raw = _exchange(small_server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
     status, body = _status_and_json(raw)

@@ -437,6 +437,63 @@ def test_malformed_messages_are_refused_not_failed(live, store):
     assert r.status_code == 404 and r.json()["error_code"] == "NOT_FOUND"
 
 
+def test_a_request_whose_id_is_not_a_string_or_an_integer_is_an_invalid_request(live, store):
+    """JSON-RPC 2.0: a message with an `id` member is a request, never a notification, and one
+    whose id is not valid gets the error -32600 with id null; MCP allows strings and integers only.
+    Such a message is not taken for a notification (202 with nothing, the request silently lost)."""
+    offset = live.log_path.stat().st_size
+    headers = {
+        "Authorization": f"Bearer {token(live, 'alice')}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    url = f"{live.url}/mcp/memory-stores/{STORE}"
+    request_ids = []
+    for written, kind in (
+        ("{}", "an object"),
+        ('{"n": 1}', "an object"),
+        ("[1]", "an array"),
+        ("true", "a boolean"),
+        ("false", "a boolean"),
+        ("null", "null"),
+        ("1.5", "a number that is not an integer"),
+        ("1e3", "a number that is not an integer"),
+    ):
+        body = f'{{"jsonrpc": "2.0", "id": {written}, "method": "tools/list"}}'
+        r = httpx.post(url, headers=headers, content=body)
+        assert r.status_code == 400, (written, r.status_code, r.text)
+        assert r.headers["content-type"].startswith("application/json"), (written, r.headers)
+        reply = r.json()
+        assert reply == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {
+                "code": -32600,
+                "message": f"Invalid Request: the id of a request is a string or an integer, not {kind}",
+            },
+        }, written
+        request_ids.append(r.headers["x-request-id"])
+    # a string or an integer (a negative one, one beyond 64 bits) is a request, answered
+    for written in ('"seven"', "-7", "0", str(2**70)):
+        body = f'{{"jsonrpc": "2.0", "id": {written}, "method": "tools/list"}}'
+        r = httpx.post(url, headers=headers, content=body)
+        assert r.status_code == 200 and r.json()["id"] == json.loads(written), (written, r.text)
+        assert [t["name"] for t in r.json()["result"]["tools"]] == TOOLS
+    # a notification (no id) is still accepted with nothing to answer
+    r = httpx.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert r.status_code == 202 and r.content == b"", r.text
+    assert traces_since(live, offset) == []
+    events = {e["request_id"]: e for e in audit(live, principal="alice")}
+    for request_id in request_ids:
+        event = events[request_id]
+        assert (event["action_name"], event["decision"], event["status_code"], event["error_code"]) == (
+            "mcp.connect",
+            "allow",
+            400,
+            "INVALID_PARAMETER_VALUE",
+        )
+
+
 async def test_the_modern_protocol_too(live, store):
     """A 2026-07-28 client discovers the server instead of the handshake; the tools are the same."""
     http = create_mcp_http_client(

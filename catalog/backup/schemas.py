@@ -113,6 +113,9 @@ class Entry(Line, tag="entry"):
     # consolidation: superseded or merged into the entry of that id (absent in archives made before)
     state: Literal["active", "superseded", "merged"] = "active"
     superseded_by: str | None = None
+    # who imported it into the exporting store from an archive (null: written there; absent in
+    # archives made before); an import records its own importer instead
+    imported_by: str | None = None
 
 
 class EntryVersion(Line, tag="entry_version"):
@@ -135,6 +138,9 @@ class EntryVersion(Line, tag="entry_version"):
     # path}); absent in archives made before: active
     state: Literal["active", "superseded", "merged"] = "active"
     superseded_by: dict[str, str] | None = None
+    # who imported this version into the exporting store (null: written there; absent in
+    # archives made before); an import records its own importer instead
+    imported_by: str | None = None
 
 
 class Conversation(Line, tag="conversation"):

@@ -11,11 +11,18 @@ Rules:
   before it, so an archive cut short or altered is refused whole;
 - an import goes into the store named by the route: an existing store that holds nothing
   (`memory_store.import`: MANAGE on it) or a new one, which the import creates
-  (`memory_store.import_new`: CREATE_MEMORY_STORE on the schema). The store takes the archive's
-  definition (description, properties, owner, scope binding, shared scopes, default TTL, legal
-  hold), grants, entries with their ids renewed, versions, times and authors, history, vectors,
-  conversations, sessions, transcript vectors and lineage edges, in one transaction with the
-  request's audit event: all of it or nothing;
+  (`memory_store.import_new`: CREATE_MEMORY_STORE on the schema). Importing into an existing
+  store writes its data: it also needs WRITE there (`entries.write`, or `sessions.write` for a
+  session store) in every scope the archive holds, held to grants limited to scopes (403 naming
+  the first scope refused, before anything is written), not to the store's scope binding (as an
+  export); a new store is the importer's own while the import creates it. The store takes the
+  archive's definition (description, properties, owner, scope binding, shared scopes, default
+  TTL, legal hold), grants, entries with their ids renewed, versions, times and authors, history,
+  vectors, conversations, sessions, transcript vectors and lineage edges, in one transaction with
+  the request's audit event: all of it or nothing;
+- the authors an archive names are kept as its original authors (`created_by`, `changed_by`);
+  every entry and version it writes records the importer (`imported_by`, which an export
+  carries; the `imported_by` of an archive, from an earlier import, is replaced);
 - a vector is kept when the importing server's embedding model made it (each archived vector
   names its model); every other row is embedded anew by the embedding worker (`reembedded`);
 - an archive that is empty, cut short, altered, of another version, malformed (a line that breaks
@@ -67,7 +74,7 @@ from catalog.backup.schemas import (
 )
 from catalog.context import Context
 from catalog.dialects.conversations.items import new_conversation_id
-from catalog.errors import InvalidParameter
+from catalog.errors import InvalidParameter, PermissionDenied
 from catalog.governance import Securable, SecurableType
 from catalog.governance.actions import GRANTABLE, SCOPABLE
 from catalog.governance.namespace import repo as namespace
@@ -409,6 +416,8 @@ async def import_archive(ctx: Context, principal: Principal, into: Target, body:
             f"the archive is of a session store, which lives in the agents schema {agents} "
             f"(CATALOG_AGENTS_SCHEMA), not in {'.'.join(parts[:2])}"
         )
+    if schema is None:  # a new store is the importer's own while the import creates it
+        await _ensure_may_write(ctx, principal, target, archive)
     model = _model(ctx)
     name = ".".join(parts)
     try:
@@ -452,7 +461,7 @@ async def import_archive(ctx: Context, principal: Principal, into: Target, body:
                 conn, store_id, definition.scope_binding, definition.shared_scopes
             )
             await namespace.set_default_ttl(conn, store_id, definition.default_ttl_seconds or 0)
-            restored = await _restore(conn, store_id, archive, model)
+            restored = await _restore(conn, store_id, archive, model, principal.name)
             await namespace.set_legal_hold(conn, store_id, definition.legal_hold)
             note_result(restored.entries)
     except asyncpg.IntegrityConstraintViolationError as exc:
@@ -471,6 +480,43 @@ async def import_archive(ctx: Context, principal: Principal, into: Target, body:
         reembedded=restored.reembedded,
         conversations_renamed=restored.conversations_renamed,
     )
+
+
+def _scopes(archive: Archive) -> list[str]:
+    """Every scope the archive writes into its store, sorted: its entries', versions',
+    conversations' and sessions' (an actor id is a scope), and those of the entries its lineage
+    edges lead into; each checked as a request's."""
+    found: set[str] = set()
+    for number, entry in archive.of("entry", Entry):
+        found.add(_check(number, validate_scope, entry.scope))
+    for number, version in archive.of("entry_version", EntryVersion):
+        found.add(_check(number, validate_scope, version.scope))
+    for number, conversation in archive.of("conversation", Conversation):
+        found.add(_check(number, validate_scope, conversation.scope))
+    for number, session in archive.of("session", Session):
+        found.add(_check(number, validate_scope, session.actor_id, "actor_id"))
+    for number, edge in archive.of("lineage", Lineage):
+        found.add(_check(number, validate_scope, edge.target_scope, "target_scope"))
+    for number, origin in archive.of("origin", Origin):
+        found.add(_check(number, validate_scope, origin.target_scope, "target_scope"))
+    return sorted(found)
+
+
+async def _ensure_may_write(ctx: Context, principal: Principal, store: Securable, archive: Archive) -> None:
+    """Importing into an existing store writes what it will hold, as writes would: WRITE on it
+    (`entries.write`, `sessions.write` for a session store) in every scope of the archive, held to
+    grants limited to scopes; 403 naming the first scope refused, before anything is written. Not
+    held to the store's scope binding, which the import sets (and who manages the store may set
+    anyway), as an export reads every scope."""
+    scopes = _scopes(archive)
+    if not scopes:
+        return  # a definition and grants only: what MANAGE may set anyway
+    action = "sessions.write" if archive.store.store_kind == "session" else "entries.write"
+    try:
+        await ctx.access.ensure(principal, action, store)
+    except PermissionDenied as exc:
+        raise PermissionDenied(f"the import writes scope '{scopes[0]}': {exc.message}") from None
+    ctx.access.hold_scopes(principal, store, scopes)
 
 
 async def _into_existing(conn: asyncpg.Connection, store_id: str, name: str, definition: Store) -> None:
@@ -521,7 +567,11 @@ def _grant_scopes(grant: Grant, number: int) -> list[str] | None:
     return list(dict.fromkeys(grant.scopes))
 
 
-async def _restore(conn: asyncpg.Connection, store_id: str, archive: Archive, model: str) -> _Restored:
+async def _restore(
+    conn: asyncpg.Connection, store_id: str, archive: Archive, model: str, importer: str
+) -> _Restored:
+    """Write the archive's rows into the store; every entry and version keeps its archived author
+    and records `importer`."""
     ids = _Ids()
     grantable = set(GRANTABLE[STORE])
     grants = []
@@ -569,6 +619,7 @@ async def _restore(conn: asyncpg.Connection, store_id: str, archive: Archive, mo
                 None
                 if entry.superseded_by is None
                 else ids.entry(entry.superseded_by, number, "superseded_by"),
+                importer,  # whoever imported it before (the archive's imported_by) is not kept
             )
         )
     await repo.insert_entries(conn, entries)
@@ -588,6 +639,7 @@ async def _restore(conn: asyncpg.Connection, store_id: str, archive: Archive, mo
             v.redaction_reason,
             v.state,
             _version_key(v.superseded_by, number),
+            importer,
         )
         for number, v in archive.of("entry_version", EntryVersion)
     ]

@@ -48,6 +48,7 @@ class EntryRow(msgspec.Struct, frozen=True, kw_only=True):
     metadata: dict[str, Any] | None = None
     state: str = "active"  # active | superseded | merged
     superseded_by: dict[str, str] | None = None  # {scope, session_id, path} of the entry replacing it
+    imported_by: str | None = None  # who imported it from an archive (created_by is the archive's)
 
     @property
     def active(self) -> bool:
@@ -88,7 +89,7 @@ COLUMNS = (
     "creation_source, version, "
     "(extract(epoch FROM created_at) * 1000)::bigint AS created_at, created_by, "
     "(extract(epoch FROM updated_at) * 1000)::bigint AS updated_at, updated_by, "
-    "(extract(epoch FROM expires_at) * 1000)::bigint AS expires_at, metadata, state, "
+    "(extract(epoch FROM expires_at) * 1000)::bigint AS expires_at, metadata, state, imported_by, "
     # the key of the entry that supersedes it (None when there is none, or it is gone)
     "(SELECT jsonb_build_object('scope', s.scope, 'session_id', s.session_id, 'path', s.path) "
     " FROM entries s WHERE s.store_id = entries.store_id AND s.id = entries.superseded_by) AS superseded_by"
@@ -390,13 +391,14 @@ class VersionRow(msgspec.Struct, frozen=True, kw_only=True):
     redaction_reason: str | None = None
     state: str = "active"  # its consolidation state at this version
     superseded_by: dict[str, str] | None = None  # {scope, session_id, path} of the entry replacing it
+    imported_by: str | None = None  # who imported it from an archive (changed_by is the archive's)
 
 
 _VERSION_COLUMNS = (
     "version, contents, description, metadata, operation, "
     "(extract(epoch FROM changed_at) * 1000)::bigint AS changed_at, changed_by, "
     "(extract(epoch FROM redacted_at) * 1000)::bigint AS redacted_at, redacted_by, redaction_reason, "
-    "state, superseded_by"
+    "state, superseded_by, imported_by"
 )
 
 
@@ -424,14 +426,14 @@ async def version(conn: Conn, key: Key, number: int) -> VersionRow | None:
 
 # --- the store as it was (as-of reads, from the history) ---------------------------------------------
 # Each key's newest kept version changed at or before the time asked; a key whose version then is
-# a deletion had no entry. Created at/by: the entry's first kept version. The history keeps no
-# source_type, creation_reason, creation_source or expiry: those are answered empty.
+# a deletion had no entry. Created at/by (and imported by): the entry's first kept version. The
+# history keeps no source_type, creation_reason, creation_source or expiry: those are answered empty.
 _AS_OF = """
 SELECT a.id, a.store_id, a.scope, a.session_id, a.path, a.contents, a.description,
        NULL::text AS source_type, NULL::text AS creation_reason, NULL::text AS creation_source,
        a.version, (extract(epoch FROM f.changed_at) * 1000)::bigint AS created_at, f.changed_by AS created_by,
        (extract(epoch FROM a.changed_at) * 1000)::bigint AS updated_at, a.changed_by AS updated_by,
-       NULL::bigint AS expires_at, a.metadata, a.state, a.superseded_by
+       NULL::bigint AS expires_at, a.metadata, a.state, a.superseded_by, f.imported_by
 FROM (
   SELECT DISTINCT ON (v.scope, v.session_id, v.path) v.entry_id AS id, v.store_id, v.scope, v.session_id,
          v.path, v.version, v.contents, v.description, v.metadata, v.operation, v.changed_at, v.changed_by,
@@ -444,7 +446,7 @@ FROM (
   ORDER BY v.scope, v.session_id, v.path, v.seq DESC
 ) a
 LEFT JOIN LATERAL (
-  SELECT changed_at, changed_by FROM entry_versions f
+  SELECT changed_at, changed_by, imported_by FROM entry_versions f
   WHERE f.store_id = $1 AND f.entry_id = a.id ORDER BY f.seq LIMIT 1
 ) f ON true
 WHERE a.operation <> 'delete' AND ($8::jsonb IS NULL OR a.metadata @> $8)

@@ -131,6 +131,7 @@ def to_entry(row: EntryRow, *, readable: bool = True) -> Entry:
         metadata=(row.metadata or None) if readable else None,
         state=row.state,
         superseded_by=_key_of(row.superseded_by) if readable else None,  # names another entry
+        imported_by=row.imported_by,
     )
 
 
@@ -463,6 +464,7 @@ async def entry_history(
                 redacted=_redaction(v),
                 state=v.state,
                 superseded_by=_key_of(v.superseded_by),
+                imported_by=v.imported_by,
             )
             for v in versions
         ]

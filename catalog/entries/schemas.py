@@ -174,6 +174,8 @@ class Entry(msgspec.Struct, omit_defaults=True, kw_only=True):
     metadata: dict[str, Any] | None = None
     state: str  # active | superseded | merged
     superseded_by: EntryKey | None = None  # the entry replacing it (superseded or merged)
+    # who imported it from an archive (created_by is the archive's author); absent: written here
+    imported_by: str | None = None
 
 
 class EntryKey(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -298,6 +300,9 @@ class EntryVersion(msgspec.Struct, omit_defaults=True, kw_only=True):
     redacted: Redaction | None = None  # its contents and description were redacted
     state: str = "active"  # its state at this version (absent: active)
     superseded_by: EntryKey | None = None  # the entry replacing it then (superseded, merged)
+    # who imported this version from an archive (updated_by is the archive's author); absent:
+    # written here
+    imported_by: str | None = None
 
 
 class Redaction(msgspec.Struct, kw_only=True):

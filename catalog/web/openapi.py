@@ -8,6 +8,9 @@ Routes declare their error statuses with `responses=errors(...)` (every error ha
 - a query parameter that may be absent is documented as its type (no `null`: a query string
   cannot carry one);
 - a memory-store route's 404 is described as `NOT_FOUND` (the others' as `RESOURCE_DOES_NOT_EXIST`);
+- a route with a query parameter whose documented maximum length alone fills the request head
+  (`page_token`: 16 KiB, as much as the connection layer takes of a request line and its headers,
+  `catalog.web.serving.MAX_HEAD_BYTES`) documents the 431 such a value is answered;
 - `X-Request-Id` on every response, `Retry-After` on every 429 and 503 that sets it;
 - the open routes (`/healthz`, `/openapi.json`, `/docs`: the authentication middleware's exempt
   paths) say so with `security: []`; `/openapi.json` and `/docs` themselves are documented.
@@ -37,6 +40,7 @@ from litestar.openapi.spec import (
 
 from catalog.auth import AUTH_EXEMPT_PATHS
 from catalog.errors import MEMORY_STORE_ROUTE
+from catalog.web.serving import MAX_HEAD_BYTES
 
 
 class ErrorDetail(msgspec.Struct, kw_only=True, rename={"type": "@type"}):
@@ -79,6 +83,8 @@ _WHY = {
     409: "ALREADY_EXISTS, ABORTED (If-Match no longer matches, a concurrent change) or "
     "RESOURCE_CONFLICT (the object is held)",
     413: "PAYLOAD_TOO_LARGE: the body, or a text field in it, is longer than allowed",
+    431: "REQUEST_HEADER_FIELDS_TOO_LARGE: the request line and headers are over 16 KiB together (a "
+    "query parameter at its maximum length is)",
     429: "REQUEST_LIMIT_EXCEEDED: the caller's rate limit is exceeded; retry after `Retry-After` seconds",
     501: "NOT_IMPLEMENTED: no upstream model is configured (CATALOG_LLM_BASE_URL)",
     502: "BAD_GATEWAY: the upstream model failed (its status and message are in the message)",
@@ -131,6 +137,8 @@ def finish(app: Litestar) -> OpenAPI:
             not_found = (operation.responses or {}).get("404")
             if (path, method) in store_operations and isinstance(not_found, OpenAPIResponse):
                 not_found.description = _WHY_MEMORY_STORE_404
+            if _fills_the_head(operation):
+                _add_error(operation, 431)
             for parameter in operation.parameters or []:
                 if not isinstance(parameter, Reference) and isinstance(parameter.schema, Schema):
                     _drop_null(parameter.schema)
@@ -143,6 +151,29 @@ def finish(app: Litestar) -> OpenAPI:
                     headers["Retry-After"] = _RETRY_AFTER
                 response.headers = headers
     return doc
+
+
+def _fills_the_head(operation: Operation) -> bool:
+    """Whether a query parameter of the operation, at its documented maximum length, is as long
+    as the connection layer takes of a whole request head (the request line is longer still)."""
+    for parameter in operation.parameters or []:
+        if isinstance(parameter, Reference) or parameter.param_in != "query":
+            continue
+        schema = parameter.schema
+        branches = [schema, *(schema.one_of or [])] if isinstance(schema, Schema) else []
+        if any(isinstance(b, Schema) and (b.max_length or 0) >= MAX_HEAD_BYTES for b in branches):
+            return True
+    return False
+
+
+def _add_error(operation: Operation, status: int) -> None:
+    """An error answer the route itself does not declare, in the order of the statuses."""
+    responses = dict(operation.responses or {})
+    responses[str(status)] = OpenAPIResponse(
+        description=_WHY[status],
+        content={"application/json": _json(Reference(ref="#/components/schemas/ErrorBody"))},
+    )
+    operation.responses = dict(sorted(responses.items()))
 
 
 def _operations(item: PathItem) -> Iterator[tuple[str, Operation]]:

@@ -81,7 +81,7 @@ def _routers(path: str, documented: bool) -> list[Router]:
         status_code=200,
         operation_id=op("deleteConversation"),
         include_in_schema=documented,
-        responses=errors(404),
+        responses=errors(404, 409),  # 409: the store is under legal hold
     )
     async def delete_conversation(
         request: Req, ctx: Ctx, conversation_id: ConversationId
@@ -145,7 +145,7 @@ def _routers(path: str, documented: bool) -> list[Router]:
         status_code=200,
         operation_id=op("deleteConversationItem"),
         include_in_schema=documented,
-        responses=errors(404),
+        responses=errors(404, 409),  # 409: the store is under legal hold
     )
     async def delete_item(
         request: Req, ctx: Ctx, conversation_id: ConversationId, item_id: ItemId

@@ -7,15 +7,23 @@ then do is decided per call), and the scope is bound: the verified end user (the
 Refusals here are the server's usual JSON errors (401, 403, 404 `NOT_FOUND` as on every
 memory-store route, 400), also where the MCP transport would answer plain text (a body that is not
 `application/json`).
+
+A message with a `method` and an `id` that is neither a string nor an integer (an object, an
+array, a boolean, null, a number with a fraction or an exponent: MCP allows only those two) is a
+request the transport would take for a notification and answer 202 with nothing: it is answered
+here as JSON-RPC 2.0 says, with the error `-32600` (invalid request) and `id` null, status 400 as
+the transport's own refusals of a malformed message, audited as a 400 `INVALID_PARAMETER_VALUE`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs
 
+import msgspec
 from litestar import Litestar, asgi
 from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
@@ -34,6 +42,8 @@ from catalog.wire.entry_keys import validate_scope
 BASE = "/mcp/memory-stores"
 TEMPLATE = f"{BASE}/{{full_name}}"
 ALLOW = "POST, OPTIONS"
+INVALID_REQUEST = -32600  # JSON-RPC 2.0's code for a message that is not a valid request
+_INTEGER = re.compile(rb"-?(0|[1-9][0-9]*)")  # a JSON number that is an integer as written
 
 
 def _requested_scope(scope: Scope) -> str | None:
@@ -89,6 +99,11 @@ async def memory_mcp(scope: Scope, receive: Receive, send: Send) -> None:
     body = await _body(receive, ctx.settings.mcp_max_body_bytes)
     if body is None:
         return  # the client went away before its message arrived: nothing was done, nothing to answer
+    invalid = _invalid_id(body)
+    if invalid is not None:
+        state["error_code"] = InvalidParameter.error_code  # for the request's audit event
+        await _json_rpc_error(send, INVALID_REQUEST, f"Invalid Request: {invalid}")
+        return
     await app.state.mcp.handle_request(scope, _replay(body, receive), send)
 
 
@@ -113,6 +128,44 @@ def _ensure_json(scope: Scope) -> None:
         raise InvalidParameter(
             f"an MCP message is JSON: Content-Type must be application/json ({sent})", "Content-Type"
         )
+
+
+class _Envelope(msgspec.Struct):
+    """What this route reads of a message before the transport does: its method and its id, as
+    written (the rest is skipped)."""
+
+    method: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    id: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
+_JSON_TYPES = {ord("{"): "an object", ord("["): "an array", ord("t"): "a boolean", ord("f"): "a boolean"}
+
+
+def _invalid_id(body: bytes) -> str | None:
+    """What is wrong with the id of a request whose id is neither a string nor an integer; None
+    for any other message (the transport answers what is not JSON, not an object, or not a
+    message, and takes a message without an id for a notification)."""
+    try:
+        message = _ENVELOPE.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    raw = message.id
+    if message.method is msgspec.UNSET or isinstance(raw, msgspec.UnsetType):
+        return None
+    written = bytes(raw)
+    if written.startswith(b'"') or _INTEGER.fullmatch(written):
+        return None
+    kind = "null" if written == b"null" else _JSON_TYPES.get(written[0], "a number that is not an integer")
+    return f"the id of a request is a string or an integer, not {kind}"
+
+
+async def _json_rpc_error(send: Send, code: int, message: str) -> None:
+    """A JSON-RPC error answering no request id (`id` null), status 400."""
+    body = msgspec.json.encode({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 400, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 async def _options(send: Send) -> None:

@@ -11,8 +11,9 @@ operation (the tool named in the event's parameters).
 Errors, as the MCP specification sorts them:
 - a request the server cannot act on is a JSON-RPC error: `-32602` invalid params for an unknown
   tool or prompt (the message names it; the request's audit event records a 400) and for params of
-  the wrong shape, `-32601` for a method the server does not offer (resources). These are expected
-  refusals: nothing is logged but the request line;
+  the wrong shape, `-32601` for a method the server does not offer (resources), `-32600` for an id
+  MCP does not allow (answered by the route, before the message reaches this server). These are
+  expected refusals: nothing is logged but the request line;
 - a tool call the model can correct (bad arguments, a missing memory, a privilege it lacks) is a
   tool result with `isError`, its message written for the model;
 - only a fault of the server is logged with its trace (once, with the request id).

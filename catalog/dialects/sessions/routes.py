@@ -94,7 +94,12 @@ async def update_store(
     return await service.update_store(ctx, request.user, store_name, update_mask, data)
 
 
-@delete("/{store_name:str}", status_code=200, operation_id="agentsDeleteSessionStore", responses=errors(404))
+@delete(
+    "/{store_name:str}",
+    status_code=200,
+    operation_id="agentsDeleteSessionStore",
+    responses=errors(404, 409),  # 409: the store is under legal hold
+)
 async def delete_store(request: Req, ctx: Ctx, store_name: StoreName) -> Empty:
     await service.delete_store(ctx, request.user, store_name)
     return Empty()
@@ -190,7 +195,7 @@ async def update_session(
     "/{store_name:str}/sessions/{session_id:str}",
     status_code=200,
     operation_id="agentsDeleteSession",
-    responses=errors(404),
+    responses=errors(404, 409),  # 409: the store is under legal hold
 )
 async def delete_session(
     request: Req,
@@ -238,7 +243,7 @@ async def append_items(
     "/{store_name:str}/sessions/{session_id:str}/items:pop",
     status_code=200,
     operation_id="agentsPopSessionItem",
-    responses=errors(404),
+    responses=errors(404, 409),  # 409: the store is under legal hold
 )
 async def pop_item(
     request: Req, ctx: Ctx, store_name: StoreName, session_id: SessionIdParam, data: JSONBody[NoFields]
@@ -250,7 +255,7 @@ async def pop_item(
     "/{store_name:str}/sessions/{session_id:str}/items:clear",
     status_code=200,
     operation_id="agentsClearSessionItems",
-    responses=errors(404),
+    responses=errors(404, 409),  # 409: the store is under legal hold
 )
 async def clear_items(
     request: Req, ctx: Ctx, store_name: StoreName, session_id: SessionIdParam, data: JSONBody[NoFields]

@@ -22,7 +22,7 @@ from catalog import __version__
 from catalog.audit.auditors.routes import router as audit_router
 from catalog.auth import AUTH_EXEMPT_PATHS, AuthParts, JWTAuthMiddleware, install_auth
 from catalog.backup.routes import router as backup_router
-from catalog.console import CONSOLE_PATHS, console_error
+from catalog.console import CONSOLE_PATHS, console_error, favicon
 from catalog.console import router as console_router
 from catalog.context import Context
 from catalog.db import DatabaseMonitor
@@ -117,6 +117,7 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             metrics_router,
             toolkit.memory_mcp,
             console_router,
+            favicon,
         ],
         lifespan=[lifespan, toolkit.lifespan],
         dependencies={

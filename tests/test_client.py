@@ -249,6 +249,85 @@ def test_grants_and_effective_permissions(live, admin):
     admin.grants.update("metastore", metastore, team, remove=["CREATE_CATALOG"])
 
 
+def test_grants_limited_to_scopes(live, admin):
+    """A grant made with `scopes` is answered with its patterns, holds only there, and its
+    patterns are added to, taken from and lifted with the same `update`."""
+    full_name = new_store(admin)
+    store = admin.store(full_name)
+    for scope in ("team-a", "team-a:x", "team-b"):
+        store.write(scope, "/n.md", f"a note of {scope}")
+    ann = unique("ann")
+    read = "READ_MEMORY_STORE"
+    admin.grants.update("catalog", full_name.split(".")[0], ann, add=["USE_CATALOG"])
+    admin.grants.update("schema", full_name.rpartition(".")[0], ann, add=["USE_SCHEMA"])
+
+    granted = admin.grants.update("memory_store", full_name, ann, add=[read], scopes=["team-a", "team-a:*"])
+    assert [(a.principal, a.privileges, a.scopes) for a in granted] == [
+        (ann, [read], {read: ["team-a", "team-a:*"]})
+    ]
+    (listed,) = admin.grants.get("memory_store", full_name, principal=ann)
+    assert listed.scopes == {read: ["team-a", "team-a:*"]}
+    with Client(live.url, token_for(live, ann)) as as_ann:
+
+        def may_read(scope: str) -> bool:
+            try:
+                return as_ann.store(full_name).get(scope, "/n.md").contents == f"a note of {scope}"
+            except CatalogError as exc:
+                assert (exc.status, exc.error_code) == (403, "PERMISSION_DENIED")
+                return False
+
+        (mine,) = as_ann.grants.effective("memory_store", full_name)
+        assert [(p.privilege, p.scopes) for p in mine.privileges] == [(read, ["team-a", "team-a:*"])]
+        assert [may_read(s) for s in ("team-a", "team-a:x", "team-b")] == [True, True, False]
+
+        # patterns added to a limited grant; taken from it
+        admin.grants.update("memory_store", full_name, ann, add=[read], scopes=["team-b"])
+        assert admin.grants.get("memory_store", full_name, principal=ann)[0].scopes == {
+            read: ["team-a", "team-a:*", "team-b"]
+        }
+        admin.grants.update("memory_store", full_name, ann, remove=[read], scopes=["team-a:*"])
+        assert [may_read(s) for s in ("team-a", "team-a:x", "team-b")] == [True, False, True]
+
+        # the limit lifted: every scope
+        (lifted,) = admin.grants.update("memory_store", full_name, ann, add=[read])
+        assert (lifted.privileges, lifted.scopes) == ([read], {})
+        assert as_ann.grants.effective("memory_store", full_name)[0].privileges[0].scopes is None
+        assert may_read("team-a:x")
+
+        # a grant for every scope is not narrowed by patterns: revoked, then granted with them
+        assert code_of(
+            lambda: admin.grants.update("memory_store", full_name, ann, remove=[read], scopes=["team-b"])
+        ) == (400, "INVALID_PARAMETER_VALUE")
+        admin.grants.update("memory_store", full_name, ann, remove=[read])
+        admin.grants.update("memory_store", full_name, ann, add=[read], scopes=["team-b"])
+        assert [may_read(s) for s in ("team-a", "team-b")] == [False, True]
+
+    # only READ and WRITE take patterns; patterns are a list
+    assert code_of(
+        lambda: admin.grants.update("memory_store", full_name, ann, add=["MANAGE"], scopes=["team-a"])
+    ) == (400, "INVALID_PARAMETER_VALUE")
+    with pytest.raises(TypeError, match="scopes is a list"):
+        admin.grants.update("memory_store", full_name, ann, add=[read], scopes="team-a")
+
+
+async def test_the_async_client_grants_with_scopes_too(live):
+    async with AsyncClient(live.url, token_for(live, "admin")) as admin:
+        catalog = unique("scat")
+        await admin.catalogs.create(catalog)
+        await admin.schemas.create(f"{catalog}.s")
+        full_name = (await admin.memory_stores.create(f"{catalog}.s.notes")).full_name
+        granted = await admin.grants.update(
+            "memory_store", full_name, "team-w", add=["WRITE_MEMORY_STORE"], scopes=["team-w:*"]
+        )
+        assert [(a.principal, a.scopes) for a in granted] == [
+            ("team-w", {"WRITE_MEMORY_STORE": ["team-w:*"]})
+        ]
+        await admin.grants.update(
+            "memory_store", full_name, "team-w", remove=["WRITE_MEMORY_STORE"], scopes=["team-w:*"]
+        )
+        assert await admin.grants.get("memory_store", full_name) == []  # it went with its last pattern
+
+
 def test_groups_and_their_members(live, admin):
     team = unique("team")
     made = admin.groups.create(team, members=["alice", "bob"])

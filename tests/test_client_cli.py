@@ -148,6 +148,76 @@ def test_a_new_admin_grants_a_team_read_access_to_a_store(live):
     )
 
 
+def test_grants_limited_to_scopes_on_the_command_line(live):
+    """`--scope` limits what `grants add` grants (and takes patterns away with `grants remove`);
+    `grants show` and `grants effective` print the patterns in a SCOPES column."""
+    store = f"main.default.{unique('scoped')}"
+    ann = unique("ann")
+    ok(catalog(live, "stores", "create", store))
+    for scope in ("team-a", "team-a:x", "team-b"):
+        ok(
+            catalog(
+                live, "entries", "put", store, "--scope", scope, "/n.md", "--contents", f"note of {scope}"
+            )
+        )
+
+    read, write = "READ_MEMORY_STORE", "WRITE_MEMORY_STORE"
+    added = ok(
+        catalog(
+            live,
+            "grants",
+            "add",
+            "memory_store",
+            store,
+            ann,
+            read,
+            write,
+            "--scope",
+            "team-a",
+            "--scope",
+            "team-a:*",
+        )
+    )
+    assert added.splitlines()[0].split() == ["PRINCIPAL", "PRIVILEGES", "SCOPES"]
+    assert rows(added) == [[ann, f"{read}, {write}", "team-a, team-a:*"]]
+    ok(catalog(live, "grants", "add", "memory_store", store, ann, "MANAGE"))
+    ok(catalog(live, "grants", "remove", "memory_store", store, ann, write, "--scope", "team-a:*"))
+    # a row per limit: every scope (SCOPES empty) first
+    assert rows(ok(catalog(live, "grants", "show", "memory_store", store))) == [
+        [ann, "MANAGE"],
+        [ann, write, "team-a"],
+        [ann, read, "team-a, team-a:*"],
+    ]
+    shown = json.loads(
+        ok(catalog(live, "grants", "show", "memory_store", store, "--principal", ann, "--json"))
+    )
+    assert shown["privilege_assignments"][0]["scopes"] == {read: ["team-a", "team-a:*"], write: ["team-a"]}
+    why = rows(ok(catalog(live, "grants", "effective", "memory_store", store, "--principal", ann)))
+    assert [ann, read, "this object", "team-a, team-a:*"] in why and [ann, "MANAGE", "this object"] in why
+
+    # the limit holds: ann reads team-a's scopes, writes team-a only
+    got = ok(catalog(live, "entries", "get", store, "--scope", "team-a:x", "/n.md", who=ann))
+    assert got.endswith("note of team-a:x\n")
+    assert "not scope 'team-b'" in failed(
+        catalog(live, "entries", "get", store, "--scope", "team-b", "/n.md", who=ann), "PERMISSION_DENIED"
+    )
+    failed(
+        catalog(live, "entries", "put", store, "--scope", "team-a:x", "/w.md", "--contents", "x", who=ann),
+        "PERMISSION_DENIED",
+    )
+    # only READ and WRITE take patterns
+    assert "may be limited to scopes" in failed(
+        catalog(live, "grants", "add", "memory_store", store, ann, "MANAGE", "--scope", "team-a"),
+        "INVALID_PARAMETER_VALUE",
+    )
+    # granted again without --scope: every scope
+    ok(catalog(live, "grants", "add", "memory_store", store, ann, read))
+    assert [ann, read, "this object"] in rows(
+        ok(catalog(live, "grants", "effective", "memory_store", store, "--principal", ann))
+    )
+    assert "--scope PATTERN" in ok(catalog(live, "grants", "add", "-h"))
+
+
 def test_json_prints_the_apis_answer_and_options_go_before_or_after(live):
     store = f"main.default.{unique('json')}"
     ok(catalog(live, "stores", "create", store))

@@ -273,6 +273,61 @@ def test_grant_a_group_read_access_and_revoke_it_with_the_forms(web, live, world
     web.shot("grant-removed")
 
 
+def test_limit_a_grant_to_scopes_and_take_one_away_with_the_forms(web, live, world, api):
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    store = world["grants"]
+    web.sign_in(token_for(live, "admin"))
+    web.go(f"/console/stores/{store}")
+    web.css("#grant-principal").send_keys("scoped_team")
+    Select(web.css("#grant-privilege")).select_by_visible_text("READ_MEMORY_STORE")
+    scopes = web.css("#grant-scopes")
+    assert web.css("label[for=grant-scopes]").text == "Only in scopes (optional)"
+    scopes.send_keys("team-a", Keys.ENTER, "team-a:*")  # Enter in the box is a new line, not a submit
+    assert web.path() == f"/console/stores/{store}"
+    web.submit_with(web.css("#grant-form button[type=submit]").click)
+    assert web.path() == f"/console/stores/{store}?done=limited#grants"
+    assert web.css("#grants [role=status]").text == "The privilege was granted in the scopes given."
+    patterns = "#grants-table ul[aria-label='Scopes of READ_MEMORY_STORE for scoped_team'] code"
+    assert [c.text for c in web.all(patterns)] == ["team-a", "team-a:*"]
+    (granted,) = api.client().grants.get("memory_store", store, principal="scoped_team")
+    assert granted.scopes == {"READ_MEMORY_STORE": ["team-a", "team-a:*"]}
+    web.shot("grant-limited")
+    remove = web.css("button[aria-label='Remove scope team-a:* from READ_MEMORY_STORE of scoped_team']")
+    web.submit_with(remove.click)
+    assert web.css("#grants [role=status]").text == "The scopes were taken from the grant."
+    assert [c.text for c in web.all(patterns)] == ["team-a"]
+    assert api.client().grants.get("memory_store", store, principal="scoped_team")[0].scopes == {
+        "READ_MEMORY_STORE": ["team-a"]
+    }
+    web.submit_with(web.css("button[aria-label='Revoke READ_MEMORY_STORE from scoped_team']").click)
+    assert "scoped_team" not in grantees(web)
+
+
+def test_the_browsers_icon_requests_are_answered_and_never_denied(web, live, world, api):
+    """A console session in a real browser: the icon the pages name is fetched without a token
+    or cookie, and none of the session's requests is audited as denied or unauthenticated."""
+    admin = api.client()
+    mark = next(iter(admin.audit.events(limit=1))).seq
+    web.driver.execute_cdp_cmd("Network.clearBrowserCache", {})  # the icon is asked for afresh
+    web.sign_in(token_for(live, "admin"))
+    for path in ("/console/", f"/console/stores/{world['store']}", "/console/audit"):
+        web.go(path)
+        icon = web.css("link[rel=icon]")
+        assert icon.get_attribute("href") == f"{live.url}/favicon.ico"
+        assert icon.get_attribute("type") == "image/svg+xml"
+    assert any(u.endswith("/favicon.ico") for u in web.requested_urls())
+    with httpx.Client(base_url=live.url) as anyone:
+        answer = anyone.get("/favicon.ico")
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("image/svg+xml")
+    session = [e for e in admin.audit.events(limit=500) if e.seq > mark]
+    assert session and {e.decision for e in session} == {"allow"}, [
+        (e.action_name, e.decision, e.reason) for e in session if e.decision != "allow"
+    ]
+    assert [e for e in session if "favicon" in e.action_name] == []
+
+
 def test_effective_privileges_say_where_each_comes_from(web, live, world):
     web.sign_in(token_for(live, "admin"))
     web.go(f"/console/stores/{world['store']}")
@@ -285,7 +340,13 @@ def test_effective_privileges_say_where_each_comes_from(web, live, world):
         for row in web.all("#effective-table tbody tr")
     ]
     assert rows == [
-        ["READ_MEMORY_STORE", "granted READ_MEMORY_STORE", "inherited from schema main.default", "readers"]
+        [
+            "READ_MEMORY_STORE",
+            "granted READ_MEMORY_STORE",
+            "inherited from schema main.default",
+            "readers",
+            "every scope",
+        ]
     ]
     assert "What dave may do" in web.css("#effective-table caption").text
     web.shot("effective-privileges")

@@ -504,3 +504,152 @@ def test_a_team_gets_read_access_from_the_catalog_schema_and_store_pages(web, se
     assert (
         "Refunds take five days." in web.get("/console/stores/teams.support.kb", params={"scope": "faq"}).text
     )
+
+
+# --- scope limits of grants ----------------------------------------------------------------------------
+
+
+def grant_rows(page: str) -> dict[str, str]:
+    """The grants table, principal → the text of its cell (tags dropped, spaces collapsed)."""
+    table = re.search(r'<table class="grid" id="grants-table">.*?</table>', page, re.S)
+    assert table is not None, page[-2000:]
+    rows = re.findall(r'<th scope="row">([^<]+)</th>\s*<td>(.*?)</td>\s*</tr>', table[0], re.S)
+    return {who: " ".join(re.sub(r"<[^>]+>", " ", cell).split()) for who, cell in rows}
+
+
+def scope_forms(page: str) -> list[tuple[str, str, str]]:
+    """(principal, privilege, pattern) of each form that takes one pattern from a grant."""
+    return re.findall(
+        r'<input type="hidden" name="principal" value="([^"]+)">\s*'
+        r'<input type="hidden" name="privilege" value="([^"]+)">\s*'
+        r'<input type="hidden" name="scopes" value="([^"]+)">',
+        page,
+    )
+
+
+def test_the_grants_panel_shows_and_sets_scope_limits(web, settings, api, database_url):
+    store = api.create_store("scoped_forms")
+    url = f"/console/grants/memory_store/{store}"
+    admin = api.client()
+    admin.grants.update(
+        "memory_store", store, "ann", add=["READ_MEMORY_STORE"], scopes=["team-a", "team-a:*"]
+    )
+    admin.grants.update("memory_store", store, "cal", add=["READ_MEMORY_STORE", "MANAGE"])
+    csrf = sign_in(web, settings)
+
+    page = web.get(f"/console/stores/{store}").text
+    rows = grant_rows(page)
+    assert rows["ann"] == "READ_MEMORY_STORE Revoke only in scopes: team-a Remove team-a:* Remove"
+    assert rows["cal"] == "MANAGE Revoke READ_MEMORY_STORE Revoke in every scope"
+    assert scope_forms(page) == [
+        ("ann", "READ_MEMORY_STORE", "team-a"),
+        ("ann", "READ_MEMORY_STORE", "team-a:*"),
+    ]
+    assert 'id="grant-scopes"' in page and 'name="scopes"' in page
+
+    def post(**form: str):  # type: ignore[no-untyped-def]
+        return web.post(url, data={"csrf": csrf, **form}, follow_redirects=False)
+
+    def limits(who: str) -> dict[str, list[str]]:
+        (assignment,) = admin.grants.get("memory_store", store, principal=who)
+        return assignment.scopes
+
+    # granted with the form's patterns (one per line; blank lines and spaces around them left out)
+    r = post(
+        op="add", principal="bea", privilege="WRITE_MEMORY_STORE", scopes="team-b\r\n  team-b:* \r\n\r\n"
+    )
+    assert r.status_code == 303 and r.headers["location"] == f"/console/stores/{store}?done=limited#grants"
+    assert limits("bea") == {"WRITE_MEMORY_STORE": ["team-b", "team-b:*"]}
+    (event,) = events_of(database_url, r)
+    assert (event["action_name"], event["decision"], event["status_code"]) == (
+        "permissions.update",
+        "allow",
+        303,
+    )
+    shown = web.get(r.headers["location"]).text
+    assert "The privilege was granted in the scopes given." in shown
+    assert (
+        grant_rows(shown)["bea"] == "WRITE_MEMORY_STORE Revoke only in scopes: team-b Remove team-b:* Remove"
+    )
+    # the effective privileges say in which scopes each holds
+    effective = web.get(f"/console/stores/{store}", params={"principal": "bea"}).text
+    table = re.search(r'<table class="grid" id="effective-table">.*?</table>', effective, re.S)
+    assert table is not None
+    held = [
+        re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row) for row in re.findall(r"<tr>(.*?)</tr>", table[0], re.S)
+    ]
+    assert held[0][-1] == "In scopes"  # the header
+    assert [(row[0], row[-1]) for row in held[1:]] == [("WRITE_MEMORY_STORE", "team-b, team-b:*")]
+
+    # one pattern taken away; the last one has no Remove button (Revoke takes the grant)
+    r = post(op="remove", principal="ann", privilege="READ_MEMORY_STORE", scopes="team-a:*")
+    assert r.headers["location"] == f"/console/stores/{store}?done=narrowed#grants"
+    assert limits("ann") == {"READ_MEMORY_STORE": ["team-a"]}
+    shown = web.get(r.headers["location"]).text
+    assert "The scopes were taken from the grant." in shown
+    assert grant_rows(shown)["ann"] == "READ_MEMORY_STORE Revoke only in scopes: team-a"
+    assert ("ann", "READ_MEMORY_STORE", "team-a") not in scope_forms(shown)
+
+    # patterns added to a grant for every scope leave it so, and the page says how to narrow it
+    r = post(op="add", principal="cal", privilege="READ_MEMORY_STORE", scopes="team-c")
+    assert r.headers["location"] == f"/console/stores/{store}?done=unlimited#grants"
+    assert limits("cal") == {}
+    assert "Revoke it, then grant it with the scopes it keeps." in web.get(r.headers["location"]).text
+
+    # granted without patterns: every scope again
+    r = post(op="add", principal="ann", privilege="READ_MEMORY_STORE")
+    assert r.headers["location"] == f"/console/stores/{store}?done=granted#grants"
+    assert limits("ann") == {}
+    assert (
+        grant_rows(web.get(f"/console/stores/{store}").text)["ann"]
+        == "READ_MEMORY_STORE Revoke in every scope"
+    )
+
+    # bad patterns are a 400 page naming the form's field, and change nothing
+    for form in (
+        {"op": "add", "principal": "dan", "privilege": "READ_MEMORY_STORE", "scopes": "team-*x"},
+        {"op": "add", "principal": "dan", "privilege": "MANAGE", "scopes": "team-d"},
+        {"op": "add", "principal": "dan", "privilege": "READ_MEMORY_STORE",
+         "scopes": "\n".join(f"s{i}" for i in range(21))},
+        {"op": "remove", "principal": "cal", "privilege": "READ_MEMORY_STORE", "scopes": "team-c"},
+    ):  # fmt: skip
+        r = post(**form)
+        assert r.status_code == 400, (form, r.text[-500:])
+        assert '<code id="error-field">scopes</code>' in r.text, (form, r.text[-600:])
+    assert {a.principal for a in admin.grants.get("memory_store", store)} == {"ann", "bea", "cal"}
+
+
+def test_the_favicon_is_served_without_a_session_and_never_audited(web, settings, world, database_url):
+    """Browsers ask for the icon by themselves, with no token and, outside /console, no cookie:
+    a console session's icon requests are answered and leave no (denied) audit event."""
+    from pathlib import Path
+
+    import catalog.console
+
+    icon = (Path(catalog.console.__file__).parent / "static" / "favicon.svg").read_bytes()
+    r = web.get("/favicon.ico")  # before signing in
+    assert r.status_code == 200 and r.content == icon
+    assert r.headers["content-type"].startswith("image/svg+xml")
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert events_of(database_url, r) == []
+    sign_in(web, settings)
+    pages, icons = [], []
+    for path in (
+        "/console/",
+        "/console/catalogs/main",
+        f"/console/stores/{world['forms']}",
+        "/console/audit",
+    ):
+        page = web.get(path)
+        assert page.status_code == 200, path
+        href = re.search(r'<link rel="icon" href="([^"]+)"', page.text)
+        assert href is not None and href[1] == "/favicon.ico", path
+        pages.append(page)
+        icons.append(web.get(href[1]))
+    assert [i.status_code for i in icons] == [200] * len(icons)
+    assert [events_of(database_url, i) for i in icons] == [[]] * len(icons)
+    assert [[e["decision"] for e in events_of(database_url, p)] for p in pages] == [["allow"]] * len(pages)
+    assert (
+        sql(database_url, "SELECT count(*) FROM audit_events WHERE action_name LIKE '%favicon%'")[0][0] == 0
+    )
+    assert web.post("/favicon.ico").status_code == 405  # an icon to read, nothing else

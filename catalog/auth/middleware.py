@@ -11,8 +11,9 @@ from catalog.auth.principal import Principal
 from catalog.auth.tokens import TokenVerifier
 from catalog.errors import RequestLimitExceeded, Unauthenticated
 
-# Routes open without a token (regular expressions matched against the path).
-AUTH_EXEMPT_PATHS = [r"^/healthz$", r"^/openapi\.json$", r"^/docs", r"^/\.well-known/"]
+# Routes open without a token (regular expressions matched against the path); `/favicon.ico`:
+# the icon browsers ask for by themselves (catalog.console).
+AUTH_EXEMPT_PATHS = [r"^/healthz$", r"^/openapi\.json$", r"^/docs", r"^/\.well-known/", r"^/favicon\.ico$"]
 
 
 class Limiter(Protocol):

@@ -114,12 +114,25 @@ def get_permissions(securable_type: str, full_name: str, principal: str | None) 
 
 
 def update_permissions(
-    securable_type: str, full_name: str, principal: str, add: Sequence[str], remove: Sequence[str]
+    securable_type: str,
+    full_name: str,
+    principal: str,
+    add: Sequence[str],
+    remove: Sequence[str],
+    scopes: Sequence[str] | None = None,
 ) -> Call:
+    """One change for `principal`; with `scopes` (READ/WRITE_MEMORY_STORE only) the privileges
+    added are limited to those scope patterns (added to a limited grant's) and those removed lose
+    them (docs/governance/scopes.md)."""
     if isinstance(add, str) or isinstance(remove, str):
         raise TypeError("add and remove are lists of privileges")
-    change = {"principal": principal, "add": list(add), "remove": list(remove)}
-    # granting what is held, or revoking what is not, changes nothing: safe to send twice
+    if isinstance(scopes, str):
+        raise TypeError("scopes is a list of scope patterns")
+    change: dict[str, Any] = {"principal": principal, "add": list(add), "remove": list(remove)}
+    if scopes is not None:
+        change["scopes"] = list(scopes)
+    # granting what is held, or revoking what is not, changes nothing (patterns too: adding one
+    # held, or taking one away that is gone): safe to send twice
     return Call(
         "PATCH",
         f"{UC}/permissions/{_securable(securable_type, full_name)}",

@@ -316,7 +316,8 @@ class MemoryStores:
 
 class Grants:
     """Grants on a securable: `securable_type` is `metastore` (full name: its metastore_id),
-    `catalog`, `schema` or `memory_store`; privileges as `READ_MEMORY_STORE` (or with spaces)."""
+    `catalog`, `schema` or `memory_store`; privileges as `READ_MEMORY_STORE` (or with spaces).
+    A grant limited to scopes is answered with its patterns (`PrivilegeAssignment.scopes`)."""
 
     def __init__(self, client: Client) -> None:
         self._c = client
@@ -335,16 +336,24 @@ class Grants:
         *,
         add: Sequence[str] = (),
         remove: Sequence[str] = (),
+        scopes: Sequence[str] | None = None,
     ) -> list[PrivilegeAssignment]:
-        """Grant `add` and revoke `remove` for `principal`, all or nothing; the grants after."""
-        call = calls.update_permissions(securable_type, full_name, principal, add, remove)
+        """Grant `add` and revoke `remove` for `principal`, all or nothing; the grants after.
+
+        `scopes` (scopes such as `team-a`, or prefixes ending in `*` such as `team-a:*`; at most
+        20) limits READ_MEMORY_STORE and WRITE_MEMORY_STORE: added with them, a privilege holds
+        only in the scopes they match (added to the patterns of a grant already limited; a grant
+        for every scope stays so); removed with them, those patterns are taken from the grant
+        (it goes with its last one). Added without them, a privilege holds in every scope."""
+        call = calls.update_permissions(securable_type, full_name, principal, add, remove, scopes)
         return items(self._c.call(call, dict[str, Any]), "privilege_assignments", PrivilegeAssignment)
 
     def effective(
         self, securable_type: str, full_name: str, *, principal: str | None = None
     ) -> list[EffectivePrivilegeAssignment]:
         """What `principal` (yourself by default) may do on the object, and where each privilege
-        comes from (`inherited_from_type`/`_name`, and the group as the assignment's principal)."""
+        comes from (`inherited_from_type`/`_name`, and the group as the assignment's principal);
+        a privilege held only in some scopes has their patterns in `scopes`."""
         call = calls.effective_permissions(securable_type, full_name, principal)
         return list(self._c.each(call, "privilege_assignments", EffectivePrivilegeAssignment))
 

@@ -35,6 +35,13 @@ if TYPE_CHECKING:
     from catalog.client import Call, Client
 
 Handler = Callable[[argparse.Namespace], int]
+SCOPE_HELP = {
+    "add": "limit READ_MEMORY_STORE or WRITE_MEMORY_STORE to a scope (team-a) or a prefix ending in * "
+    "(team-a:*), added to the patterns of a grant already limited; repeat it (at most 20). Without it, "
+    "the privileges hold in every scope",
+    "remove": "take this pattern from a grant limited to scopes (the grant goes with its last one) "
+    "instead of revoking the privilege; repeat it",
+}
 SECURABLE_TYPES = ("metastore", "catalog", "schema", "memory_store")
 DEFAULT_EVENTS = 50
 
@@ -239,27 +246,45 @@ def stores_show(args: argparse.Namespace) -> int:
 # --- grants --------------------------------------------------------------------------------------
 
 
-def _grants_table(body: dict[str, Any]) -> str:
-    rows = [
-        (a.get("principal"), ", ".join(a.get("privileges") or []))
-        for a in body.get("privilege_assignments") or []
+def _grant_rows(assignment: dict[str, Any]) -> list[tuple[Any, str, str]]:
+    """A principal's grants as rows of (principal, privileges, scopes): the privileges held in
+    every scope in one row (SCOPES empty), those limited to the same patterns in one row each."""
+    limits: dict[str, list[str]] = assignment.get("scopes") or {}
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for privilege in assignment.get("privileges") or []:
+        groups.setdefault(tuple(limits.get(privilege) or ()), []).append(privilege)
+    return [
+        (assignment.get("principal"), ", ".join(privileges), ", ".join(patterns))
+        for patterns, privileges in sorted(groups.items())
     ]
-    return table(["PRINCIPAL", "PRIVILEGES"], rows)
+
+
+GRANT_COLUMNS = ["PRINCIPAL", "PRIVILEGES", "SCOPES"]
+
+
+def _grants_table(body: dict[str, Any]) -> str:
+    return table(
+        GRANT_COLUMNS, [row for a in body.get("privilege_assignments") or [] for row in _grant_rows(a)]
+    )
 
 
 def grants_show(args: argparse.Namespace) -> int:
     call = calls.get_permissions(args.securable_type, args.full_name, args.principal)
-    columns = [
-        ("PRINCIPAL", lambda a: a.get("principal")),
-        ("PRIVILEGES", lambda a: ", ".join(a.get("privileges") or [])),
-    ]
-    return show_list(args, call, "privilege_assignments", "grants", columns)
+    with client_for(args) as client:
+        found = read_list(client, call, "privilege_assignments", "grants")
+    if _json(args):
+        print_raw(json.dumps({"privilege_assignments": found}))
+    else:
+        print(_grants_table({"privilege_assignments": found}))
+    return 0
 
 
 def grants_change(args: argparse.Namespace) -> int:
     privileges = [p.upper().replace(" ", "_") for p in args.privileges]
     add, remove = (privileges, []) if args.grants_command == "add" else ([], privileges)
-    call = calls.update_permissions(args.securable_type, args.full_name, args.principal, add, remove)
+    call = calls.update_permissions(
+        args.securable_type, args.full_name, args.principal, add, remove, args.scopes
+    )
     return show_one(args, call, _grants_table)
 
 
@@ -277,8 +302,9 @@ def grants_effective(args: argparse.Namespace) -> int:
             origin = (
                 f"{privilege.get('inherited_from_type', '').lower()} {source}" if source else "this object"
             )
-            rows.append((assignment.get("principal"), privilege.get("privilege"), origin))
-    print(table(["THROUGH", "PRIVILEGE", "FROM"], rows))
+            scopes = ", ".join(privilege.get("scopes") or [])
+            rows.append((assignment.get("principal"), privilege.get("privilege"), origin, scopes))
+    print(table(["THROUGH", "PRIVILEGE", "FROM", "SCOPES"], rows))
     return 0
 
 
@@ -775,6 +801,13 @@ def add_commands(
         change.add_argument("principal", metavar="PRINCIPAL", help="a token subject or a group")
         change.add_argument(
             "privileges", metavar="PRIVILEGE", nargs="+", help="e.g. READ_MEMORY_STORE USE_SCHEMA"
+        )
+        change.add_argument(
+            "--scope",
+            dest="scopes",
+            action="append",
+            metavar="PATTERN",
+            help=SCOPE_HELP[verb],
         )
     effective = leaf(grants, "effective", grants_effective, "what a principal may do on an object, and why")
     securable(effective)

@@ -75,10 +75,13 @@ class MemoryStore(_Answer, kw_only=True):
 
 
 class PrivilegeAssignment(_Answer, kw_only=True):
-    """The privileges granted to one principal (a token subject or a group) on one object."""
+    """The privileges granted to one principal (a token subject or a group) on one object.
+    `scopes` holds the patterns of the privileges granted only in some scopes
+    (`{"READ_MEMORY_STORE": ["team-a", "team-a:*"]}`); a privilege not in it holds in every scope."""
 
     principal: str
     privileges: list[str] = []
+    scopes: dict[str, list[str]] = {}
 
 
 class EffectivePrivilege(_Answer, kw_only=True):
@@ -86,6 +89,8 @@ class EffectivePrivilege(_Answer, kw_only=True):
     # where it comes from: the object itself (None) or a parent (CATALOG / SCHEMA / METASTORE)
     inherited_from_type: str | None = None
     inherited_from_name: str | None = None
+    # held only in the scopes these patterns match (a grant limited to scopes); None: every scope
+    scopes: list[str] | None = None
 
 
 class EffectivePrivilegeAssignment(_Answer, kw_only=True):

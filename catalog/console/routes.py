@@ -3,10 +3,12 @@ routes call. Each request passes through the app's RequestMiddleware (one audit 
 and, but for the sign-in page and the static files, through the console's session
 (`session.ConsoleSession`), which authenticates the cookie's token as a bearer token is
 authenticated. Forms that change something carry the session's CSRF token and are answered with
-a redirect (303) to the page they came from."""
+a redirect (303) to the page they came from. The console's icon is served at the root
+(`/favicon.ico`, where browsers look for it) with neither a session nor an audit event."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -170,27 +172,29 @@ async def store_view(
     )
 
 
-# the fields of the grants form as the permissions service names them, as the form names them
-_FORM_FIELD = {"principal": "principal", "add": "privilege", "remove": "privilege"}
+# the fields of the grants form as the permissions service names them (`changes[0].scopes[1]`:
+# `scopes`), as the form names them
+_FORM_FIELD = {"principal": "principal", "add": "privilege", "remove": "privilege", "scopes": "scopes"}
 
 
 @post("/grants/{securable_type:str}/{full_name:str}", include_in_schema=False, status_code=303)
 async def change_grants(
     request: Req, ctx: Ctx, securable_type: PathPart, full_name: PathPart
 ) -> Response[Any]:
-    """Add or remove one privilege of one principal (the grants panel's forms)."""
-    form = await read_form(request, frozenset({"csrf", "op", "principal", "privilege"}))
+    """Add or remove one privilege of one principal, or scope patterns of its grant (the grants
+    panel's forms)."""
+    form = await read_form(request, frozenset({"csrf", "op", "principal", "privilege", "scopes"}))
     check_csrf(request, form)
-    op, who, privilege = service.grant_form(securable_type, form)
+    change = service.grant_form(securable_type, form)
     note_success_status(303)  # the change's audit event records what this request answers
     try:
-        target = await service.change_grant(ctx, request.user, securable_type, full_name, op, who, privilege)
+        target, done = await service.change_grant(ctx, request.user, securable_type, full_name, change)
     except FieldError as err:
-        field = (err.field or "").rpartition(".")[2]
+        field = re.sub(r"\[\d+\]$", "", (err.field or "").rpartition(".")[2])
         if err.field and field in _FORM_FIELD:
             raise InvalidParameter(err.message, _FORM_FIELD[field]) from err
         raise
-    return redirect(f"{target}?{urlencode({'done': 'granted' if op == 'add' else 'revoked'})}#grants")
+    return redirect(f"{target}?{urlencode({'done': done})}#grants")
 
 
 # --- audit and lineage ------------------------------------------------------------------------------
@@ -226,6 +230,31 @@ async def lineage_graph(
 ) -> Response[str]:
     found = await service.lineage_page(ctx, request.user, full_name, direction, depth)
     return page(request, "lineage.html", title=f"Lineage of {found.full_name}", view=found)
+
+
+# --- the icon ----------------------------------------------------------------------------------------
+
+# Browsers ask for /favicon.ico by themselves, on any page of the server; the console's pages
+# name it too (<link rel="icon">). It is served at the root, as `/healthz` is: without a token
+# (catalog.auth's AUTH_EXEMPT_PATHS) and without an audit event (catalog.web.middleware's
+# UNAUDITED), so that a browser's asking for it is neither refused nor recorded as a denial.
+FAVICON_PATH = "/favicon.ico"
+FAVICON_TYPE = "image/svg+xml"
+_FAVICON = (Path(__file__).parent / "static" / "favicon.svg").read_bytes()
+
+
+@get(FAVICON_PATH, include_in_schema=False)
+async def favicon() -> Response[bytes]:
+    """The console's icon (the server's only one), cached a day."""
+    return Response(
+        content=_FAVICON,
+        media_type=FAVICON_TYPE,
+        headers={
+            "Cache-Control": "public, max-age=86400",
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "default-src 'none'",
+        },
+    )
 
 
 static_files = create_static_files_router(

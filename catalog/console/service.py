@@ -22,7 +22,7 @@ from catalog.entries import service as entries
 from catalog.entries.repo import EntryRow
 from catalog.errors import InvalidParameter
 from catalog.governance import Securable, SecurableType
-from catalog.governance.actions import GRANTABLE
+from catalog.governance.actions import GRANTABLE, SCOPABLE
 from catalog.governance.namespace import service as namespace
 from catalog.governance.namespace.schemas import CatalogInfo, MemoryStoreInfo, SchemaInfo
 from catalog.governance.permissions import service as permissions
@@ -63,6 +63,7 @@ class Grants:
     grantable: tuple[str, ...]  # what may be granted on this type (the <select>)
     may_change: bool
     truncated: bool  # more grants than a panel shows
+    scopable: tuple[str, ...] = SCOPABLE  # the privileges a grant may limit to scope patterns
 
 
 async def grants_panel(ctx: Context, principal: Principal, securable: Securable) -> Grants | None:
@@ -90,8 +91,21 @@ async def grants_panel(ctx: Context, principal: Principal, securable: Securable)
     )
 
 
-def grant_form(securable_type: str, form: dict[str, str]) -> tuple[str, str, str]:
-    """(op, principal, privilege) of a grants form, or 400 naming the field."""
+@dataclass(frozen=True)
+class GrantForm:
+    """What a grants form asks for: add or remove one privilege of one principal, limited to (or
+    taking away) scope patterns when `scopes` is given."""
+
+    op: str  # add | remove
+    principal: str
+    privilege: str
+    scopes: list[str] | None  # None: no patterns (an addition then holds in every scope)
+
+
+def grant_form(securable_type: str, form: dict[str, str]) -> GrantForm:
+    """The change a grants form asks for, or 400 naming the field. `scopes` is one pattern per
+    line (blank lines and the spaces around a pattern are left out); the permissions service
+    checks the patterns."""
     kind = permissions.parse_securable_type(securable_type)
     if kind not in API_TYPE:
         raise InvalidParameter(
@@ -112,22 +126,38 @@ def grant_form(securable_type: str, form: dict[str, str]) -> tuple[str, str, str
             f"choose one of {', '.join(allowed)} (on a {kind.value.lower().replace('_', ' ')})",
             "privilege",
         )
-    return op, who, privilege
+    patterns = [line.strip() for line in form.get("scopes", "").splitlines() if line.strip()]
+    return GrantForm(op, who, privilege, patterns or None)
 
 
 async def change_grant(
-    ctx: Context, principal: Principal, securable_type: str, full_name: str, op: str, who: str, privilege: str
-) -> str:
-    """Add or remove one privilege through the permissions service; the console page to go back to."""
-    change = (
-        PermissionsChange(principal=who, add=[privilege])
-        if op == "add"
-        else PermissionsChange(principal=who, remove=[privilege])
+    ctx: Context, principal: Principal, securable_type: str, full_name: str, change: GrantForm
+) -> tuple[str, str]:
+    """Make the form's change through the permissions service: the console page to go back to,
+    and what became of the grant (the page's notice): `granted`, `revoked`, `limited` (granted
+    in the scopes given), `unlimited` (patterns given for a privilege held in every scope, which
+    stays so) or `narrowed` (patterns taken from a limited grant that keeps others)."""
+    scopes = change.scopes
+    body = UpdatePermissions(
+        changes=[
+            PermissionsChange(principal=change.principal, add=[change.privilege], scopes=scopes)
+            if change.op == "add"
+            else PermissionsChange(principal=change.principal, remove=[change.privilege], scopes=scopes)
+        ],
+        omit_permissions_in_response=scopes is None,
     )
-    body = UpdatePermissions(changes=[change], omit_permissions_in_response=True)
-    await permissions.update_permissions(ctx, principal, securable_type, full_name, body)
+    after = await permissions.update_permissions(ctx, principal, securable_type, full_name, body)
     kind = permissions.parse_securable_type(securable_type)
-    return PAGE_OF[kind] + full_name.lower()
+    target = PAGE_OF[kind] + full_name.lower()
+    if scopes is None:
+        return target, "granted" if change.op == "add" else "revoked"
+    held = next((a for a in after.privilege_assignments if a.principal == change.principal), None)
+    if held is None or change.privilege not in held.privileges:
+        return target, "revoked"
+    limited = change.privilege in held.scopes
+    if change.op == "add":
+        return target, "limited" if limited else "unlimited"
+    return target, "narrowed"
 
 
 # --- browsing ------------------------------------------------------------------------------------------
@@ -192,6 +222,7 @@ class Source:
     where: str  # "directly on this memory store", "inherited from schema main.default", ...
     inherited: bool
     group: str | None  # the group it comes through; None: held by the principal itself
+    scopes: str  # "team-a, team-a:*" (held only there), "every scope", or "—" (not a store's data)
 
 
 @dataclass(frozen=True)
@@ -237,7 +268,14 @@ def _source(held: permissions.Held, about: str) -> Source:
         where=_where(held),
         inherited=held.inherited,
         group=held.grantee if held.grantee != about else None,
+        scopes=_limit(held),
     )
+
+
+def _limit(held: permissions.Held) -> str:
+    if held.scopes is not None:
+        return ", ".join(held.scopes)
+    return "every scope" if held.privilege in SCOPABLE else "—"
 
 
 async def store_page(

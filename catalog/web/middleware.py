@@ -92,7 +92,9 @@ def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> No
     logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
 
 
-UNAUDITED = {"/healthz", "/openapi.json", "/docs"}
+# requests that leave no audit event: health checks, the API's description, and the icon browsers
+# ask for by themselves (all open without a token: catalog.auth's AUTH_EXEMPT_PATHS)
+UNAUDITED = {"/healthz", "/openapi.json", "/docs", "/favicon.ico"}
 # seconds a 504's answer waits for its own audit event before it goes out (the event stays queued)
 DEADLINE_EVENT_WAIT = 2.0
 # routes that wait for the upstream model: `llm_request_timeout` instead of `request_timeout`

@@ -10,7 +10,7 @@ Routes declare their error statuses with `responses=errors(...)` (every error ha
 - a memory-store route's 404 is described as `NOT_FOUND` (the others' as `RESOURCE_DOES_NOT_EXIST`);
 - a route with a query parameter whose documented maximum length alone fills the request head
   (`page_token`: 16 KiB, as much as the connection layer takes of a request line and its headers,
-  `catalog.web.serving.MAX_HEAD_BYTES`) documents the 431 such a value is answered;
+  `catalog.wire.inputs.MAX_HEAD_BYTES`) documents the 431 such a value is answered;
 - `X-Request-Id` on every response, `Retry-After` on every 429 and 503 that sets it;
 - the open routes (`/healthz`, `/openapi.json`, `/docs`: the authentication middleware's exempt
   paths) say so with `security: []`; `/openapi.json` and `/docs` themselves are documented.
@@ -40,7 +40,7 @@ from litestar.openapi.spec import (
 
 from catalog.auth import AUTH_EXEMPT_PATHS
 from catalog.errors import MEMORY_STORE_ROUTE
-from catalog.web.serving import MAX_HEAD_BYTES
+from catalog.wire.inputs import MAX_HEAD_BYTES
 
 
 class ErrorDetail(msgspec.Struct, kw_only=True, rename={"type": "@type"}):

@@ -37,10 +37,10 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from catalog.errors import error_body
+from catalog.wire.inputs import MAX_HEAD_BYTES
 
 log = logging.getLogger("catalog.request")
 
-MAX_HEAD_BYTES = 16 * 1024  # a request line and its headers, together
 DRAIN_STATE_KEY = "catalog.drain"  # where a request's ASGI state holds the server's `Drain`
 
 

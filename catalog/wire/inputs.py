@@ -30,6 +30,8 @@ from litestar.params import BodyKwarg, Parameter, ParameterKwarg
 from catalog.errors import InvalidParameter, PayloadTooLarge
 
 MAX_JSON_DEPTH = 64
+# the most the connection layer takes of a request line and its headers together (431 beyond it)
+MAX_HEAD_BYTES = 16 * 1024
 
 # Text patterns shared by the wire types. They use only what ECMA-262 and Python's `re` read alike
 # (no \d, \w or \s, whose meanings differ), because the OpenAPI document states them and the

@@ -1,7 +1,13 @@
 """Erasing a data subject: the scope `subject` and every scope `subject:...`, in every store, with
-history, conversations, sessions and lineage; afterwards no table holds the subject's scopes or
-paths in clear text, the audit chain verifies and auditors' searches by its scopes find nothing.
-A store under legal hold keeps what it holds, and then the subject's audit key is kept too."""
+history, conversations, sessions and lineage, and everywhere else that names its scopes: the scope
+patterns of grants limited to scopes (a grant left with none is revoked) and the policy log's
+history of them, the stores' shared scopes, and the reports and errors of memory pipelines' runs.
+Afterwards no table holds the subject's scopes or paths in clear text, nor does a store's export;
+the policy log replays to the grants there are; the audit chain verifies and auditors' searches by
+its scopes find nothing. Audit events hold every scope and path (a tool call's `by` too, and the
+scopes and patterns a reason names) as pseudonyms from the start. A store under legal hold keeps
+what it holds, and then the subject's audit key is kept too. What stays in PostgreSQL's files
+until `VACUUM FULL` is measured, as docs/audit/erasure.md states it."""
 
 from __future__ import annotations
 
@@ -10,14 +16,43 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import asyncpg
+import pytest
+from scripted_llm import Call, Fail, Reply, ScriptedLLM
 from stores import make_store
 
+from catalog.governance import repo as policy_repo
+from catalog.governance.policy import PolicyState
+from catalog.settings import Settings
+
 UC = "/api/2.1/unity-catalog"
+AGENTS = "/api/2.0/agents"
 SUBJECT = "zqsubj"
 SECRET = "zq-path"
+DEADLINE = 90.0  # seconds a pipeline run may take before the test gives up (no timing is asserted)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    with ScriptedLLM() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def settings(database_url, data_dir, llm) -> Settings:
+    """The module's app, with the scripted upstream model (a memory pipeline's runs)."""
+    return Settings(
+        data_dir=data_dir,
+        database_url=database_url,
+        admin="admin",
+        page_default=5,
+        page_cap=20,
+        llm_base_url=llm.url,
+        llm_max_retries=0,
+    )
 
 
 def write(client, token, store: str, scope: str, path: str, contents: str, **extra) -> None:
@@ -60,7 +95,91 @@ async def tables_holding(url: str, needles: list[str]) -> list[str]:
         await conn.close()
 
 
-def test_erasing_a_subject_leaves_nothing_that_names_it(client, token, settings):
+def change_grants(client, token, kind: str, name: str, *changes: dict) -> None:
+    r = client.patch(f"{UC}/permissions/{kind}/{name}", headers=token(), json={"changes": list(changes)})
+    assert r.status_code == 200, r.text
+
+
+def grants_on(client, token, kind: str, name: str) -> dict[str, dict]:
+    r = client.get(f"{UC}/permissions/{kind}/{name}", headers=token(), params={"max_results": 20})
+    assert r.status_code == 200, r.text
+    return {a["principal"]: a for a in r.json()["privilege_assignments"]}
+
+
+def exported(client, token, store: str) -> str:
+    r = client.get(f"{store}/export", headers=token())
+    assert r.status_code == 200, r.text
+    return r.text
+
+
+def read_as(client, token, who: str, store: str, scope: str, path: str):  # type: ignore[no-untyped-def]
+    return client.get(f"{store}/entries:get", headers=token(who), params={"scope": scope, "path": path})
+
+
+def session(client, token, session_id: str, actor: str, text: str) -> None:
+    stores = f"{AGENTS}/session-stores"
+    r = client.post(
+        f"{stores}/es-sessions/sessions",
+        headers=token(),
+        params={"session_id": session_id},
+        json={"actor_id": actor},
+    )
+    assert r.status_code == 200, r.text
+    r = client.post(
+        f"{stores}/es-sessions/sessions/{session_id}/items:append",
+        headers=token(),
+        json={"items": [{"data": {"role": "user", "content": text}}]},
+    )
+    assert r.status_code == 200, r.text
+
+
+def run_with_maintenance(client, token, llm) -> tuple[str, dict]:
+    """A memory pipeline from es-sessions into es-a, run once with its maintenance step: both
+    sessions are extracted (nothing to save), the subject's memories are reviewed (the old city is
+    superseded by the new one), and the review of its project scope fails upstream. (The run's
+    name, the run as answered.)"""
+    llm.reset()
+    llm.script(
+        Reply("nothing to extract"),  # session s1
+        Reply("nothing to extract"),  # session s2
+        Call("supersede_memory", {"path": f"/{SECRET}-old.md", "by": f"/{SECRET}-new.md"}),
+        Reply("superseded the old city"),
+        Fail(500, "upstream exploded"),  # the review of zqsubj:proj
+    )
+    body = {
+        "session_store": "es-sessions",
+        "memory_store": "es-a",
+        "dreamer_policy": {"model": "distiller", "maintain": True},
+    }
+    r = client.post(f"{AGENTS}/memory-pipelines", headers=token(), json=body)
+    assert r.status_code == 200, r.text
+    r = client.post(f"{AGENTS}/{r.json()['name']}/run", headers=token(), json={})
+    assert r.status_code == 200, r.text
+    name = r.json()["name"]
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        got = client.get(f"{AGENTS}/{name}", headers=token()).json()
+        if got.get("state") in ("SUCCEEDED", "FAILED"):
+            return name, got
+        assert time.monotonic() < deadline, (got, llm.requests)
+        time.sleep(0.1)
+
+
+async def policy_replayed(url: str) -> tuple[PolicyState, PolicyState]:
+    """The policy loaded from the tables, and the policy replayed from the whole `policy_log`."""
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=1)
+    try:
+        loaded, replayed = PolicyState(), PolicyState()
+        for row in (await policy_repo.load_policy(pool)).grants:
+            loaded.apply("grant", "add", row[0], row[1], row[2], row[3])
+        for row in await policy_repo.policy_changes(pool, 0, 1_000_000):
+            replayed.apply(row["kind"], row["op"], row["a"], row["b"], row["c"], row["d"])
+        return loaded, replayed
+    finally:
+        await pool.close()
+
+
+def test_erasing_a_subject_leaves_nothing_that_names_it(client, token, settings, llm):
     a = make_store(client, token, "es-a")
     b = make_store(client, token, "es-b")
     write(client, token, a, SUBJECT, f"/{SECRET}-1.md", "first")
@@ -70,6 +189,9 @@ def test_erasing_a_subject_leaves_nothing_that_names_it(client, token, settings)
         json={"scope": SUBJECT, "path": f"/{SECRET}-1.md", "append": {"text": "second"}},
     )
     assert r.status_code == 200, r.text  # history: two versions
+    write(client, token, a, SUBJECT, f"/{SECRET}-old.md", "lives in Paris")
+    write(client, token, a, SUBJECT, f"/{SECRET}-new.md", "moved to Berlin in May")
+    write(client, token, a, f"{SUBJECT}:proj", f"/{SECRET}-plan.md", "the project's plan")
     write(client, token, b, f"{SUBJECT}:proj", f"/{SECRET}-2.md", "project notes")
     # another subject whose name is a prefix of this one stays, with an edge from the erased entry
     write(
@@ -91,26 +213,12 @@ def test_erasing_a_subject_leaves_nothing_that_names_it(client, token, settings)
         },
     )
     assert conversation.status_code == 200, conversation.text
-    sessions = "/api/2.0/agents/session-stores"
-    assert (
-        client.post(
-            sessions, headers=token(), params={"session_store_name": "es-sessions"}, json={}
-        ).status_code
-        == 200
-    )
     r = client.post(
-        f"{sessions}/es-sessions/sessions",
-        headers=token(),
-        params={"session_id": "s1"},
-        json={"actor_id": SUBJECT},
+        f"{AGENTS}/session-stores", headers=token(), params={"session_store_name": "es-sessions"}, json={}
     )
     assert r.status_code == 200, r.text
-    r = client.post(
-        f"{sessions}/es-sessions/sessions/s1/items:append",
-        headers=token(),
-        json={"items": [{"data": {"role": "user", "content": f"the {SECRET} again"}}]},
-    )
-    assert r.status_code == 200, r.text
+    session(client, token, "s1", SUBJECT, f"the {SECRET} again")
+    session(client, token, "s2", f"{SUBJECT}:proj", "about the project")
     r = client.get(f"{a}/entries:get", headers=token(), params={"scope": SUBJECT, "path": f"/{SECRET}-1.md"})
     assert r.status_code == 200
     client.post(
@@ -118,17 +226,106 @@ def test_erasing_a_subject_leaves_nothing_that_names_it(client, token, settings)
         headers=token(),
         json={"scopes": [f"{SUBJECT}:proj", "zqsub"], "query": "notes"},
     )
+    # grants limited to the subject's scopes (on the store, and on the schema above it), and one
+    # that also names another subject's scope and a prefix of several subjects (`zqsub*`)
+    change_grants(
+        client,
+        token,
+        "memory_store",
+        "main.default.es-a",
+        {"principal": "es-reader", "add": ["READ_MEMORY_STORE"], "scopes": [SUBJECT, f"{SUBJECT}:*"]},
+        {
+            "principal": "es-mixed",
+            "add": ["READ_MEMORY_STORE"],
+            "scopes": [f"{SUBJECT}:proj", "zqsub", "zqsub*"],
+        },
+    )
+    change_grants(
+        client,
+        token,
+        "schema",
+        "main.default",
+        {"principal": "es-reader", "add": ["USE_SCHEMA"]},
+        {"principal": "es-mixed", "add": ["USE_SCHEMA"]},
+        {"principal": "es-writer", "add": ["USE_SCHEMA"]},
+        {"principal": "es-writer", "add": ["WRITE_MEMORY_STORE"], "scopes": [f"{SUBJECT}:*"]},
+    )
+    change_grants(
+        client,
+        token,
+        "catalog",
+        "main",
+        {"principal": "es-reader", "add": ["USE_CATALOG"]},
+        {"principal": "es-mixed", "add": ["USE_CATALOG"]},
+        {"principal": "es-writer", "add": ["USE_CATALOG"]},
+    )
+    r = client.patch(
+        f"{UC}/memory-stores/main.default.es-a",
+        headers=token(),
+        json={"shared_scopes": [f"{SUBJECT}:team", "team-es"]},
+    )
+    assert r.status_code == 200, r.text
+    # reads through the limited grants: their events' reasons name the patterns and the scopes
+    assert read_as(client, token, "es-reader", a, SUBJECT, f"/{SECRET}-1.md").status_code == 200
+    refused = read_as(client, token, "es-reader", a, "zqsub", "/keep.md")
+    assert refused.status_code == 403 and f"{SUBJECT}:*" in refused.json()["message"], refused.text
+    assert read_as(client, token, "es-mixed", a, "zqsub", "/keep.md").status_code == 200
+    # a limited grant never allows what reaches every scope: the refusal names its patterns
+    body = {"session_store": "es-sessions", "memory_store": "es-a"}
+    refused = client.post(f"{AGENTS}/memory-pipelines", headers=token("es-writer"), json=body)
+    assert refused.status_code == 403 and f"{SUBJECT}:*" in refused.json()["message"], refused.text
+    run_name, run = run_with_maintenance(client, token, llm)
+    report = run.get("maintenance") or {}
+    assert (run["state"], report.get("superseded"), report.get("failed_scopes")) == ("SUCCEEDED", 1, 1), (
+        run,
+        llm.requests,
+    )
+    assert report["actions"] == [
+        {
+            "scope": SUBJECT,
+            "action": "superseded",
+            "sources": [f"/{SECRET}-old.md"],
+            "into": f"/{SECRET}-new.md",
+        }
+    ]
+    assert report["error"].startswith(f"scope {SUBJECT}:proj: ")
 
-    # before: the events are found by scope, and hold pseudonyms, never the scope or path itself
+    # before: the events are found by scope, and hold pseudonyms, never the scope or path itself:
+    # the tool call's `by`, the reasons naming grants' patterns and the step's failed scope too
     events = audit(client, token, SUBJECT)
     assert events and all(SUBJECT not in str(e) and SECRET not in str(e) for e in events)
-    assert audit(client, token, f"{SUBJECT}:proj")
+    proj = audit(client, token, f"{SUBJECT}:proj")
+    maintained = [e for e in proj if e["request_params"].get("phase") == "maintain"]
+    assert len(maintained) == 1 and maintained[0]["reason"].startswith("scope ps_"), proj
+    r = client.get(
+        f"{UC}/system/audit",
+        headers=token(),
+        params={"securable_full_name": "main.default.es-a", "page_size": 500},
+    )
+    by_tool = [e for e in r.json()["events"] if e["request_params"].get("tool") == "supersede_memory"]
+    assert len(by_tool) == 1, by_tool
+    kept = by_tool[0]["request_params"]
+    assert kept["step"] == "maintenance" and kept["by"].startswith("ps_") and kept["path"].startswith("ps_")
+    assert kept["by"] != kept["path"]
+    r = client.get(f"{UC}/system/audit", headers=token(), params={"principal": "es-reader"})
+    reasons = [e["reason"] for e in r.json()["events"] if e["action_name"] == "entries.read"]
+    assert len(reasons) == 2 and all("for scopes ps_" in reason for reason in reasons), reasons
+    r = client.get(f"{UC}/system/audit", headers=token(), params={"principal": "es-writer"})
+    (created,) = [e for e in r.json()["events"] if e["action_name"] == "pipelines.create"]
+    assert created["reason"].endswith("; this reaches every scope") and "for scopes ps_" in created["reason"]
 
     before = asyncio.run(tables_holding(settings.database_url, [SUBJECT, SECRET]))
-    assert {"public.entries.scope", "public.entry_versions.path", "public.transcript_items.contents"} <= set(
-        before
-    )
+    assert {
+        "public.entries.scope",
+        "public.entry_versions.path",
+        "public.transcript_items.contents",
+        "public.grants.scopes",
+        "public.policy_log.d",
+        "public.memory_stores.shared_scopes",
+        "public.pipeline_runs.maintenance",
+    } <= set(before), before
     assert not any(place.startswith("public.audit_events") for place in before)  # pseudonyms only
+    assert SUBJECT in exported(client, token, a)
 
     r = client.post(f"{UC}/system/erase-subject", headers=token("someone"), json={"subject": SUBJECT})
     assert r.status_code == 403
@@ -138,13 +335,35 @@ def test_erasing_a_subject_leaves_nothing_that_names_it(client, token, settings)
     assert r.status_code == 200, r.text
     assert r.json() == {
         "subject": SUBJECT,
-        "erased": {"main.default.es-a": 1, "main.default.es-b": 1},
+        "erased": {"main.default.es-a": 4, "main.default.es-b": 1},
         "held": [],
-        "also_deleted": {"conversations": 1, "sessions": 1},
+        "also_deleted": {"conversations": 1, "sessions": 2},
         "audit_key_destroyed": True,
     }
 
     assert asyncio.run(tables_holding(settings.database_url, [SUBJECT, SECRET])) == []
+    archive = exported(client, token, a)
+    assert SUBJECT not in archive and SECRET not in archive
+    # the grants: one left with no pattern is revoked (not widened to every scope), one keeps the
+    # patterns of others; and every process applies it (the policy log replays to the tables)
+    on_store = grants_on(client, token, "memory_store", "main.default.es-a")
+    assert "es-reader" not in on_store
+    assert on_store["es-mixed"]["scopes"] == {"READ_MEMORY_STORE": ["zqsub", "zqsub*"]}
+    assert grants_on(client, token, "schema", "main.default")["es-writer"]["privileges"] == ["USE_SCHEMA"]
+    refused = read_as(client, token, "es-reader", a, "zqsub", "/keep.md")
+    assert refused.status_code == 403 and "requires READ_MEMORY_STORE" in refused.json()["message"], (
+        refused.text
+    )
+    assert read_as(client, token, "es-mixed", a, "zqsub", "/keep.md").status_code == 200
+    loaded, replayed = asyncio.run(policy_replayed(settings.database_url))
+    assert (replayed.grants, replayed.grant_scopes) == (loaded.grants, loaded.grant_scopes)
+    r = client.get(f"{UC}/memory-stores/main.default.es-a", headers=token())
+    assert r.json()["shared_scopes"] == ["team-es"]
+    # the run's report keeps its counts; the actions in the subject's scopes and its error go
+    report = client.get(f"{AGENTS}/{run_name}", headers=token()).json()["maintenance"]
+    assert (report["superseded"], report["failed_scopes"], report["actions"]) == (1, 1, [])
+    assert report["error"] == "[erased]"
+
     assert client.get(f"{UC}/system/audit:verify", headers=token()).json()["ok"] is True
     env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
     env.update(CATALOG_DATA_DIR=str(settings.data_dir), CATALOG_DATABASE_URL=settings.database_url)
@@ -236,12 +455,97 @@ def test_every_form_of_a_scope_or_a_filter_in_the_audit_log_goes_with_its_subjec
     assert client.get(f"{UC}/system/audit:verify", headers=token()).json()["ok"] is True
 
 
-def test_a_filter_in_an_event_without_a_scope_is_not_kept(client, token):
-    """A filter that reaches the audit log with no scope to key it by (a refused request) is
-    kept as `[redacted]`, never in clear text."""
+def test_a_filter_or_a_path_in_an_event_without_a_scope_is_not_kept(client, token):
+    """A filter or a path that reaches the audit log with no scope to key it by (a refused
+    request) is kept as `[redacted]`, never in clear text."""
     store = make_store(client, token, "es-nofilter")
     r = client.get(f"{store}/entries", headers=token(), params={"filter": json.dumps({"owner": "zqnobody"})})
     assert r.status_code == 400  # no scope
     r = client.get(f"{UC}/system/audit", headers=token(), params={"page_size": 1})
     event = r.json()["events"][0]
     assert event["request_params"]["filter"] == "[redacted]", event
+    r = client.get(f"{store}/entries:get", headers=token(), params={"path": "/zqnobody.md"})
+    assert r.status_code == 400  # no scope
+    r = client.get(f"{UC}/system/audit", headers=token(), params={"page_size": 1})
+    event = r.json()["events"][0]
+    assert event["request_params"]["path"] == "[redacted]", event
+
+
+async def _sql(url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def _keys(url: str) -> set[bytes]:
+    conn = await asyncpg.connect(url)
+    try:
+        return {bytes(row[0]) for row in await conn.fetch("SELECT key FROM subject_keys")}
+    finally:
+        await conn.close()
+
+
+async def files_holding(url: str, needles: list[bytes]) -> list[str]:
+    """The relations of the database (tables, TOAST, indexes, system catalogs) whose files hold
+    one of the needles, once a checkpoint wrote every page; skips the test when the database's
+    files are not on this machine, or it may not read where they are."""
+    conn = await asyncpg.connect(url)
+    try:
+        try:
+            await conn.execute("CHECKPOINT")
+            data = Path(await conn.fetchval("SHOW data_directory"))
+        except asyncpg.InsufficientPrivilegeError:
+            pytest.skip("reading the database's files needs a superuser")
+        oid = await conn.fetchval("SELECT oid FROM pg_database WHERE datname = current_database()")
+        folder = data / "base" / str(oid)
+        if not folder.is_dir():
+            pytest.skip("the database's files are not on this machine")
+        names = {
+            Path(row["path"]).name: row["relname"]
+            for row in await conn.fetch(
+                "SELECT relname, pg_relation_filepath(oid) AS path FROM pg_class "
+                "WHERE pg_relation_filepath(oid) IS NOT NULL"
+            )
+        }
+    finally:
+        await conn.close()
+    found = set()
+    for file in folder.iterdir():
+        if file.is_file() and any(needle in file.read_bytes() for needle in needles):
+            # a relation's files: its node, then `.1`, `.2`... and `_fsm`, `_vm`
+            found.add(names.get(file.name.split(".")[0].split("_")[0], file.name))
+    return sorted(found)
+
+
+def test_what_an_erasure_leaves_in_the_files_until_vacuum_full(own_client, own_token, own_settings):
+    """An erasure deletes rows; PostgreSQL leaves their bytes in the files (the tables, their
+    indexes, the planner's statistics, the destroyed audit key) until the space is reused or the
+    files are rewritten. What docs/audit/erasure.md says to run, `ANALYZE` then `VACUUM FULL`,
+    leaves no file of the database holding the subject's scopes or paths, or its audit key."""
+    client, token, url = own_client, own_token, own_settings.database_url
+    store = make_store(client, token, "es-files")
+    write(client, token, store, "zqfiles", "/zqfiles-diary.md", "zqfiles wrote this, " + "long " * 2000)
+    r = client.patch(
+        f"{store}/entries",
+        headers=token(),
+        json={"scope": "zqfiles", "path": "/zqfiles-diary.md", "append": {"text": "and this"}},
+    )
+    assert r.status_code == 200, r.text
+    write(client, token, store, "zqfiles:work", "/zqfiles-desk.md", "a standing desk")
+    for i in range(50):  # the pages hold other rows, which stay
+        write(client, token, store, f"other-{i % 5}", f"/note-{i}.md", f"note {i}")
+    asyncio.run(_sql(url, "ANALYZE"))  # the statistics sample the scopes, as autovacuum's do
+    keys = asyncio.run(_keys(url))
+    r = client.post(f"{UC}/system/erase-subject", headers=token(), json={"subject": "zqfiles"})
+    assert r.status_code == 200 and r.json()["audit_key_destroyed"] is True, r.text
+    destroyed = keys - asyncio.run(_keys(url))
+    assert len(destroyed) == 1
+    needles = [b"zqfiles", *destroyed]
+
+    left = asyncio.run(files_holding(url, needles))
+    assert "entries" in left, left  # deleted rows stay in the files: what the scan here looks for
+    asyncio.run(_sql(url, "ANALYZE", "VACUUM FULL"))
+    assert asyncio.run(files_holding(url, needles)) == []

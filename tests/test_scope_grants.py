@@ -189,17 +189,18 @@ def test_the_agent_dialect_holds_actor_ids_to_the_patterns(client, token, settin
 
 
 def test_a_refused_scope_is_audited_with_the_reason(client, token):
-    assert get(client, token, "ann", "team-b").status_code == 403
-    r = client.get(
-        f"{UC}/system/audit",
-        headers=token(),
-        params={"principal": "ann", "decision": "deny", "max_results": 50},
-    )
+    """The reason names the grant and where it was made, and the patterns and the scope refused as
+    their pseudonyms: the refused scope as the event's `scope` holds it."""
+    refused = get(client, token, "ann", "team-b")
+    assert refused.status_code == 403
+    r = client.get(f"{UC}/system/audit", headers=token(), params={"principal": "ann", "decision": "deny"})
     assert r.status_code == 200, r.text
-    events = r.json()["events"]
-    assert any(
-        e["action_name"] == "entries.read" and "not scope 'team-b'" in (e.get("reason") or "") for e in events
-    ), events[:3]
+    event = next(e for e in r.json()["events"] if e["request_id"] == refused.headers["x-request-id"])
+    reason = event["reason"]
+    assert event["action_name"] == "entries.read", event
+    assert reason.startswith(f"READ_MEMORY_STORE on memory store {NAME} for scopes ps_"), reason
+    assert reason.endswith(f", not scope '{event['request_params']['scope']}'"), reason
+    assert "team-" not in reason, reason
 
 
 def test_changing_the_patterns(client, token):

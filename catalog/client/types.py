@@ -131,6 +131,7 @@ class Entry(_Answer, kw_only=True):
     created_by: str = ""
     updated_at: int = 0
     updated_by: str = ""
+    imported_by: str | None = None  # who imported it from an archive (its authors are the archive's)
 
 
 class EntrySummary(_Answer, kw_only=True):
@@ -188,6 +189,7 @@ class EntryVersion(_Answer, kw_only=True):
     metadata: dict[str, Any] | None = None
     updated_at: int = 0
     updated_by: str = ""
+    imported_by: str | None = None  # who imported this version from an archive
 
 
 class AuditEvent(_Answer, kw_only=True):

@@ -14,7 +14,14 @@ Rules:
 - a data subject is the scope `subject` and every scope starting `subject:`; once they are
   erased, unless a held store keeps some of them, the subject's audit key is destroyed
   (`catalog.audit.log.pseudonyms.forget`), so its events (which hold pseudonyms) can no longer be
-  tied to it.
+  tied to it;
+- erasing a subject also takes it out of what names its scopes without being their data, in the
+  same transaction, in every store (a legal hold keeps a store's data, not who may reach it nor
+  what a report said): the scope patterns of grants limited to scopes that match only its scopes
+  (a grant keeps its other patterns; one left with none is revoked, never widened to every scope)
+  and the policy log's history of them (`catalog.governance.permissions`), the stores' shared
+  scopes (`catalog.governance.namespace`), and the reports and errors of memory pipelines' runs
+  (`catalog.dialects.pipelines`, which sits above this slice and registers with `registry`).
 """
 
 from __future__ import annotations
@@ -31,9 +38,11 @@ from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects import conversations, sessions
 from catalog.entries import service as entries
+from catalog.erasure import registry
 from catalog.errors import InvalidParameter
 from catalog.governance import SecurableType
-from catalog.governance.namespace.service import ensure_not_held
+from catalog.governance.namespace.service import ensure_not_held, erase_shared_scopes
+from catalog.governance.permissions import service as permissions
 from catalog.wire.entry_keys import validate_scope
 
 
@@ -109,8 +118,9 @@ async def erase(ctx: Context, principal: Principal, scope: str) -> Erased:
 async def erase_subject(ctx: Context, principal: Principal, subject: str) -> ErasedSubject:
     """A data subject from every store not under legal hold (metastore admin): the scope
     `subject` and every scope starting `subject:` (entries with their history, conversations,
-    sessions, lineage edges), in one transaction; then, unless a held store keeps some of it, the
-    subject's audit key is destroyed."""
+    sessions, lineage edges), and everywhere its scope patterns in grants, its shared scopes and
+    the pipeline runs' reports naming it, in one transaction; then, unless a held store keeps some
+    of it, the subject's audit key is destroyed."""
     subject = validate_scope(subject, "subject")
     if ":" in subject:
         raise InvalidParameter(
@@ -122,6 +132,10 @@ async def erase_subject(ctx: Context, principal: Principal, subject: str) -> Era
         erased = await entries.erase_scope(conn, subject, subject=True)
         await erase_lineage(conn, None, subject, subject=True)
         others = await _others(conn, None, subject, subject=True)
+        await permissions.erase_subject(conn, subject)
+        await erase_shared_scopes(conn, subject)
+        for _, eraser in registry.subject_erasers():
+            await eraser(conn, subject)
         destroyed = False if held else await forget_subject(conn, subject)
         note_result(sum(count for _, count in erased))
     _written(ctx)

@@ -33,6 +33,15 @@ from catalog.governance.securables import Node, Securable, SecurableType
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """Why an action would be refused, and the scope patterns that text names (an audit event
+    keeps them as pseudonyms: `catalog.audit.log.mark`)."""
+
+    reason: str
+    named: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Access:
     pool: asyncpg.Pool
     authorizer: Authorizer
@@ -100,7 +109,7 @@ class Access:
         patterns = [limit.patterns for limit in limits]
         return lambda scope: all(first_outside(p, [scope]) is None for p in patterns)
 
-    async def refusal(self, principal: Principal, action_name: str, securable: Securable) -> str | None:
+    async def refusal(self, principal: Principal, action_name: str, securable: Securable) -> Refusal | None:
         """Why `action_name` would be refused now (the policy brought up to date first), or None
         when it would be allowed; records nothing: the check of work done on someone's behalf
         outside a request (a pipeline's run answers to its creator and to whoever started it)."""
@@ -109,7 +118,7 @@ class Access:
         decision = self.authorizer.authorize(principal, act, securable)
         if decision.allowed:
             return None
-        return f"{principal.name} may not {act.description}: {decision.reason}"
+        return Refusal(f"{principal.name} may not {act.description}: {decision.reason}", decision.named)
 
     def visible_somewhere(self, principal: Principal, action_name: str, securable: Securable) -> bool:
         """Whether `action_name` would be allowed in some scope at least (a grant limited to
@@ -126,7 +135,7 @@ class Access:
             if outside is not None:
                 limit.held = True  # held, and refused: nothing of the scope is answered
                 reason = f"{limit.reason}, not scope '{outside}'"
-                note_decision(limit.action_name, securable, Decision(False, reason))
+                note_decision(limit.action_name, securable, Decision(False, reason, named=limit.patterns))
                 raise PermissionDenied(
                     f"{principal.name} may not {action(limit.action_name).description} in scope "
                     f"'{outside}': {reason}"

@@ -55,6 +55,8 @@ class Decision:
     privilege: str | None = None
     # allowed only in the scopes these patterns match (grants limited to scopes); None: every scope
     scopes: tuple[str, ...] | None = None
+    # the scope patterns `reason` names (the audit log keeps them as pseudonyms: `note_decision`)
+    named: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -215,8 +217,8 @@ class Authorizer:
             if scoped is not None:
                 privilege, patterns, reason = scoped
                 if action.every_scope:  # it reaches every scope: a limit to some never allows it
-                    return Decision(False, f"{reason}; this reaches every scope", privilege)
-                return Decision(True, reason, privilege, patterns if action.data else None)
+                    return Decision(False, f"{reason}; this reaches every scope", privilege, named=patterns)
+                return Decision(True, reason, privilege, patterns if action.data else None, patterns)
             wanted = " or ".join(privileges) if not action.any_privilege else "a privilege"
             return Decision(False, f"requires {wanted} on {_describe(securable.node)}", privileges[0])
         return Decision(True, self._reason(name, held[1], chain), held[0])
@@ -279,11 +281,13 @@ class Authorizer:
         assert decision.scopes is not None
         limit = note_scope_limit(action.name, securable, decision)
         if limit is None:
-            return Decision(False, f"{decision.reason}, and no scope can be checked here", decision.privilege)
+            reason = f"{decision.reason}, and no scope can be checked here"
+            return Decision(False, reason, decision.privilege, named=decision.named)
         reached = scopes_reached(securable.node.id)
         outside = first_outside(decision.scopes, reached)
         if outside is not None:
-            return Decision(False, f"{decision.reason}, not scope '{outside}'", decision.privilege)
+            reason = f"{decision.reason}, not scope '{outside}'"
+            return Decision(False, reason, decision.privilege, named=decision.named)
         limit.held = limit.held or bool(reached)
         return decision
 

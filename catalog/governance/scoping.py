@@ -1,11 +1,13 @@
 """Scope patterns of grants limited to scopes: an exact scope (`team-a`), or a prefix ending in
 `*` (`team-a:*` matches `team-a:x` and `team-a:x:y`, not `team-a`; `*` alone matches every
-scope)."""
+scope). A pattern that matches one data subject's scopes only is that subject's
+(`subject_of_pattern`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from catalog.audit.log import pseudonyms
 from catalog.errors import InvalidParameter
 from catalog.wire.entry_keys import validate_scope
 
@@ -24,6 +26,15 @@ def first_outside(patterns: Sequence[str], scopes: Iterable[str]) -> str | None:
         if not any(matches(pattern, scope) for pattern in patterns):
             return scope
     return None
+
+
+def subject_of_pattern(pattern: str) -> str | None:
+    """The one data subject whose scopes are all a pattern matches (a scope's subject is what
+    comes before its first `:`): the subject of an exact scope (`alice`, `alice:x`) or of a prefix
+    holding a `:` (`alice:*`, `alice:x*`); None for a prefix that matches several subjects' scopes
+    (`ali*`, `alice*`, `*`). Erasing a subject takes its patterns out of grants; the audit log
+    keys a reason's patterns by the same rule (`catalog.audit.log.pseudonyms`)."""
+    return pseudonyms.subject_of_pattern(pattern)
 
 
 def validate_pattern(pattern: str, field: str) -> str:

@@ -4,6 +4,7 @@ Its SQL is in `repo`. Reading and verifying it is the `auditors` slice's."""
 
 from catalog.audit.log.background import background
 from catalog.audit.log.background import record as record_background
+from catalog.audit.log.pseudonyms import mark
 from catalog.audit.log.writer import (
     AuditWriter,
     PendingEvent,
@@ -27,6 +28,7 @@ __all__ = [
     "background",
     "begin_operation",
     "current",
+    "mark",
     "note_decision",
     "note_outcome",
     "note_params",

@@ -1,6 +1,8 @@
 """Pseudonyms for the audit log: scopes, entry paths, filter values and end users are kept in
 events as keyed hashes, so that erasing a data subject can unlink them without touching the hash
-chain. This module is the one place where any of them is turned into what an event holds.
+chain. This module is the one place where any of them is turned into what an event holds, at
+write time, for every event (`writer.append_on` calls `pseudonymize` before anything is hashed):
+no caller can forget it.
 
 Rules:
 - a scope's subject is what comes before its first `:` (`alice` for `alice` and `alice:project-x`);
@@ -8,24 +10,35 @@ Rules:
   chain (the auditor role cannot read it). The table holds no clear-text subject: a key is found
   by the subject's keyed hash, sha256(pepper || subject), the pepper being one random value of
   the database (`audit_pepper`, also unreadable to auditors), computed in SQL (`repo`);
-- in an event, the values of `scope`, `actor_id`, `scopes`, `actor_ids` (request parameters: a
-  list, or one string when given once) and the `on_behalf_of` column become `ps_<hex>` =
-  HMAC-SHA256(key of their subject, kind, value);
-- `path`, `path_prefix` and `filter` (a metadata filter, whose values may name anyone) are keyed
-  with the subject of the event's (first) scope, or of its end user; an event that names neither
-  keeps its paths as they are and its filter as `[redacted]` (no subject's key could ever unlink it);
+- the request parameters that can hold a scope, a path or a value naming anyone are declared once,
+  here: `SCOPE_KEYS` and `SCOPE_LISTS` (scopes and end users), `PATH_KEYS` (an entry's path, and
+  the paths a tool call names: `by`, `into`, `paths`, `sources`, `written`) and `FILTER_KEYS`; a
+  parameter not declared is kept as it is (names of stores, ids, counts, flags);
+- in an event, the values of `SCOPE_KEYS` and `SCOPE_LISTS` (a list, or one string when given
+  once) and the `on_behalf_of` column become `ps_<hex>` = HMAC-SHA256(key of their subject, kind,
+  value);
+- `PATH_KEYS` (one path or a list) and `filter` (a metadata filter, whose values may name anyone)
+  are keyed with the subject of the event's (first) scope, or of its end user; an event that names
+  neither keeps its paths and its filter as `[redacted]` (no subject's key could ever unlink them);
+- the `reason` keeps the scopes and scope patterns it names as pseudonyms too: those the request's
+  decisions named (`mark`, called by `writer.note_decision`: the patterns of grants limited to
+  scopes, the scopes held to them) and the event's own scopes. A pattern is keyed with the one
+  subject whose scopes are all it matches (`alice`, `alice:*`); one that matches several
+  subjects' scopes (`ali*`, `*`) is no subject's and stays as it is;
 - an auditors' search for a scope (`audit.read`) names the scope it looks for without creating a
   key: a subject never seen, or erased, gets a throwaway key, so looking for an erased subject
   leaves nothing that names it;
 - the server recomputes a scope's pseudonym to answer `GET /system/audit?scope=` while the key
   exists; erasing the subject deletes the key (crypto-shredding): the events stay and the chain
-  verifies, but nothing left can tie them to the subject again.
+  verifies, but nothing left can tie them to the subject again (the deleted row's bytes stay in
+  the table's files until it is rewritten: docs/audit/erasure.md says what stays on disk).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -34,23 +47,65 @@ import asyncpg
 
 from catalog.audit.log import repo
 
-SCOPE_KEYS = ("scope", "actor_id")
-SCOPE_LISTS = ("scopes", "actor_ids")
-PATH_KEYS = ("path", "path_prefix")
+# Every request parameter that can hold a scope, a path or a value naming anyone: the one list.
+SCOPE_KEYS = ("scope", "actor_id")  # a scope, or an end user (the scope it acts in)
+SCOPE_LISTS = ("scopes", "actor_ids")  # a list of them, or one string (the parameter given once)
+# an entry's path (`path_prefix`: the start of one), and the paths a tool call or a maintenance
+# action names: one path, or a list of them
+PATH_KEYS = ("path", "path_prefix", "by", "into", "paths", "sources", "written")
 FILTER_KEYS = ("filter",)
 PREFIX = "ps_"
 REDACTED = "[redacted]"
 # actions whose scope parameters look a scope up rather than act on it: they create no key
 LOOKUPS = frozenset({"audit.read"})
+# around a scope (`s`) or a scope pattern (`p`) a reason names, until `pseudonymize` keys it (a
+# scope holds no control character, so no scope holds a mark)
+_OPEN, _CLOSE = "\x02", "\x03"
+_MARKED = re.compile(f"{_OPEN}([sp])([^{_OPEN}{_CLOSE}]*){_CLOSE}")
+_MARKS = re.compile(f"({_OPEN}[sp][^{_OPEN}{_CLOSE}]*{_CLOSE})")
 
 
 def subject_of(scope: str) -> str:
     return scope.split(":", 1)[0]
 
 
+def subject_of_pattern(pattern: str) -> str | None:
+    """The one subject whose scopes are all a scope pattern of a grant matches: a scope's (`alice`,
+    `alice:x`), or a prefix's ending in `*` that holds a `:` (`alice:*`, `alice:x*`); None for a
+    prefix that matches several subjects' scopes (`ali*`, `alice*`, `*`). Grants use the same rule
+    (`governance.scoping.subject_of_pattern`): erasing a subject takes its patterns out of them."""
+    if pattern.endswith("*"):
+        prefix = pattern[:-1]
+        return subject_of(prefix) if ":" in prefix else None
+    return subject_of(pattern)
+
+
 def pseudonym(key: bytes, kind: str, value: str) -> str:
     digest = hmac.new(key, f"{kind}\x00{value}".encode(), hashlib.sha256).hexdigest()
     return PREFIX + digest[:40]
+
+
+def mark(text: str | None, scopes: Iterable[str] = (), patterns: Iterable[str] = ()) -> str | None:
+    """`text` (a decision's reason) with each of `scopes` and scope `patterns` it names marked for
+    `pseudonymize` to key: the longest first, each where it stands as a name of its own (after the
+    start, a space, `'`, `(` or `,`; before the end, a space, `,`, `;`, `'`, `)` or `: `), not
+    inside a longer name. What is already marked stays as it is."""
+    if not text:
+        return text
+    kinds = {v: "p" for v in patterns if v and v in text} | {v: "s" for v in scopes if v and v in text}
+    wanted = sorted((v for v in kinds if _OPEN not in v and _CLOSE not in v), key=len, reverse=True)
+    if not wanted:
+        return text
+    named = re.compile(r"(?<![^\s'(,])(" + "|".join(map(re.escape, wanted)) + r")(?=$|[\s,;')]|:(?:\s|$))")
+    return "".join(
+        part if _MARKS.fullmatch(part) else named.sub(lambda m: f"{_OPEN}{kinds[m[1]]}{m[1]}{_CLOSE}", part)
+        for part in _MARKS.split(text)
+    )
+
+
+def _subject(kind: str, value: str) -> str | None:
+    """The subject whose key keys a marked value (None: a pattern no one subject's)."""
+    return subject_of(value) if kind == "s" else subject_of_pattern(value)
 
 
 def _listed(value: Any) -> list[str]:
@@ -70,6 +125,12 @@ def _scopes_of(event: dict[str, Any]) -> list[str]:
     if isinstance(event.get("on_behalf_of"), str):
         found.append(event["on_behalf_of"])
     return found
+
+
+def _named(event: dict[str, Any]) -> list[tuple[str, str]]:
+    """The scopes (`s`) and patterns (`p`) the event's reason names (marked)."""
+    reason = event.get("reason")
+    return _MARKED.findall(reason) if isinstance(reason, str) else []
 
 
 async def keys_for(
@@ -95,50 +156,72 @@ DONE = "_pseudonymized"  # marks an event already rewritten (an append retried a
 
 
 async def pseudonymize(conn: asyncpg.Connection | asyncpg.Pool, events: Sequence[dict[str, Any]]) -> None:
-    """Replace, in place, the scopes, paths, filters and end users of the events by their
-    pseudonyms (once: an event appended again keeps the pseudonyms it got)."""
+    """Replace, in place, the scopes, paths, filters and end users of the events, and the scopes
+    and patterns their reasons name, by their pseudonyms (once: an event appended again keeps the
+    pseudonyms it got)."""
     todo = [event for event in events if not event.get(DONE)]
+    for event in todo:  # the event's own scopes, where its reason names them
+        if isinstance(event.get("reason"), str):
+            event["reason"] = mark(event["reason"], scopes=_scopes_of(event))
     lookups = {id(event) for event in todo if event.get("action_name") in LOOKUPS}
-    subjects = {
-        subject_of(scope) for event in todo if id(event) not in lookups for scope in _scopes_of(event)
-    }
+
+    def subjects_of(event: dict[str, Any]) -> set[str]:
+        named = {_subject(kind, value) for kind, value in _named(event)}
+        return {subject_of(scope) for scope in _scopes_of(event)} | {s for s in named if s is not None}
+
+    subjects = {subject for event in todo if id(event) not in lookups for subject in subjects_of(event)}
     keys = await keys_for(conn, subjects) if subjects else {}
-    looked_up = {subject_of(scope) for event in todo if id(event) in lookups for scope in _scopes_of(event)}
+    looked_up = {subject for event in todo if id(event) in lookups for subject in subjects_of(event)}
     if looked_up - keys.keys():
         keys.update(await keys_for(conn, looked_up - keys.keys(), create=False))
     for event in todo:
         event[DONE] = True
-        params = dict(event.get("request_params") or {})
-        scopes = _scopes_of(event)
-        if not scopes:
-            for key in FILTER_KEYS:
-                if key in params:
-                    params[key] = REDACTED
-            event["request_params"] = params
-            continue
-        for subject in {subject_of(scope) for scope in scopes} - keys.keys():
+        for subject in subjects_of(event) - keys.keys():
             keys[subject] = secrets.token_bytes(32)  # a lookup of a subject without a key: unlinkable
-
-        def hide(value: str, kind: str = "scope") -> str:
-            return pseudonym(keys[subject_of(value)], kind, value)
-
-        for key in SCOPE_KEYS:
-            if isinstance(params.get(key), str):
-                params[key] = hide(params[key])
-        for key in SCOPE_LISTS:
-            if isinstance(params.get(key), str):
-                params[key] = hide(params[key])
-            elif isinstance(params.get(key), list):
-                params[key] = [hide(v) if isinstance(v, str) else v for v in params[key]]
-        owner = keys[subject_of(scopes[0])]
-        for key in (*PATH_KEYS, *FILTER_KEYS):
-            if isinstance(params.get(key), str):
-                params[key] = pseudonym(owner, key if key in FILTER_KEYS else "path", params[key])
-            elif isinstance(params.get(key), list):  # a single-valued parameter repeated
-                params[key] = [REDACTED for _ in params[key]]
+        scopes = _scopes_of(event)
+        owner = keys[subject_of(scopes[0])] if scopes else None
+        event["request_params"] = _params(event.get("request_params") or {}, keys, owner)
         if isinstance(event.get("on_behalf_of"), str):
-            event["on_behalf_of"] = hide(event["on_behalf_of"])
-        event["request_params"] = params
+            event["on_behalf_of"] = _hide(keys, "s", event["on_behalf_of"])
+        if isinstance(event.get("reason"), str):
+            event["reason"] = _MARKED.sub(lambda m: _hide(keys, m[1], m[2]), event["reason"])
+
+
+def _hide(keys: dict[str, bytes], kind: str, value: str) -> str:
+    """A scope's pseudonym (`kind` s), or a scope pattern's (p: a prefix's is of kind `pattern`);
+    a pattern no one subject's stays as it is."""
+    subject = _subject(kind, value)
+    if subject is None:
+        return value
+    return pseudonym(keys[subject], "pattern" if kind == "p" and value.endswith("*") else "scope", value)
+
+
+def _params(params: dict[str, Any], keys: dict[str, bytes], owner: bytes | None) -> dict[str, Any]:
+    """The request parameters as an event keeps them; `owner`: the key its paths and filter are
+    keyed with (None: the event names no subject, and they are kept as `[redacted]`)."""
+    kept = dict(params)
+    for key in SCOPE_KEYS:
+        if isinstance(kept.get(key), str):
+            kept[key] = _hide(keys, "s", kept[key])
+    for key in SCOPE_LISTS:
+        if isinstance(kept.get(key), str):
+            kept[key] = _hide(keys, "s", kept[key])
+        elif isinstance(kept.get(key), list):
+            kept[key] = [_hide(keys, "s", v) if isinstance(v, str) else v for v in kept[key]]
+    for key in (*PATH_KEYS, *FILTER_KEYS):
+        value = kept.get(key)
+        kind = "filter" if key in FILTER_KEYS else "path"
+        if isinstance(value, str):
+            kept[key] = REDACTED if owner is None else pseudonym(owner, kind, value)
+        elif isinstance(value, list):
+            # a list of paths is kept path by path; a single-valued parameter repeated is not kept
+            kept[key] = [
+                pseudonym(owner, kind, v)
+                if key in PATH_KEYS and owner is not None and isinstance(v, str)
+                else REDACTED
+                for v in value
+            ]
+    return kept
 
 
 async def scope_pseudonym(conn: asyncpg.Connection | asyncpg.Pool, scope: str) -> str | None:

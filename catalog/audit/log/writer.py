@@ -40,7 +40,7 @@ import asyncpg
 from catalog import telemetry
 from catalog.audit.log import repo
 from catalog.audit.log.chain import HASHED_COLUMNS, canonical_parts, plain_body
-from catalog.audit.log.pseudonyms import pseudonymize
+from catalog.audit.log.pseudonyms import mark, pseudonymize
 from catalog.errors import is_unavailable
 
 log = logging.getLogger("catalog.audit")
@@ -118,7 +118,9 @@ current: ContextVar[PendingEvent | None] = ContextVar("pending_event", default=N
 
 def note_decision(action_name: str, securable: Any, decision: Any) -> None:
     """Called by the authorizer: the request's action, securable and decision (first one wins the
-    action; a later denial replaces an earlier allow)."""
+    action; a later denial replaces an earlier allow). The scope patterns and scopes the reason
+    names (those of grants limited to scopes, and the scopes held to them) are marked in it, to be
+    kept as pseudonyms (`pseudonyms.mark`)."""
     pending = current.get()
     if pending is None:
         return
@@ -129,7 +131,10 @@ def note_decision(action_name: str, securable: Any, decision: Any) -> None:
         pending.securable_id = securable.node.id if securable.exists else None
         pending.privilege = decision.privilege
         pending.decision = "allow" if decision.allowed else "deny"
-        pending.reason = decision.reason
+        limits = [p for limit in pending.scope_limits for p in limit.patterns]
+        patterns = [*decision.named, *(decision.scopes or ()), *limits]
+        reached = [scope for scopes in pending.scopes_reached.values() for scope in scopes]
+        pending.reason = mark(decision.reason, scopes=reached, patterns=patterns)
         pending.policy_revision = securable.revision
 
 

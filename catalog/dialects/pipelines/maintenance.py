@@ -22,7 +22,8 @@ Rules:
   the paths are free, the creator may write) and write nothing; the report lists those actions;
 - a scope whose review fails (the upstream model, a refusal) is counted in `failed_scopes` with the
   first error, and the step goes on with the next; what a tool call wrote stays (each write is a
-  whole, audited change).
+  whole, audited change). The step's audit event keeps the error as its reason, with the scope it
+  names as `scope` (so that both are kept as its pseudonym: `catalog.audit.log.pseudonyms`).
 """
 
 from __future__ import annotations
@@ -138,17 +139,22 @@ class Report:
     actions: list[dict[str, Any]] = field(default_factory=list)
     failed_scopes: int = 0
     error: str | None = None
+    error_scope: str | None = None  # the scope `error` names (not kept in the report)
 
     def as_dict(self) -> dict[str, Any]:
         """The report as kept on the run (and answered as `maintenance`)."""
         kept = asdict(self)
+        del kept["error_scope"]
         if kept["error"] is None:
             del kept["error"]
         return kept
 
     def counts(self) -> dict[str, Any]:
-        """What the step's audit event keeps: everything but the actions and the error."""
-        return {k: v for k, v in asdict(self).items() if k not in ("actions", "error")}
+        """What the step's audit event keeps: everything but the actions and the error (its
+        reason), and the scope the error names as `scope` (the event keeps it, and where the
+        reason names it, as its pseudonym)."""
+        kept = {k: v for k, v in asdict(self).items() if k not in ("actions", "error", "error_scope")}
+        return kept if self.error_scope is None else {**kept, "scope": self.error_scope}
 
 
 @dataclass(frozen=True)
@@ -190,7 +196,8 @@ async def maintain(
             await _review(place, instructions, model)
         except CatalogError as exc:
             report.failed_scopes += 1
-            report.error = report.error or f"scope {scope}: {exc.message}"
+            if report.error is None:
+                report.error, report.error_scope = f"scope {scope}: {exc.message}", scope
     return report
 
 

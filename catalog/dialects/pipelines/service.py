@@ -66,6 +66,7 @@ from catalog.dialects.sessions.service import store_name
 from catalog.entries.service import resolve_store
 from catalog.errors import Aborted, InvalidParameter, NotFound
 from catalog.governance import Node, Securable, SecurableType
+from catalog.governance.access import Refusal
 from catalog.llm import require
 from catalog.wire import rfc3339
 from catalog.wire.pagination import Pages, collect_page
@@ -224,7 +225,7 @@ async def _every_step(ctx: Context, principal: Principal, target: Securable, sou
         await ctx.access.ensure(principal, action_name, target if store == "memory" else source)
 
 
-async def refusal(ctx: Context, row: PipelineRow, principals: list[str]) -> str | None:
+async def refusal(ctx: Context, row: PipelineRow, principals: list[str]) -> Refusal | None:
     """Why a run of the pipeline may not go on (the first of `principals` that may not do every
     step of it, and what it lacks), or None; records nothing (a run's check)."""
     target = await ctx.access.locate(SecurableType.MEMORY_STORE, row.memory_store_full_name.split("."))
@@ -232,7 +233,7 @@ async def refusal(ctx: Context, row: PipelineRow, principals: list[str]) -> str 
         SecurableType.MEMORY_STORE, row.session_store_full_name.split("."), "session"
     )
     if not target.exists or not source.exists:
-        return "a store of the pipeline no longer exists"
+        return Refusal("a store of the pipeline no longer exists")
     for name in principals:
         for action_name, store in RUN_STEPS:
             refused = await ctx.access.refusal(

@@ -60,7 +60,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from catalog.audit.log import AuditWriter, background, note_outcome, operation, record_background
+from catalog.audit.log import AuditWriter, background, mark, note_outcome, operation, record_background
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects.extraction import service as extraction
@@ -77,6 +77,7 @@ from catalog.dialects.sessions import repo as sessions_repo
 from catalog.dialects.sessions import service as sessions
 from catalog.entries.service import resolve_store
 from catalog.errors import CatalogError, NotFound, is_unavailable, log_unexpected
+from catalog.governance.access import Refusal
 
 log = logging.getLogger("catalog.pipelines")
 
@@ -332,9 +333,13 @@ class PipelineWorker:
             )
             log.info("pipeline run ended", extra={"run": name, "state": state})
 
-    async def _refused(self, run: RunRow, name: str, audit: Any, store: dict[str, Any], reason: str) -> None:
-        """End the run FAILED, doing nothing more: whom it answers to may not do every step."""
-        error = f"the run may not go on: {reason}"[:MAX_ERROR]
+    async def _refused(
+        self, run: RunRow, name: str, audit: Any, store: dict[str, Any], refused: Refusal
+    ) -> None:
+        """End the run FAILED, doing nothing more: whom it answers to may not do every step. (The
+        run's error keeps the reason as it is, erased with a subject it names; its event keeps the
+        scope patterns it names as pseudonyms.)"""
+        error = f"the run may not go on: {refused.reason}"[:MAX_ERROR]
         finished = await repo.finish(self.ctx.pool, run.id, self.name, "FAILED", error)
         if finished is None:
             return
@@ -351,7 +356,7 @@ class PipelineWorker:
                 "sessions_failed": finished.sessions_failed,
             },
             result_count=finished.entries_written,
-            reason=error,
+            reason=mark(error, patterns=refused.named),
         )
         log.info("pipeline run refused", extra={"run": name})
 

@@ -272,6 +272,19 @@ async def set_store_binding(conn: Conn, store_id: str, binding: str | None, shar
     )
 
 
+async def drop_shared_scopes(conn: Conn, subject: str) -> int:
+    """Take the scopes of a data subject (`subject`, and those starting `subject:`) out of every
+    store's shared scopes, keeping the others in their order; how many stores changed."""
+    status: str = await conn.execute(
+        "UPDATE memory_stores SET shared_scopes = array(SELECT s FROM unnest(shared_scopes) "
+        "WITH ORDINALITY AS t(s, n) WHERE NOT (s = $1 OR starts_with(s, $1 || ':')) ORDER BY n) "
+        "WHERE EXISTS (SELECT 1 FROM unnest(shared_scopes) AS t(s) "
+        "WHERE s = $1 OR starts_with(s, $1 || ':'))",
+        subject,
+    )
+    return int(status.split()[-1])
+
+
 async def set_default_ttl(conn: Conn, store_id: str, seconds: int) -> None:
     """0 clears it."""
     await conn.execute(

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TypeVar
 
+import asyncpg
+
 from catalog import telemetry
 from catalog.audit.log.writer import audited, note_params
 from catalog.auth import Principal
@@ -567,6 +569,13 @@ async def _must(result: Awaitable[T | None], what: str) -> T:
 async def _store_must(ctx: Context, store: Securable, full_name: str) -> MemoryStoreInfo:
     """The store as it is now (404 naming `full_name` when it has just gone)."""
     return _store_info(ctx, await _must(repo.get_store(ctx.pool, store.node.id), f"memory store {full_name}"))
+
+
+async def erase_shared_scopes(conn: asyncpg.Connection, subject: str) -> int:
+    """A data subject's scopes out of every store's shared scopes, in the caller's transaction
+    (erasure: held stores too, a hold keeps a store's data, not who may reach it); how many
+    stores changed."""
+    return await repo.drop_shared_scopes(conn, subject)
 
 
 async def scope_binding(ctx: Context, store: Securable) -> tuple[str, list[str]]:

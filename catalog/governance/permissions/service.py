@@ -1,10 +1,14 @@
 """Grants and effective permissions: validate, authorize through the access seam, one repository
-call."""
+call. Erasing a data subject (`erase_subject`, called by `catalog.erasure` in its transaction)
+takes the subject's scope patterns out of the grants limited to scopes: a grant keeps its other
+patterns, and one left with none is revoked, never widened to every scope."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+import asyncpg
 
 from catalog.audit.log.writer import audited
 from catalog.auth import Principal
@@ -23,7 +27,7 @@ from catalog.governance.permissions.schemas import (
     PrivilegeAssignment,
     UpdatePermissions,
 )
-from catalog.governance.scoping import MAX_PATTERNS, validate_pattern
+from catalog.governance.scoping import MAX_PATTERNS, subject_of_pattern, validate_pattern
 from catalog.governance.securables import DEPTH, Securable, SecurableType
 from catalog.wire.inputs import MAX_PRINCIPAL, blank
 from catalog.wire.names import split_full_name
@@ -324,3 +328,30 @@ async def get_effective_permissions(
         ],
         next_page_token=await pages.token(page[-1]) if len(grantees) > size else None,
     )
+
+
+@dataclass(frozen=True)
+class ErasedPatterns:
+    narrowed: int  # grants that kept other patterns
+    revoked: int  # grants left with none, deleted
+    logged: int  # rows of the policy log's history rewritten
+
+
+async def erase_subject(conn: asyncpg.Connection, subject: str) -> ErasedPatterns:
+    """Take a data subject's scope patterns (those that match its scopes only:
+    `subject_of_pattern`) out of every grant limited to scopes, on any securable, in the caller's
+    transaction: a grant keeps its other patterns, one left with none is revoked. The triggers log
+    each change, so every process applies it at its next request; then the history of the policy
+    log forgets the patterns too (`repo.forget_logged_patterns`, which keeps its replay correct)."""
+    narrowed: list[tuple[str, str, str, list[str]]] = []
+    revoked: list[tuple[str, str, str]] = []
+    limited = await repo.grants_of_subject_for_update(conn, subject)
+    for securable_id, principal, privilege, patterns in limited:
+        kept = [p for p in patterns if subject_of_pattern(p) != subject]
+        if kept:
+            narrowed.append((securable_id, principal, privilege, kept))
+        else:
+            revoked.append((securable_id, principal, privilege))
+    await repo.limit_grants(conn, narrowed, revoked)
+    logged = await repo.forget_logged_patterns(conn, subject)
+    return ErasedPatterns(len(narrowed), len(revoked), logged)

@@ -47,8 +47,6 @@ def _read_stopwords() -> list[str]:
 # English function words (see the file for their source), dropped at index and query time:
 # questions are full of them and they only add noise to BM25. Read once, at import.
 STOPWORDS = _read_stopwords()
-_STOPWORD_SET = frozenset(STOPWORDS)
-_TOKENS = re.compile(r"[^\W_]+", re.UNICODE)  # what the simple tokenizer keeps (letters and digits)
 _QUERY_SYNTAX = re.compile(r"[^\w\s]", re.UNICODE)
 _PATH_WORDS = re.compile(r"[/_.\-]+")
 TEXT_FIELDS = ("contents", "description", "path_words")
@@ -65,13 +63,6 @@ def prefix_fits(path_prefix: str | None) -> bool:
     return path_prefix is None or len(path_prefix.encode()) <= REGEX_PREFIX_BYTES
 
 
-def _has_terms(words: str) -> bool:
-    """Whether the analyzer leaves any term of `words` (a token under 64 bytes, not a stopword)."""
-    return any(
-        len(token.encode()) < 64 and token.lower() not in _STOPWORD_SET for token in _TOKENS.findall(words)
-    )
-
-
 def _analyzer() -> Any:
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
@@ -85,12 +76,22 @@ def _analyzer() -> Any:
 
 def _schema() -> Any:
     builder = tantivy.SchemaBuilder()
-    # `meta`: one term per metadata pair (catalog.wire.metadata.terms), for filters
-    for name in ("entry_id", "store_id", "scope", "session", "path", "meta"):
+    # `meta`: one term per metadata pair (catalog.wire.metadata.terms), for filters; `doc`: the
+    # same term (EVERY_DOC) in every document, whose document frequency is the document count
+    # BM25 weighs with (deleted documents included until a merge drops them, as BM25's own)
+    for name in ("entry_id", "store_id", "scope", "session", "path", "meta", "doc"):
         builder.add_text_field(name, stored=name == "entry_id", tokenizer_name="raw", index_option="basic")
     for name in ("contents", "description", "path_words"):
         builder.add_text_field(name, stored=False, tokenizer_name=ANALYZER, index_option="position")
     return builder.build()
+
+
+EVERY_DOC = "1"  # the `doc` term every document holds
+# a long query's first distinct terms rank its candidates (each needs its count in the scopes)
+MAX_QUERY_TERMS = 64
+# the decimals a BM25 score is answered with: the local weights are made by dividing Tantivy's own
+# (float32) idf out, which leaves noise in the last bits that must say nothing about other stores
+SCORE_DECIMALS = 4
 
 
 class TtlCache:
@@ -259,6 +260,7 @@ class FullTextIndex:
                     description=entry.description,
                     path_words=_PATH_WORDS.sub(" ", entry.path),
                     meta=metadata_terms(entry.metadata) + ([] if entry.state == "active" else [INACTIVE]),
+                    doc=EVERY_DOC,
                 )
             )
 
@@ -291,20 +293,71 @@ class FullTextIndex:
     ) -> list[tuple[str, float]]:
         """(entry id, BM25 score), best first, only from the given store and scopes (and, with
         `where`, only entries whose metadata holds each of its pairs; with `within`, only those
-        entries: the ones a path prefix too long for a regex admits)."""
-        words = _QUERY_SYNTAX.sub(" ", text).strip()
-        if not _has_terms(words):
+        entries: the ones a path prefix too long for a regex admits).
+
+        The score is BM25 with each term's idf computed among the entries the same filter admits,
+        never the whole index, which every store and scope shares: no score or order depends on
+        which words the entries outside the filter hold. Tantivy weighs a term by its idf over
+        the whole index, so each term's clause is boosted by (idf in the filter / Tantivy's idf),
+        Tantivy's computed from the same counts it uses (the `doc` term's document frequency is
+        its document count); the score is answered to SCORE_DECIMALS decimals. What stays global
+        is the average length of a field, BM25's length normalization: it moves with the volume
+        of text written anywhere, never with which words it holds."""
+        terms = self.query_terms(text, MAX_QUERY_TERMS)
+        if not terms:
             return []  # nothing left to match (only stopwords): an empty query would match everything
-        parsed, _errors = self.index.parse_query_lenient(
-            words, ["contents", "description", "path_words"], field_boosts=self.boosts
-        )
-        clauses = [
-            *self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive),
-            (tantivy.Occur.Must, parsed),
-        ]
         searcher = self.index.searcher()
-        hits = searcher.search(tantivy.Query.boolean_query(clauses), limit).hits
-        return [(searcher.doc(address)["entry_id"][0], float(score)) for score, address in hits]
+        scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive)
+        key = self._key(store_id, scopes, session_id, path_prefix, where, include_inactive)
+        admitted = self._counts.get(key, lambda: self._count(searcher, scoped))
+        everywhere = int(searcher.doc_freq("doc", EVERY_DOC))
+        weighed = []
+        for term in terms:
+            held_by = self._counts.get(
+                (*key, term), partial(self._count, searcher, [*scoped, self._anywhere(term)])
+            )
+            if not held_by:
+                continue  # no entry the filter admits holds it
+            local = term_weight(admitted, held_by)
+            for name, boost in self.boosts.items():
+                doc_freq = int(searcher.doc_freq(name, term))
+                if not doc_freq:
+                    continue
+                clause = tantivy.Query.term_query(self.schema, name, term, index_option="freq")
+                factor = boost * local / term_weight(max(everywhere, doc_freq), doc_freq)
+                weighed.append((tantivy.Occur.Should, tantivy.Query.boost_query(clause, factor)))
+        if not weighed:
+            return []
+        # the filter scores nothing (its terms' BM25 would weigh a store's or scope's size
+        # in the whole index): only the query's terms do
+        admits = tantivy.Query.const_score_query(tantivy.Query.boolean_query(scoped), 0.0)
+        query = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Must, admits), (tantivy.Occur.Must, tantivy.Query.boolean_query(weighed))]
+        )
+        hits = searcher.search(query, limit).hits
+        return [
+            (searcher.doc(address)["entry_id"][0], round(float(score), SCORE_DECIMALS))
+            for score, address in hits
+        ]
+
+    @staticmethod
+    def _key(
+        store_id: str,
+        scopes: list[str],
+        session_id: str | None,
+        path_prefix: str | None,
+        where: Mapping[str, Any] | None,
+        include_inactive: bool,
+    ) -> tuple[Any, ...]:
+        """The cache key of a filter's counts."""
+        return (
+            store_id,
+            tuple(sorted(scopes)),
+            session_id,
+            path_prefix,
+            tuple(sorted(metadata_terms(where))),
+            include_inactive,
+        )
 
     def _filter(
         self,
@@ -345,10 +398,10 @@ class FullTextIndex:
             clauses.append((tantivy.Occur.MustNot, tantivy.Query.term_query(self.schema, "meta", INACTIVE)))
         return clauses
 
-    def query_terms(self, text: str) -> list[str]:
-        """The distinct terms the analyzer makes of a query, in order (at most MAX_COVERAGE_TERMS)."""
+    def query_terms(self, text: str, most: int = MAX_COVERAGE_TERMS) -> list[str]:
+        """The distinct terms the analyzer makes of a query, in order (at most `most`)."""
         words = _QUERY_SYNTAX.sub(" ", text)
-        return list(dict.fromkeys(self.analyzer.analyze(words)))[:MAX_COVERAGE_TERMS]
+        return list(dict.fromkeys(self.analyzer.analyze(words)))[:most]
 
     def terms_of(self, contents: str | None, description: str | None, path: str) -> set[str]:
         """The terms the index holds of an entry's text fields (what `coverage` matches)."""
@@ -377,14 +430,7 @@ class FullTextIndex:
             return dict.fromkeys(ids, 0.0)
         searcher = self.index.searcher()
         scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive)
-        key = (
-            store_id,
-            tuple(sorted(scopes)),
-            session_id,
-            path_prefix,
-            tuple(sorted(metadata_terms(where))),
-            include_inactive,
-        )
+        key = self._key(store_id, scopes, session_id, path_prefix, where, include_inactive)
         anywhere = [self._anywhere(term) for term in terms]
         admitted = self._counts.get(key, lambda: self._count(searcher, scoped))
         weights = []

@@ -16,8 +16,10 @@ FROM python:3.11-slim
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin catalog \
     && mkdir /data && chown catalog:catalog /data
 COPY --from=build /wheels /wheels
+# the `upgrade` extra: the earlier releases' PostgreSQL 16 (pgserver), which `catalog upgrade` runs
+# to move a /data made by an earlier image to this one's PostgreSQL 18; nothing else starts it
 RUN python -m venv /venv \
-    && /venv/bin/pip install --no-cache-dir /wheels/*.whl \
+    && /venv/bin/pip install --no-cache-dir "$(echo /wheels/*.whl)[upgrade]" \
     && rm -rf /wheels
 ENV PATH=/venv/bin:$PATH \
     CATALOG_DATA_DIR=/data \

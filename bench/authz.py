@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -129,12 +130,11 @@ async def main() -> None:
     server = None
     url = args.database_url
     if url is None:
-        import pgserver
+        from catalog.db import EmbeddedPostgres
 
-        server = pgserver.get_server(
-            Path(tempfile.mkdtemp(prefix="authzbench")) / "pg", cleanup_mode="delete"
-        )
-        url = server.get_uri()
+        root = Path(tempfile.mkdtemp(prefix="authzbench"))
+        server = EmbeddedPostgres(root / "pg")
+        url = server.start()
     try:
         conn = await asyncpg.connect(url)
         await apply_migrations(conn)
@@ -222,7 +222,8 @@ async def main() -> None:
         await pool.close()
     finally:
         if server is not None:
-            server.cleanup()
+            server.stop()
+            shutil.rmtree(root, ignore_errors=True)
 
     print(
         f"authorization: {args.grants:,} grants, 10,000 principals, 1,000 groups nested 4 deep, "

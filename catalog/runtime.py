@@ -41,7 +41,7 @@ async def ensure_database(server_url: str, database: str) -> str:
 
 
 def with_database(url: str, database: str) -> str:
-    """Swap the database of a pgserver URL (`postgresql://user:@/db?host=...`)."""
+    """Swap the database of a URL (the embedded server's: `postgresql://user:@/db?host=...`)."""
     head, _, query = url.partition("?")
     base = head.rsplit("/", 1)[0]
     return f"{base}/{database}" + (f"?{query}" if query else "")

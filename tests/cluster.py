@@ -1,28 +1,37 @@
-"""A cluster of real processes for the tests: N `catalog serve` nodes behind HAProxy, on one
-PostgreSQL primary with a synchronous streaming standby, verifying the tokens of an external
-issuer. Nothing is mocked: each piece is the program an operator runs.
+"""A cluster of real processes for the tests: N `catalog serve` nodes behind HAProxy, on a
+PostgreSQL primary and its synchronous standby that Patroni manages, verifying the tokens of an
+external issuer. Nothing is mocked: each piece is the program an operator runs.
 
     with Cluster(nodes=3) as cluster:
         token = cluster.issuer.token("admin")
         httpx.get(cluster.url + "/healthz")  # through HAProxy
         httpx.get(cluster.nodes[0].url + "/healthz")  # one node, directly
         cluster.nodes[1].kill()  # kill -9
-        cluster.primary.kill(); cluster.standby.promote()  # failover
+        cluster.leader().kill()  # PostgreSQL crashes: Patroni fails over by itself
+        cluster.wait_synchronous()  # the pair whole again: the old primary is the new standby
 
 The pieces:
-- `Postgres`: a data dir made by `initdb` (the primary) or `pg_basebackup -R` from the primary
-  (the standby), served by the PostgreSQL binaries pgserver ships (with pgvector), on a TCP port of
-  127.0.0.1 and no Unix socket. The primary has `synchronous_standby_names = 'standby'` and
-  `synchronous_commit = on`: a commit is acknowledged once the standby has flushed it, so a write
-  a node acknowledged survives the primary's loss. When the tests run as root, PostgreSQL (which
-  refuses to) runs as pgserver's own system user `pgserver`;
-- `HAProxy`: Debian's `haproxy` in the foreground, round robin over the nodes with an HTTP health
-  check on `/healthz` (`HAPROXY_CHECK`), a fresh server connection per request
-  (`option http-server-close`) and redispatch of a request whose connection failed, with an
-  admin socket the tests read the servers' states from;
+- `Etcd`: Debian's `etcd-server`, one member, where Patroni keeps the leader key;
+- `Member` (`pg1`, `pg2`): Patroni (a dev dependency) running PostgreSQL from the binaries the
+  embedded server ships (catalog.db.embedded.bin_dir: PostgreSQL 18 with pgvector), on a TCP port
+  of 127.0.0.1 and no Unix socket, with its REST API on another port. The first to start takes
+  the leader key and runs `initdb`; the other is made by `pg_basebackup` and streams from it.
+  Patroni's synchronous mode names the standby in `synchronous_standby_names` (with
+  `synchronous_commit = on`): a commit is acknowledged once the standby has flushed it, so a write
+  a node acknowledged survives the primary's loss, and only that standby may be promoted. A
+  primary whose PostgreSQL crashes gives the leader key up at once (`primary_start_timeout: 0`);
+  one whose Patroni dies too keeps it until its TTL (`PATRONI_TTL`) runs out. `Cluster(strict=
+  True)` keeps the primary waiting for a standby even when none streams. When the tests run as
+  root, Patroni and PostgreSQL (which refuses root) run as the embedded server's system user;
+- `HAProxy`: Debian's `haproxy` in the foreground, with two parts. For the nodes: round robin
+  with an HTTP health check on `/healthz` (`HAPROXY_CHECK`), a fresh server connection per request
+  (`option http-server-close`) and redispatch of a request whose connection failed. For
+  PostgreSQL (TCP): the member whose Patroni answers 200 to `OPTIONS /primary`, the leader alone,
+  with the connections to a member marked down cut at once. An admin socket gives the servers'
+  states;
 - `Node`: `catalog serve` in a subprocess, with a data dir of its own (its search index) and the
-  database named by a multi-host URL (`postgresql://127.0.0.1:P1,127.0.0.1:P2/catalog?
-  target_session_attrs=read-write`): after a failover it connects to whichever host accepts writes;
+  database reached through HAProxy's PostgreSQL port: after a failover it connects to the new
+  primary without a restart;
 - `Issuer`: an Ed25519 key pair; the nodes get the public key (`CATALOG_JWT_PUBLIC_KEY`), the
   tests sign tokens with the private key.
 
@@ -56,6 +65,8 @@ import psutil
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from catalog.db.embedded import bin_dir, system_user
+
 REPO = Path(__file__).resolve().parents[1]
 UC = "/api/2.1/unity-catalog"
 DATABASE = "catalog"
@@ -63,19 +74,24 @@ ISSUER = "https://issuer.cluster.test"
 AUDIENCE = "memory-catalog-cluster"
 STANDBY_NAME = "standby"  # the standby's application_name, which the primary waits for
 DRAIN_SECONDS = 5.0  # the nodes' CATALOG_DRAIN_SECONDS (the default): longer than HAProxy needs to see a 503
+# Patroni: the leader key lives PATRONI_TTL seconds (20 is Patroni's least) unless renewed; each
+# member looks at the cluster every PATRONI_LOOP_WAIT seconds
+PATRONI_TTL = 20
+PATRONI_LOOP_WAIT = 1
+PATRONI_RETRY_TIMEOUT = 5
 # HAProxy checks every 500 ms; 2 failures take a server out, 2 successes bring it back
 HAPROXY_CHECK = "inter 500ms fastinter 250ms downinter 500ms fall 2 rise 2"
-
-
-def pg_bin() -> Path:
-    import pgserver
-
-    return Path(pgserver.__file__).parent / "pginstall" / "bin"
 
 
 def haproxy_binary() -> str | None:
     return shutil.which("haproxy") or next(
         (p for p in ("/usr/sbin/haproxy", "/usr/local/sbin/haproxy") if os.access(p, os.X_OK)), None
+    )
+
+
+def etcd_binary() -> str | None:
+    return shutil.which("etcd") or next(
+        (p for p in ("/usr/bin/etcd", "/usr/local/bin/etcd") if os.access(p, os.X_OK)), None
     )
 
 
@@ -187,141 +203,230 @@ class Issuer:
         return {"Authorization": f"Bearer {self.token(sub, **claims)}"}
 
 
-class Postgres:
-    """One PostgreSQL server of the pair: `Postgres.primary(...)` or `Postgres.standby_of(...)`."""
+class Etcd:
+    """A one-member etcd (Debian's `etcd-server`): the store Patroni keeps the leader key in. It
+    runs beside the database servers, so losing either of them leaves it up."""
 
-    def __init__(self, root: Path, name: str, port: int | None = None) -> None:
-        self.name = name
-        self.pgdata = root / name
-        self.port = port or free_port()
-        self.log_path = root / f"{name}.log"
-        self.user = None
-        if os.geteuid() == 0:  # PostgreSQL refuses to run as root: as pgserver's own user
-            from pgserver.utils import ensure_user_exists
-
-            ensure_user_exists("pgserver")
-            self.user = "pgserver"
-        self.postmaster_pid: int | None = None
-
-    def _run(self, program: str, *args: str, timeout: float = 120) -> str:
-        result = subprocess.run(
-            [str(pg_bin() / program), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            user=self.user,
-            cwd=self.pgdata.parent,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"{program} {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-        return result.stdout
-
-    def _own(self, path: Path) -> None:
-        if self.user is not None:
-            import pwd
-
-            entry = pwd.getpwnam(self.user)
-            os.chown(path, entry.pw_uid, entry.pw_gid)
-
-    def _configure(self, settings: dict[str, str]) -> None:
-        """Lines in postgresql.auto.conf (read last: they win over postgresql.conf)."""
-        with (self.pgdata / "postgresql.auto.conf").open("a") as conf:
-            for name, value in settings.items():
-                conf.write(f"{name} = '{value}'\n")
-
-    @classmethod
-    def primary(cls, root: Path) -> Postgres:
-        pg = cls(root, "primary")
-        pg.pgdata.mkdir(mode=0o700)
-        pg._own(pg.pgdata)
-        pg._run("initdb", "-D", str(pg.pgdata), "--auth=trust", "--encoding=utf8", "-U", "postgres", "-N")
-        pg._configure(
-            {
-                "listen_addresses": "127.0.0.1",
-                "port": str(pg.port),
-                "unix_socket_directories": "",
-                "wal_level": "replica",
-                "max_wal_senders": "4",
-                "hot_standby": "on",
-                "synchronous_commit": "on",
-                "synchronous_standby_names": STANDBY_NAME,
-                "max_connections": "150",
-                "shared_buffers": "32MB",
-                "fsync": "on",
-            }
-        )
-        pg.start()
-        return pg
-
-    @classmethod
-    def standby_of(
-        cls, primary: Postgres, root: Path, name: str = STANDBY_NAME, port: int | None = None
-    ) -> Postgres:
-        """A base backup of `primary`, streaming from it as `STANDBY_NAME` (the name its
-        `synchronous_standby_names` waits for)."""
-        pg = cls(root, name, port)
-        pg.pgdata.mkdir(mode=0o700)
-        pg._own(pg.pgdata)
-        pg._run(
-            "pg_basebackup",
-            "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
-            "-D", str(pg.pgdata), "-X", "stream", "-R", "-c", "fast",
+    def __init__(self, root: Path) -> None:
+        binary = etcd_binary()
+        assert binary is not None, "etcd is not installed"
+        self.port, peer = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = root / "etcd.log"
+        self._log = self.log_path.open("a")
+        self.process = subprocess.Popen(
+            [
+                binary, "--name", "etcd0", "--data-dir", str(root / "etcd"),
+                "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+                "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-cluster", f"etcd0=http://127.0.0.1:{peer}", "--initial-cluster-state", "new",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )  # fmt: skip
-        pg._configure(
-            {
-                "port": str(pg.port),
-                "primary_conninfo": (
-                    f"host=127.0.0.1 port={primary.port} user=postgres application_name={STANDBY_NAME}"
-                ),
-                # once promoted it has no standby of its own, and must not wait for one
-                "synchronous_standby_names": "",
-            }
-        )
-        pg.start()
-        return pg
+        self.ports = [self.port, peer]
 
-    @property
-    def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{DATABASE}"
+        def healthy() -> bool:
+            with contextlib.suppress(httpx.HTTPError):
+                return httpx.get(f"{self.url}/health", timeout=2).json().get("health") == "true"
+            return False
 
-    def start(self) -> None:
-        self.log_path.touch()
-        self._own(self.log_path)
-        self._run("pg_ctl", "-D", str(self.pgdata), "-l", str(self.log_path), "-w", "-t", "60", "start")
-        self.postmaster_pid = int((self.pgdata / "postmaster.pid").read_text().splitlines()[0])
-
-    def running(self) -> bool:
-        return self.postmaster_pid is not None and psutil.pid_exists(self.postmaster_pid)
+        wait_until(healthy, 60, "etcd to answer", 0.2)
 
     def stop(self) -> None:
-        if not self.running():
-            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()
+
+
+def _patroni_command() -> tuple[list[str], dict[str, str]]:
+    """How to run Patroni (a dev dependency) as PostgreSQL's user: this interpreter, or, where that
+    user cannot run it (a virtual environment over an interpreter in root's home), the system's
+    Python of the same version with this environment's packages, and only those, on its path."""
+    user = system_user()
+    if user is None:
+        return [sys.executable, "-m", "patroni"], {}
+    try:
+        runs = subprocess.run([sys.executable, "-c", "pass"], user=user, capture_output=True).returncode == 0
+    except PermissionError:
+        runs = False
+    if runs:
+        return [sys.executable, "-m", "patroni"], {}
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    system = shutil.which(version, path="/usr/bin:/usr/local/bin")
+    assert system is not None, (
+        f"PostgreSQL's user {user} cannot run {sys.executable}, and there is no {version}"
+    )
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    # -S: none of the system's own packages (Debian's dist-packages), only this environment's
+    return [system, "-S", "-m", "patroni"], {"PYTHONPATH": site}
+
+
+class Member:
+    """One PostgreSQL server of the pair, run by its own Patroni (`pg1`, `pg2`), which makes it
+    (`initdb` for the first to take the leader key, `pg_basebackup` from the leader for the other),
+    starts it, keeps it the leader or a replica of the leader, and answers its role on a REST port
+    (`/primary` is 200 on the leader only). `kill()` kills PostgreSQL (and its Patroni with
+    `host=True`: the whole machine lost); `start()` starts Patroni again."""
+
+    def __init__(self, root: Path, name: str, etcd: Etcd, scope: str, *, strict: bool = False) -> None:
+        self.name = name
+        self.dir = root / name
+        self.dir.mkdir(mode=0o700)
+        self.pgdata = self.dir / "data"
+        self.port = free_port()
+        self.api_port = free_port()
+        self.api = f"http://127.0.0.1:{self.api_port}"
+        self.log_path = root / f"{name}.log"
+        self.user = system_user()
+        if self.user is not None:
+            shutil.chown(self.dir, self.user, self.user)
+        self.config_path = self.dir / "patroni.yml"
+        # YAML is a superset of JSON: the configuration is written as JSON
+        self.config_path.write_text(json.dumps(self.config(etcd, scope, strict), indent=2))
+        if self.user is not None:
+            shutil.chown(self.config_path, self.user, self.user)
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[str] | None = None
+
+    def config(self, etcd: Etcd, scope: str, strict: bool) -> dict[str, Any]:
+        local = f"127.0.0.1:{self.port}"
+        return {
+            "scope": scope,
+            "name": self.name,
+            "log": {"level": "INFO"},
+            "restapi": {
+                "listen": f"127.0.0.1:{self.api_port}",
+                "connect_address": f"127.0.0.1:{self.api_port}",
+            },
+            "etcd3": {"hosts": [f"127.0.0.1:{etcd.port}"]},
+            "bootstrap": {
+                "dcs": {
+                    "ttl": PATRONI_TTL,
+                    "loop_wait": PATRONI_LOOP_WAIT,
+                    "retry_timeout": PATRONI_RETRY_TIMEOUT,
+                    "maximum_lag_on_failover": 1048576,
+                    "primary_start_timeout": 0,  # a crashed primary fails over at once
+                    "synchronous_mode": True,
+                    "synchronous_mode_strict": strict,
+                    "postgresql": {
+                        "use_pg_rewind": True,
+                        "use_slots": True,
+                        "parameters": {
+                            "wal_level": "replica",
+                            "hot_standby": "on",
+                            "max_wal_senders": 4,
+                            "max_replication_slots": 4,
+                            "wal_keep_size": "128MB",
+                            "max_connections": 150,
+                            "synchronous_commit": "on",
+                            "fsync": "on",
+                        },
+                    },
+                },
+                "initdb": [{"encoding": "UTF8"}],
+                "pg_hba": [
+                    "local all all trust",
+                    "host all all 127.0.0.1/32 trust",
+                    "host replication all 127.0.0.1/32 trust",
+                ],
+            },
+            "postgresql": {
+                "listen": local,
+                "connect_address": local,
+                "data_dir": str(self.pgdata),
+                "bin_dir": str(bin_dir()),
+                "pgpass": str(self.dir / "pgpass"),
+                "authentication": {
+                    "superuser": {"username": "postgres"},
+                    "replication": {"username": "postgres"},
+                    "rewind": {"username": "postgres"},
+                },
+                "parameters": {"unix_socket_directories": "", "shared_buffers": "32MB"},
+            },
+        }
+
+    def start(self) -> None:
+        assert self.process is None or self.process.poll() is not None, f"{self.name}'s Patroni runs"
+        command, extra = _patroni_command()
+        self._log = self.log_path.open("a")
+        self.process = subprocess.Popen(
+            [*command, str(self.config_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            user=self.user,
+            cwd=self.dir,
+            env={**os.environ, **extra},
+        )
+
+    def status(self) -> dict[str, Any]:
+        """Patroni's view of this member (`role`: primary or replica, `state`: running, ...), or {}
+        when its REST API does not answer."""
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            return dict(httpx.get(f"{self.api}/patroni", timeout=2).json())
+        return {}
+
+    def is_leader(self) -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"{self.api}/primary", timeout=2).status_code == 200
+        return False
+
+    def is_sync_standby(self) -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"{self.api}/sync", timeout=2).status_code == 200
+        return False
+
+    def postmaster_pid(self) -> int | None:
         try:
-            self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "-t", "30", "stop")
-        except (RuntimeError, subprocess.TimeoutExpired):
-            assert self.postmaster_pid is not None
-            _kill_tree(self.postmaster_pid)
-        self.postmaster_pid = None
+            pid = int((self.pgdata / "postmaster.pid").read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid if psutil.pid_exists(pid) else None
 
-    def kill(self) -> None:
-        """kill -9 of the postmaster and every backend at once: the primary's host is lost."""
-        assert self.postmaster_pid is not None
-        _kill_tree(self.postmaster_pid)
-        self.postmaster_pid = None
+    def kill(self, *, host: bool = False) -> None:
+        """kill -9 of the postmaster and every backend at once (PostgreSQL crashed); with `host`,
+        of its Patroni first (the machine lost)."""
+        if host and self.process is not None:
+            _kill_tree(self.process.pid)
+            self.process.wait(10)
+        pid = self.postmaster_pid()
+        if pid is not None:
+            _kill_tree(pid)
 
-    def promote(self) -> None:
-        self._run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "promote")
-
-    def wait_synchronous(self, timeout: float = 30) -> None:
-        """Until a standby named `STANDBY_NAME` streams from this server synchronously."""
-        query = f"SELECT sync_state FROM pg_stat_replication WHERE application_name = '{STANDBY_NAME}'"
-        wait_until(lambda: self.sql(query) == "sync", timeout, f"a synchronous standby of {self.name}")
+    def stop(self) -> None:
+        """Patroni stops PostgreSQL (fast) on SIGTERM, then exits."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                _kill_tree(self.process.pid)
+        pid = self.postmaster_pid()
+        if pid is not None:  # (its Patroni was killed before)
+            _kill_tree(pid)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def sql(self, query: str, database: str = "postgres") -> str:
-        return self._run(
-            "psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", database,
-            "-AtX", "-v", "ON_ERROR_STOP=1", "-c", query, timeout=30,
-        ).strip()  # fmt: skip
+        result = subprocess.run(
+            [str(bin_dir() / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+             "-d", database, "-AtX", "-v", "ON_ERROR_STOP=1", "-c", query],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise RuntimeError(f"{self.name}: {query}: {result.stderr}")
+        return result.stdout.strip()
 
 
 class Node:
@@ -464,15 +569,16 @@ class HAProxy:
     """HAProxy in the foreground in front of the nodes; `states()` reads the servers' states from
     its admin socket."""
 
-    def __init__(self, root: Path, nodes: list[Node]) -> None:
+    def __init__(self, root: Path, nodes: list[Node], members: list[Member], pg_port: int) -> None:
         binary = haproxy_binary()
         assert binary is not None, "haproxy is not installed"
         self.port = free_port()
+        self.pg_port = pg_port
         self.url = f"http://127.0.0.1:{self.port}"
         self.socket_path = root / "haproxy.sock"
         self.config_path = root / "haproxy.cfg"
         self.log_path = root / "haproxy.log"
-        self.config_path.write_text(self.config(nodes))
+        self.config_path.write_text(self.config(nodes, members))
         check = subprocess.run([binary, "-c", "-f", str(self.config_path)], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout + check.stderr
         self._log = self.log_path.open("a")
@@ -484,8 +590,11 @@ class HAProxy:
         )
         wait_until(self.socket_path.exists, 30, "HAProxy's admin socket")
 
-    def config(self, nodes: list[Node]) -> str:
+    def config(self, nodes: list[Node], members: list[Member]) -> str:
         servers = "\n".join(f"    server {n.name} 127.0.0.1:{n.port} check" for n in nodes)
+        databases = "\n".join(
+            f"    server {m.name} 127.0.0.1:{m.port} check port {m.api_port}" for m in members
+        )
         return f"""\
 global
     maxconn 1000
@@ -514,6 +623,19 @@ backend nodes
     http-check expect status 200
     default-server {HAPROXY_CHECK}
 {servers}
+
+# PostgreSQL: the leader only, as Patroni's REST API tells (`/primary` is 200 on the leader alone);
+# a server marked down has its connections cut, so that no node keeps writing to a demoted server
+listen postgres
+    mode tcp
+    bind 127.0.0.1:{self.pg_port}
+    option tcplog
+    timeout client 30m
+    timeout server 30m
+    option httpchk OPTIONS /primary
+    http-check expect status 200
+    default-server {HAPROXY_CHECK} on-marked-down shutdown-sessions
+{databases}
 """
 
     def command(self, line: str) -> str:
@@ -526,14 +648,15 @@ backend nodes
                 chunks.append(chunk)
         return b"".join(chunks).decode()
 
-    def states(self) -> dict[str, str]:
-        """Each server's state as HAProxy sees it: `UP`, `DOWN`, `UP 1/2`, `DOWN 1/2`, `MAINT`, ..."""
+    def states(self, proxy: str = "nodes") -> dict[str, str]:
+        """Each server's state as HAProxy sees it: `UP`, `DOWN`, `UP 1/2`, `DOWN 1/2`, `MAINT`, ...
+        (of the nodes, or of the database servers with `proxy="postgres"`)."""
         lines = self.command("show stat").splitlines()
         header = lines[0].lstrip("# ").split(",")
         states = {}
         for line in lines[1:]:
             row = dict(zip(header, line.split(","), strict=False))
-            if row.get("pxname") == "nodes" and row.get("svname") not in ("FRONTEND", "BACKEND"):
+            if row.get("pxname") == proxy and row.get("svname") not in ("FRONTEND", "BACKEND"):
                 states[row["svname"]] = row["status"]
         return states
 
@@ -575,19 +698,26 @@ class Cluster:
     """The whole topology (see the module's docstring); a context manager that tears down
     everything it started, also when starting fails half way."""
 
-    def __init__(self, nodes: int = 3, *, env: dict[str, str] | None = None) -> None:
-        if haproxy_binary() is None:
-            raise RuntimeError("haproxy is not installed (Debian: apt-get install haproxy)")
+    def __init__(self, nodes: int = 3, *, env: dict[str, str] | None = None, strict: bool = False) -> None:
+        missing = [
+            name for name, found in (("haproxy", haproxy_binary()), ("etcd", etcd_binary())) if not found
+        ]
+        if missing:
+            raise RuntimeError(
+                f"not installed: {', '.join(missing)} (Debian: apt-get install haproxy etcd-server)"
+            )
         self.node_count = nodes
         self.extra_env = env or {}
+        self.strict = strict
         self.root = Path(tempfile.mkdtemp(prefix="catcluster-"))
         self.root.chmod(0o755)  # PostgreSQL's user (when running as root) must reach its data dir
         self.issuer = Issuer()
-        self.primary: Postgres | None = None
-        self.standby: Postgres | None = None
+        self.etcd: Etcd | None = None
+        self.members: list[Member] = []
         self.nodes: list[Node] = []
         self.haproxy: HAProxy | None = None
-        self.ports: list[int] = []
+        self.pg_port = free_port()  # HAProxy's PostgreSQL port: the leader's
+        self.ports: list[int] = [self.pg_port]
         self.added = 0  # nodes added after the start
 
     def __enter__(self) -> Self:
@@ -603,16 +733,36 @@ class Cluster:
 
     @property
     def database_url(self) -> str:
-        """The multi-host URL the nodes use: the primary first, then the standby; asyncpg connects
-        to the first that accepts writes."""
-        assert self.primary is not None and self.standby is not None
-        hosts = f"127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}"
-        return f"postgresql://postgres@{hosts}/{DATABASE}?target_session_attrs=read-write"
+        """The URL the nodes use: HAProxy's PostgreSQL port, which leads to the leader."""
+        return f"postgresql://postgres@127.0.0.1:{self.pg_port}/{DATABASE}"
 
     @property
     def url(self) -> str:
         assert self.haproxy is not None
         return self.haproxy.url
+
+    def leader(self) -> Member:
+        """The member that holds the leader key and runs the primary (waits for one)."""
+        return wait_until(lambda: next((m for m in self.members if m.is_leader()), None), 60, "a leader", 0.1)
+
+    def replica(self) -> Member:
+        return next(m for m in self.members if m is not self.leader())
+
+    def wait_synchronous(self, timeout: float = 60) -> Member:
+        """Until one member leads and the other streams from it as its synchronous standby (Patroni
+        names it in `synchronous_standby_names`); the standby."""
+
+        def pair() -> Member | None:
+            leader = next((m for m in self.members if m.is_leader()), None)
+            standby = next((m for m in self.members if m is not leader and m.is_sync_standby()), None)
+            if leader is None or standby is None:
+                return None
+            query = "SELECT sync_state FROM pg_stat_replication WHERE sync_state = 'sync'"
+            with contextlib.suppress(RuntimeError):
+                return standby if leader.sql(query) == "sync" else None
+            return None
+
+        return wait_until(pair, timeout, "a leader with a synchronous standby", 0.2)
 
     def node_env(self) -> dict[str, str]:
         return {
@@ -628,23 +778,42 @@ class Cluster:
         }
 
     def start(self) -> None:
-        self.primary = Postgres.primary(self.root)
-        self.ports.append(self.primary.port)
-        self.standby = Postgres.standby_of(self.primary, self.root)
-        self.ports.append(self.standby.port)
-        self.primary.wait_synchronous()
-        self.primary.sql(f"CREATE DATABASE {DATABASE}")
+        self.etcd = Etcd(self.root)
+        self.ports.extend(self.etcd.ports)
+        scope = f"catalog-{os.urandom(3).hex()}"
+        self.members = [
+            Member(self.root, f"pg{i + 1}", self.etcd, scope, strict=self.strict) for i in range(2)
+        ]
+        self.ports.extend(p for m in self.members for p in (m.port, m.api_port))
+        self.members[0].start()  # the first takes the leader key and makes the database cluster
+        wait_until(self.members[0].is_leader, 120, f"{self.members[0].name} to lead", 0.2)
+        self.members[1].start()  # the second is made from it by pg_basebackup
+        self.wait_synchronous(120)
+        self.leader().sql(f"CREATE DATABASE {DATABASE}")
         env = self.node_env()
         self.nodes = [Node(self.root, f"node{i + 1}", env) for i in range(self.node_count)]
         self.ports.extend(n.port for n in self.nodes)
+        self.haproxy = HAProxy(self.root, self.nodes, self.members, self.pg_port)
+        self.ports.append(self.haproxy.port)
+        self.wait_database()
         # all at once: one migrates and bootstraps the database, the others wait for it
         for node in self.nodes:
             node.spawn()
         for node in self.nodes:
             node.wait_started()
-        self.haproxy = HAProxy(self.root, self.nodes)
-        self.ports.append(self.haproxy.port)
         self.wait_all_up()
+
+    def wait_database(self, timeout: float = 60) -> str:
+        """Until HAProxy sends PostgreSQL connections to exactly one member, the leader; its name."""
+        assert self.haproxy is not None
+        haproxy = self.haproxy
+
+        def routed() -> str | None:
+            up = [name for name, state in haproxy.states("postgres").items() if state == "UP"]
+            leader = next((m.name for m in self.members if m.is_leader()), None)
+            return up[0] if up == [leader] else None
+
+        return str(wait_until(routed, timeout, "HAProxy to route PostgreSQL to the leader alone", 0.1))
 
     def wait_all_up(self, timeout: float = 60) -> None:
         """Every node runs and HAProxy sends it requests."""
@@ -700,10 +869,9 @@ class Cluster:
         steps = [node.kill for node in self.nodes]  # reaps the ones killed or stopped before
         if self.haproxy is not None:
             steps.append(self.haproxy.stop)
-        if self.standby is not None:
-            steps.append(self.standby.stop)
-        if self.primary is not None:
-            steps.append(self.primary.stop)
+        steps.extend(member.stop for member in self.members)
+        if self.etcd is not None:
+            steps.append(self.etcd.stop)
         for step in steps:
             try:
                 step()

@@ -1,8 +1,9 @@
 """Test fixtures: one real PostgreSQL (with pgvector) per test session, a fresh database per test
 module (or per test, where a test needs one of its own), and the application on top of it.
 
-PostgreSQL is the embedded pgserver in a temporary directory, unless CATALOG_TEST_DATABASE_URL
-names a server to use (its user must be allowed to create databases).
+PostgreSQL is the embedded one (catalog.db.EmbeddedPostgres: PostgreSQL 18 with pgvector 0.8) in a
+temporary directory, unless CATALOG_TEST_DATABASE_URL names a server to use (its user must be
+allowed to create databases).
 """
 
 from __future__ import annotations
@@ -40,14 +41,14 @@ def pg_server_url() -> Iterator[str]:
     if external:
         yield external
         return
-    import pgserver
+    from catalog.db import EmbeddedPostgres
 
     root = Path(tempfile.mkdtemp(prefix="catpg"))
-    server = pgserver.get_server(root / "pg", cleanup_mode="delete")
+    server = EmbeddedPostgres(root / "pg")
     try:
-        yield str(server.get_uri())
+        yield server.start()
     finally:
-        server.cleanup()
+        server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -543,9 +543,9 @@ def test_export_with_scope_holds_only_that_scope(server, written):
 
 
 def _pg_bin(name: str) -> str:
-    import pgserver
+    from catalog.db.embedded import bin_dir
 
-    return str(Path(pgserver.__file__).parent / "pginstall" / "bin" / name)
+    return str(bin_dir() / name)
 
 
 def _admin(url: str, statement: str) -> None:

@@ -82,3 +82,15 @@ def test_compose_runs_the_image_against_postgresql_with_data_on_a_volume():
     grace = re.search(r"stop_grace_period: (\d+)s", service)
     assert grace is not None and int(grace.group(1)) > 5
     assert "pip install" not in service  # the image is built once, not installed at each start
+
+
+def test_compose_and_the_docs_name_the_embedded_servers_major_version():
+    from catalog.db.embedded import bundled_major
+
+    compose = (REPO / "compose.yaml").read_text()
+    images = re.findall(r"image: pgvector/pgvector:pg(\d+)", compose)
+    assert images == [str(bundled_major())], images
+    assert "- pgdata:/var/lib/postgresql\n" in compose  # where images from 18 on keep their data
+    page = (REPO / "docs" / "operations" / "index.md").read_text()
+    assert f"`pgvector/pgvector:pg{bundled_major()}`" in page
+    assert f"starts (or joins) PostgreSQL {bundled_major()}." in page

@@ -66,8 +66,13 @@ def test_a_large_scope_gets_its_own_index_which_searches_use_until_it_shrinks(
             )
             await pool.execute("ANALYZE entries")
 
+            # an own index of an earlier version (ordered by cosine) is dropped and built anew
+            await pool.execute(
+                "CREATE INDEX entries_hnsw_s_earlier ON entries USING hnsw (embedding vector_cosine_ops) "
+                f"WHERE store_id = '{store_id}'::uuid AND scope = 'small'"
+            )
             done = await scope_index.maintain(pool, 1000)
-            assert done.built == [(store_id, BIG)] and done.dropped == []
+            assert done.built == [(store_id, BIG)] and done.dropped == ["entries_hnsw_s_earlier"]
             assert await scope_index.ready_index(pool, store_id, BIG)
             assert not await scope_index.ready_index(pool, store_id, "small")
             assert (await scope_index.maintain(pool, 1000)).built == []  # kept, not built again

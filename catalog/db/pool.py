@@ -18,6 +18,9 @@ from catalog import telemetry
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
+    # set on the session, not as a startup parameter, which poolers refuse (pgbouncer answers
+    # "unsupported startup parameter") or drop (`ignore_startup_parameters`)
+    await conn.execute(f"SET synchronous_commit = {SESSION_SETTINGS['synchronous_commit']}")
     for typename in ("json", "jsonb"):
         await conn.set_type_codec(typename, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
     await register_vector(conn)
@@ -33,7 +36,7 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 # Every answer waits for its commit to be flushed, whatever the database's own default says
 # (a change may turn this off for its own commit only: see catalog.audit.log.repo.FLUSH_TAIL).
-SERVER_SETTINGS = {"synchronous_commit": "on"}
+SESSION_SETTINGS = {"synchronous_commit": "on"}
 CONNECT_TIMEOUT = 5.0  # an unreachable database fails a request quickly (503) rather than hang it
 
 
@@ -44,7 +47,6 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asy
         max_size=max_size,
         init=_init_connection,
         reset=_keep_session,
-        server_settings=SERVER_SETTINGS,
         timeout=CONNECT_TIMEOUT,
     )
     assert pool is not None

@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import time
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -34,7 +35,9 @@ from catalog.wire.metadata import terms as metadata_terms
 
 log = logging.getLogger("catalog.search")
 
-ANALYZER = "catalog_en"
+# the analyzer's name is part of the index schema: a new name (a change of analysis) makes an index
+# built by an earlier version unreadable as it is, and it is rebuilt from PostgreSQL at start
+ANALYZER = "catalog_text_v2"
 
 
 def _read_stopwords() -> list[str]:
@@ -63,11 +66,29 @@ def prefix_fits(path_prefix: str | None) -> bool:
     return path_prefix is None or len(path_prefix.encode()) <= REGEX_PREFIX_BYTES
 
 
+# Scripts written without spaces between words (Chinese, Japanese kana) and Hangul syllables: each
+# character is a term of its own, so a word inside such a text is found by its characters.
+_CHARACTER_SCRIPTS = re.compile(
+    "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]"
+)
+
+
+def prepare(text: str) -> str:
+    """Text as the analyzer reads it, at index and at query time alike: in Unicode normal form NFKC
+    (a decomposed `Café`, full-width Latin letters and half-width katakana read as their usual forms), with
+    each character of the scripts above set apart by spaces."""
+    return _CHARACTER_SCRIPTS.sub(r" \g<0> ", unicodedata.normalize("NFKC", text))
+
+
 def _analyzer() -> Any:
+    """Letters-and-digits tokens of `prepare`d text, long ones dropped, lowercased, accents folded
+    to ASCII (`café` is `cafe`), English stopwords dropped, English stems."""
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
         .filter(tantivy.Filter.remove_long(64))
         .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.ascii_fold())
         .filter(tantivy.Filter.custom_stopword(STOPWORDS))
         .filter(tantivy.Filter.stemmer("english"))
         .build()
@@ -256,9 +277,9 @@ class FullTextIndex:
                     scope=entry.scope,
                     session=entry.session_id,
                     path=entry.path,
-                    contents=entry.contents,
-                    description=entry.description,
-                    path_words=_PATH_WORDS.sub(" ", entry.path),
+                    contents=prepare(entry.contents),
+                    description=prepare(entry.description),
+                    path_words=prepare(_PATH_WORDS.sub(" ", entry.path)),
                     meta=metadata_terms(entry.metadata) + ([] if entry.state == "active" else [INACTIVE]),
                     doc=EVERY_DOC,
                 )
@@ -313,12 +334,11 @@ class FullTextIndex:
         everywhere = int(searcher.doc_freq("doc", EVERY_DOC))
         weighed = []
         for term in terms:
+            # (a count may be up to COUNT_TTL old: it weighs the term, it never leaves it out)
             held_by = self._counts.get(
                 (*key, term), partial(self._count, searcher, [*scoped, self._anywhere(term)])
             )
-            if not held_by:
-                continue  # no entry the filter admits holds it
-            local = term_weight(admitted, held_by)
+            local = term_weight(max(admitted, held_by), held_by)
             for name, boost in self.boosts.items():
                 doc_freq = int(searcher.doc_freq(name, term))
                 if not doc_freq:
@@ -400,13 +420,13 @@ class FullTextIndex:
 
     def query_terms(self, text: str, most: int = MAX_COVERAGE_TERMS) -> list[str]:
         """The distinct terms the analyzer makes of a query, in order (at most `most`)."""
-        words = _QUERY_SYNTAX.sub(" ", text)
+        words = _QUERY_SYNTAX.sub(" ", prepare(text))
         return list(dict.fromkeys(self.analyzer.analyze(words)))[:most]
 
     def terms_of(self, contents: str | None, description: str | None, path: str) -> set[str]:
         """The terms the index holds of an entry's text fields (what `coverage` matches)."""
         texts = [contents or "", description or "", _PATH_WORDS.sub(" ", path)]
-        return {term for text in texts for term in self.analyzer.analyze(text)}
+        return {term for text in texts for term in self.analyzer.analyze(prepare(text))}
 
     def coverage(
         self,

@@ -182,12 +182,16 @@ class VectorSearch:
         table is distributed by store), or with `own_scope` (the scope's parameter number) of that
         scope alone, read from its own index; then the filter and the limit."""
         inner = "WHERE store_id = $1 " + ("" if own_scope is None else f"AND scope = ${own_scope}::text ")
+        # a scope's own index orders by inner product (`scope_index.PREFIX`): the vectors are
+        # normalised, so 1 + inner-product distance is the cosine distance
+        order = "embedding <=> $5" if own_scope is None else "embedding <#> $5"
+        distance = "embedding <=> $5" if own_scope is None else "1 + (embedding <#> $5)"
         return (
             "SELECT id::text, 1 - d AS similarity FROM ("
             f"  SELECT id, store_id, scope, session_id, path, {self.corpus.metadata} AS metadata, "
-            f"  {self.corpus.state} AS state, embedding, embedding <=> $5 AS d "
+            f"  {self.corpus.state} AS state, embedding, {distance} AS d "
             f"  FROM {self.corpus.table} {inner}"
-            f"  ORDER BY embedding <=> $5 LIMIT {int(candidates)}) nearest "
+            f"  ORDER BY {order} LIMIT {int(candidates)}) nearest "
             f"WHERE {condition} ORDER BY d LIMIT $6"
         )
 

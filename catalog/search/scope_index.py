@@ -29,7 +29,13 @@ from catalog.search import scope_index_repo as repo
 
 log = logging.getLogger("catalog.search")
 
-PREFIX = "entries_hnsw_s_"
+# A scope's own index orders by inner product (`vector_ip_ops`), the whole table's by cosine: every
+# vector is L2-normalised, so both order alike, and a query ordering by inner product can only be
+# answered by a scope's own index (PostgreSQL 18's planner, with pgvector 0.8's costs, otherwise
+# prefers the whole table's graph with a filter)
+PREFIX = "entries_hnsw_ip_"
+# the own indexes of earlier versions (by cosine): dropped by the maintenance, rebuilt under PREFIX
+EARLIER_PREFIXES = ("entries_hnsw_s_",)
 _LOCK = 0x5C09E1DE  # the advisory lock of the maintenance (any process, one at a time)
 BUILD_MEMORY = "512MB"  # maintenance_work_mem while an index is built
 # at most this many scopes have an index of their own, the largest: every index on the table is
@@ -63,6 +69,10 @@ async def maintain(pool: asyncpg.Pool, min_entries: int) -> Maintained:
         try:
             rows = await repo.largest_scopes(conn, max(1, min_entries // 2), MAX_INDEXES)
             keep = {index_name(r["store_id"], r["scope"]): r for r in rows}
+            for earlier in EARLIER_PREFIXES:
+                for name in await repo.indexes_named(conn, earlier):
+                    await repo.drop_index(conn, name)
+                    dropped.append(name)
             existing = await repo.indexes_named(conn, PREFIX)
             for name, valid in existing.items():
                 if name not in keep or not valid:  # shrunk, store gone, or a build that died

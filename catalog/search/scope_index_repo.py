@@ -74,7 +74,7 @@ async def build_index(conn: asyncpg.Connection, name: str, store_id: str, scope:
     """Build the scope's own HNSW index without blocking writes (outside a transaction)."""
     statement = await conn.fetchval(
         "SELECT format('CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON entries USING hnsw "
-        "(embedding vector_cosine_ops) WHERE store_id = %L::uuid AND scope = %L', $1::text, "
+        "(embedding vector_ip_ops) WHERE store_id = %L::uuid AND scope = %L', $1::text, "
         "$2::text, $3::text)",
         name,
         store_id,

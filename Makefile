@@ -6,17 +6,38 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 
+# `make run` serves on HOST:PORT (make run PORT=8081, or HOST=0.0.0.0 for other machines too)
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+# pip and setuptools are talkative: their output goes to .venv/install.log, shown whole if an install
+# fails (and its ERROR lines if one reports a conflict)
+define pip_install
+	@echo "installing $(1) into $(VENV): a few minutes the first time (pip's output: $(VENV)/install.log)"
+	@$(BIN)/pip install $(2) > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
+	@grep -A3 '^ERROR' $(VENV)/install.log || true
+endef
+
+# google-adk (in the dev extra) caps opentelemetry at 1.44: the server alone is installed within the
+# same cap, so that `make test` after `make run` moves no package back (pip would leave a newer
+# exporter's dependency behind, and report the conflict). The server itself takes any 1.x.
+RUN_CAPS := 'opentelemetry-api<1.45' 'opentelemetry-sdk<1.45'
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(call pip_install,the server,-e . $(RUN_CAPS))
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+	$(call pip_install,the server and MkDocs,-e '.[docs]' $(RUN_CAPS))
 	touch $@ $(VENV)/.installed-run
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(call pip_install,the server with the dev extras,-e '.[dev]')
+	touch $@ $(VENV)/.installed-run $(VENV)/.installed-docs
 
 # the peer that bench/peer.py compares with: benchmarks only, not needed by the tests
 $(VENV)/.installed-bench: $(VENV)/.installed-dev
@@ -39,9 +60,10 @@ install: $(VENV)/.installed-run ## create .venv and install the server
 
 dev: $(VENV)/.installed-dev ## create .venv and install with the dev extras
 
-run: $(VENV)/.installed-run ## start the server on http://127.0.0.1:8080 (embedded PostgreSQL in ./.data)
-	@echo "mint an admin token in another terminal:  TOKEN=\$$($(BIN)/catalog token --sub admin)"
-	$(BIN)/catalog serve
+run: $(VENV)/.installed-run ## serve http://127.0.0.1:8080 on an embedded PostgreSQL in ./.data (PORT=, HOST= to change)
+	@echo "In another terminal, in this directory, for the catalog command, the Python client and curl:"
+	@echo "  export CATALOG_URL=http://$(HOST):$(PORT) CATALOG_TOKEN=\$$($(BIN)/catalog token --sub admin)"
+	$(BIN)/catalog serve --host $(HOST) --port $(PORT)
 
 test: $(VENV)/.installed-dev ## ruff, mypy and the import layers, then the whole test suite against a real PostgreSQL with pgvector
 	$(BIN)/ruff check .
@@ -69,10 +91,10 @@ lint: $(VENV)/.installed-dev ## ruff check, and the one-way slice layers (import
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 
-docs: $(VENV)/.installed-dev ## build the documentation site into site/ (MkDocs, strict)
+docs: $(VENV)/.installed-docs ## build the documentation site into site/ (MkDocs, strict)
 	$(BIN)/mkdocs build --strict
 
-docs-serve: $(VENV)/.installed-dev ## serve the documentation site on http://127.0.0.1:8000, rebuilt on each change
+docs-serve: $(VENV)/.installed-docs ## serve the documentation site on http://127.0.0.1:8000, rebuilt on each change
 	$(BIN)/mkdocs serve
 
 fmt: $(VENV)/.installed-dev ## ruff format

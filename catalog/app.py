@@ -15,7 +15,6 @@ from litestar import Litestar, Response
 from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from catalog import __version__
@@ -30,6 +29,7 @@ from catalog.dialects.agents.routes import router as agents_router
 from catalog.dialects.agents.routes import store_router as agents_store_router
 from catalog.dialects.conversations.routes import routers as conversations_routers
 from catalog.dialects.extraction.routes import router as extraction_router
+from catalog.dialects.mcp import discovery as mcp_discovery
 from catalog.dialects.mcp import routes as toolkit
 from catalog.dialects.pipelines.routes import router as pipelines_router
 from catalog.dialects.responses.routes import routers as responses_routers
@@ -49,7 +49,7 @@ from catalog.web.deps import Req, ServerParts, install
 from catalog.web.errors import handle_exception
 from catalog.web.health import databricks_config, healthz
 from catalog.web.middleware import RequestMiddleware
-from catalog.web.openapi import finish
+from catalog.web.openapi import ApiExplorer, explorer_assets, finish
 
 
 def _runtime(app: Litestar) -> Runtime:
@@ -116,8 +116,11 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             audit_router,
             metrics_router,
             toolkit.memory_mcp,
+            mcp_discovery.server_metadata,
+            mcp_discovery.mcp_server_metadata,
             console_router,
             favicon,
+            explorer_assets(),
         ],
         lifespan=[lifespan, toolkit.lifespan],
         dependencies={
@@ -137,7 +140,7 @@ def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
             title="Memory Catalog",
             version=__version__,
             path="/",
-            render_plugins=[SwaggerRenderPlugin(path="/docs")],
+            render_plugins=[ApiExplorer()],  # /docs, with its files under /docs/assets
             components=Components(
                 security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer", bearer_format="JWT")}
             ),

@@ -44,8 +44,16 @@ class InvalidParameter(FieldError):
 
 
 class Unauthenticated(CatalogError):
+    """401. `bearer_error` is RFC 6750's error code for the answer's `WWW-Authenticate` challenge:
+    `invalid_token` (a token was sent and refused), `invalid_request` (the header is malformed),
+    or None when no credentials were sent at all (the challenge then names no error)."""
+
     status_code = 401
     error_code = "UNAUTHENTICATED"
+
+    def __init__(self, message: str, *, bearer_error: str | None = "invalid_token") -> None:
+        super().__init__(message)
+        self.bearer_error = bearer_error
 
 
 class PermissionDenied(CatalogError):

@@ -284,3 +284,101 @@ def test_a_remembered_token_is_refused_once_its_key_leaves_the_jwks(tmp_path: Pa
                 await verifier.verify(token)
 
         asyncio.run(scenario())
+
+
+# --- how a client without a token finds out how to sign in (RFC 6750, RFC 9728) ---------------------
+
+METADATA = "/.well-known/oauth-protected-resource"
+
+
+def test_a_401_names_the_bearer_scheme_and_where_to_learn_how_to_sign_in(client, settings):
+    base = str(client.base_url).rstrip("/")
+    server = f'resource_metadata="{base}{METADATA}"'
+    r = client.get(f"{UC}/catalogs")  # no credentials: no error (RFC 6750, 3.1)
+    assert r.status_code == 401 and r.headers["www-authenticate"] == f"Bearer {server}"
+    r = client.get(f"{UC}/catalogs", headers={"Authorization": "Basic YWRtaW46eA=="})
+    assert r.headers["www-authenticate"] == (
+        'Bearer error="invalid_request", '
+        "error_description=\"authorization header must be 'Bearer <token>'\", " + server
+    )
+    expired = sign(settings, exp=int(time.time()) - 3600, iat=int(time.time()) - 7200)
+    r = client.get(f"{UC}/catalogs", headers={"Authorization": f"Bearer {expired}"})
+    assert r.headers["www-authenticate"] == (
+        f'Bearer error="invalid_token", error_description="token expired", {server}'
+    )
+    # a memory store's MCP server is a protected resource of its own: its metadata is named
+    mcp = client.post("/mcp/memory-stores/main.default.Somewhere", json={})
+    assert mcp.status_code == 401
+    assert mcp.headers["www-authenticate"] == (
+        f'Bearer resource_metadata="{base}{METADATA}/mcp/memory-stores/main.default.Somewhere"'
+    )
+    # an answer other than 401 challenges nothing
+    assert "www-authenticate" not in client.get(f"{UC}/catalogs", headers=auth(settings)).headers
+    assert "www-authenticate" not in client.get(f"{UC}/catalogs/nope", headers=auth(settings, "x")).headers
+
+
+def auth(settings: Settings, sub: str = "admin") -> dict[str, str]:
+    return {"Authorization": f"Bearer {mint_dev_token(settings, sub)}"}
+
+
+def audit_events_on(database_url: str, pattern: str) -> int:
+    import asyncpg
+
+    async def count() -> int:
+        conn = await asyncpg.connect(database_url)
+        try:
+            query = (
+                "SELECT count(*) FROM audit_events WHERE action_name LIKE $1 OR request_params::text LIKE $1"
+            )
+            return int(await conn.fetchval(query, pattern))
+        finally:
+            await conn.close()
+
+    return asyncio.run(count())
+
+
+def test_the_protected_resource_metadata_is_open_and_unaudited(client, database_url):
+    """Development mode: the metadata names the resource and how a token is sent, and no
+    authorization server (the issuer `memory-catalog-dev` is no URL an OAuth flow could reach)."""
+    base = str(client.base_url).rstrip("/")
+    for headers in ({}, {"Authorization": "Bearer not-a-token"}):  # open: a bad token changes nothing
+        r = client.get(METADATA, headers=headers)
+        assert r.status_code == 200, r.text
+        assert r.json() == {
+            "resource": base,
+            "resource_name": "Memory Catalog",
+            "bearer_methods_supported": ["header"],
+        }
+        assert r.headers["access-control-allow-origin"] == "*"
+    # any store's name is answered, whether or not it exists: it tells nobody which ones do
+    r = client.get(f"{METADATA}/mcp/memory-stores/main.default.no_such_store")
+    assert r.status_code == 200
+    assert r.json()["resource"] == f"{base}/mcp/memory-stores/main.default.no_such_store"
+    assert "main.default.no_such_store" in r.json()["resource_name"]
+    assert client.get(f"{METADATA}/api/2.1/unity-catalog").status_code == 404
+    assert audit_events_on(database_url, "%oauth-protected-resource%") == 0
+
+
+def test_an_identity_providers_issuer_is_named_as_the_authorization_server(own_settings):
+    """What MCP clients read to run OAuth against the identity provider: its issuer URL (what
+    `iss` must be), in a document the MCP SDK's own model accepts."""
+    import dataclasses
+
+    from litestar.testing import TestClient
+    from mcp.shared.auth import ProtectedResourceMetadata
+
+    from catalog.app import create_app
+    from catalog.search.embedder import HashEncoder
+
+    issuer = "https://idp.example.com/realms/agents"
+    settings = dataclasses.replace(own_settings, jwt_issuer=issuer)
+    with TestClient(create_app(settings, encoder=HashEncoder())) as app:
+        for path in (METADATA, f"{METADATA}/mcp/memory-stores/main.default.assistant"):
+            r = app.get(path)
+            assert r.status_code == 200 and r.json()["authorization_servers"] == [issuer], r.text
+            parsed = ProtectedResourceMetadata.model_validate(r.json())
+            assert [str(s) for s in parsed.authorization_servers] == [issuer]
+        assert (
+            r.json()["resource"]
+            == f"{str(app.base_url).rstrip('/')}/mcp/memory-stores/main.default.assistant"
+        )

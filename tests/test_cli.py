@@ -38,6 +38,7 @@ def test_serve_token_db_url_and_restart_on_the_embedded_database(tmp_path, live_
         assert server.first_line == f"listening on http://127.0.0.1:{server.port}"
         minted = server.cli("token", "--sub", "admin")
         assert minted.returncode == 0, minted.stderr
+        assert minted.stderr == ""  # the server's own key: nothing to warn about
         headers = {"Authorization": f"Bearer {minted.stdout.strip()}"}
         r = httpx.post(f"{server.url}{UC}/catalogs", headers=headers, json={"name": "persisted"})
         assert r.status_code == 200, r.text
@@ -94,3 +95,49 @@ def test_token_command_refuses_bad_input_and_production_mode(tmp_path):
     assert prod.returncode == 2 and "development mode" in prod.stderr
     ok = run("token", "--sub", "a", "--on-behalf-of", "u1")
     assert ok.returncode == 0 and ok.stdout.count(".") == 2
+
+
+def test_a_token_signed_with_a_key_no_server_uses_is_minted_with_a_warning(tmp_path):
+    """Run outside the server's data dir (another directory's ./.data), `catalog token` makes a
+    key of its own: it says so, since every server answers that token 'bad token signature'."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+
+    def token() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "catalog", "token", "--sub", "admin"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        )
+
+    first = token()
+    assert first.returncode == 0 and first.stdout.count(".") == 2  # the token, on stdout alone
+    assert first.stderr.startswith("catalog token: warning: no server has run on the data dir ")
+    assert str((tmp_path / ".data").resolve()) in first.stderr and "bad token signature" in first.stderr
+    assert (tmp_path / ".data" / "keys" / "dev_ed25519.pem").exists()
+    again = token()  # the key exists now: whoever made it, nothing new to say
+    assert again.returncode == 0 and again.stderr == ""
+
+
+def test_every_command_says_what_it_does():
+    """`catalog COMMAND --help` starts with a description line, for every command and group."""
+    import argparse
+
+    from catalog.cli import build_parser
+
+    def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield (*path, name), sub
+                    yield from commands(sub, (*path, name))
+
+    found = list(commands(build_parser()))
+    assert len(found) > 30
+    missing = [" ".join(path) for path, sub in found if not (sub.description or "").strip()]
+    assert missing == []

@@ -381,6 +381,46 @@ def test_entries_by_scope_and_search(web, live, world):
             web.driver.set_window_size(1280, 1000)
 
 
+def test_a_scope_the_store_refuses_is_said_inside_its_page(web, live, world, api):
+    """On a store bound to end users, the admin types a user's scope: the page stays, and its
+    entries panel says why (the admin's own scope is listed as usual)."""
+    store = api.create_store("bound_to_users")
+    api.client().memory_stores.update(store, scope_binding="end_user")
+    web.sign_in(token_for(live, "admin"))
+    web.go(f"/console/stores/{store}")
+    scope = web.css("#entries-scope")
+    scope.send_keys("user-123")
+    web.press_enter(scope)
+    assert web.h1() == f"Memory store {store}"
+    refusal = web.css("#entries-refused").text
+    assert "403 PERMISSION_DENIED" in refusal and "binds scopes to the end user" in refusal
+    assert web.css("#entries-scope").get_attribute("value") == "user-123"
+    assert web.all("#grants-table") or web.css("#grants")  # the rest of the page is there
+    web.shot("entries-refused")
+    scope = web.css("#entries-scope")
+    scope.clear()
+    scope.send_keys("admin")
+    web.press_enter(scope)
+    assert (
+        web.all("#entries-refused") == [] and web.css("#entries-none").text == "Scope admin holds no entries."
+    )
+
+
+def test_the_api_explorer_renders_with_nothing_from_another_site(web, live, world):
+    """/docs: Swagger UI, its files served by the server itself, lists the API's operations; the
+    browser asks nothing of any other site."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    web.go("/docs")
+    WebDriverWait(web.driver, 60).until(lambda d: len(web.all(".opblock")) > 20)
+    assert "Memory Catalog" in web.css(".info .title").text
+    web.shot("api-explorer")
+    urls = web.requested_urls()
+    assert any(u.endswith("/docs/assets/swagger-ui-bundle.js") for u in urls)
+    elsewhere = [u for u in urls if not u.startswith((live.url, "data:", "blob:", "about:"))]
+    assert elsewhere == []
+
+
 def test_audit_log_with_filters_and_its_chart(web, live, world):
     from selenium.webdriver.support.ui import Select
 

@@ -653,3 +653,57 @@ def test_the_favicon_is_served_without_a_session_and_never_audited(web, settings
         sql(database_url, "SELECT count(*) FROM audit_events WHERE action_name LIKE '%favicon%'")[0][0] == 0
     )
     assert web.post("/favicon.ico").status_code == 405  # an icon to read, nothing else
+
+
+def test_a_scope_the_stores_binding_refuses_is_said_inside_the_store_page(web, settings, api, database_url):
+    """The admin types a user's scope on a store bound to end users: the store page stays, its
+    entries panel says why (403, as the API), and the request is audited as that refusal."""
+    store = api.create_store("bound_to_users")
+    api.client().memory_stores.update(store, scope_binding="end_user")
+    api.write(store, "admin", "/memories/mine.md", "The admin's own note.")
+    sign_in(web, settings)
+    r = web.get(f"/console/stores/{store}", params={"scope": "user-123", "q": "anything"})
+    assert r.status_code == 403 and r.headers["content-type"].startswith("text/html")
+    assert f"<h1>Memory store {store}</h1>" in r.text and 'id="grants"' in r.text
+    refusal = re.search(r'<div class="error" role="alert" id="entries-refused">(.*?)</div>', r.text, re.S)
+    assert refusal is not None, r.text[-2000:]
+    assert "403 PERMISSION_DENIED" in refusal[1] and "binds scopes to the end user" in refusal[1]
+    assert "not &#39;user-123&#39;" in refusal[1]
+    assert 'id="entries-scope" name="scope"' in r.text and 'value="user-123"' in r.text  # asked again at once
+    assert 'id="error"' not in r.text  # no error page
+    (event,) = events_of(database_url, r)
+    assert (event["decision"], event["status_code"], event["error_code"]) == (
+        "deny",
+        403,
+        "PERMISSION_DENIED",
+    )
+    # its own scope is listed on the same page
+    mine = web.get(f"/console/stores/{store}", params={"scope": "admin"})
+    assert mine.status_code == 200 and "/memories/mine.md" in mine.text and "entries-refused" not in mine.text
+
+
+def test_a_refused_grant_is_said_inside_the_page_it_was_sent_from(web, settings, api, world, database_url):
+    """A grants form refused (bob holds no MANAGE; a pattern the API refuses) answers the page it
+    was sent from with the refusal in its grants panel and the refusal's status; the store's
+    grants are unchanged."""
+    csrf = sign_in(web, settings, "bob")
+    form = {"csrf": csrf, "op": "add", "principal": "mallory", "privilege": "READ_MEMORY_STORE"}
+    r = web.post(f"/console/grants/memory_store/{world['shared']}", data=form, follow_redirects=False)
+    assert r.status_code == 403, r.text[-1500:]
+    assert f"<h1>Memory store {world['shared']}</h1>" in r.text
+    refusal = re.search(r'id="grants-refused">(.*?)</div>', r.text, re.S)
+    assert refusal is not None and "403 PERMISSION_DENIED" in refusal[1] and "MANAGE" in refusal[1]
+    (event,) = events_of(database_url, r)
+    assert (event["action_name"], event["decision"], event["status_code"]) == (
+        "permissions.update",
+        "deny",
+        403,
+    )
+    assert "mallory" not in api.grants("memory_store", world["shared"])
+    # a bad pattern from the admin: 400 naming the form's field, on the catalog's page
+    csrf = sign_in(web, settings)
+    bad = {"csrf": csrf, "op": "add", "principal": "t", "privilege": "READ_MEMORY_STORE", "scopes": "a*b"}
+    r = web.post("/console/grants/catalog/main", data=bad, follow_redirects=False)
+    assert r.status_code == 400 and "<h1>Catalog main</h1>" in r.text
+    refusal = re.search(r'id="grants-refused">(.*?)</div>', r.text, re.S)
+    assert refusal is not None and '<code id="error-field">scopes</code>' in refusal[1]

@@ -1,6 +1,8 @@
 """The documentation stays true to the code: the site builds without a warning, the reference pages
 are what docs/generate.py makes of the code now, everything the code declares (settings, actions,
-routes, commands) is documented, and the README's Quickstart runs against a live server.
+routes, commands) is documented, no page fetches anything from another site, every diagram is
+readable at the docs' width, and every snippet of the README and of the pages a newcomer follows
+runs as pasted against a live server (tests/doc_snippets.py says how).
 
 The generated pages are docs/configuration.md and docs/reference/ (see docs/generate.py); after a
 change to what they are made of, run `.venv/bin/python docs/generate.py` and commit the pages.
@@ -11,16 +13,18 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import doc_snippets as snippets
 import pytest
 
 from catalog.cli import build_parser
@@ -53,17 +57,100 @@ def generated() -> dict[str, str]:
 # --- the site -------------------------------------------------------------------------------------
 
 
-def test_the_site_builds_strictly(tmp_path):
-    """Every page is in the navigation, every link and anchor resolves (mkdocs.yml: strict)."""
+# What makes a browser fetch something: a script, a stylesheet, a font, an image, a frame (a link
+# to another site, <a href>, fetches nothing until followed)
+_FETCHED = re.compile(r"<(?:link|script|img|iframe|source|embed)\b[^>]*?\b(?:src|href)=\"([^\"]+)\"", re.I)
+_CSS_URL = re.compile(
+    r"@import\s+(?:url\()?[\"']?((?:https?:)?//[^\"')]+)|url\(\s*[\"']?((?:https?:)?//[^\"')]+)", re.I
+)
+
+
+def test_the_site_builds_strictly_and_fetches_nothing_from_elsewhere(tmp_path):
+    """Every page is in the navigation, every link and anchor resolves (mkdocs.yml: strict), and
+    no page makes a browser fetch anything from another site: the diagrams' script (Mermaid) and
+    the theme's files are the site's own, and the theme uses the system's fonts (not Google's)."""
+    site = tmp_path / "site"
     result = subprocess.run(
         # not --quiet: it silences the warnings, and strict mode then has none to fail on
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    remote: list[str] = []
+    for path in [*site.rglob("*.html"), *site.rglob("*.css")]:
+        text = path.read_text(errors="replace")
+        found = (
+            _FETCHED.findall(text) if path.suffix == ".html" else [a or b for a, b in _CSS_URL.findall(text)]
+        )
+        remote += [
+            f"{path.relative_to(site)}: {url}" for url in found if re.match(r"^(?:https?:)?//", url, re.I)
+        ]
+    assert remote == []
+    assert _FETCHED.findall(
+        '<link rel="preconnect" href="https://fonts.gstatic.com"><a href="https://x">'
+    ) == ["https://fonts.gstatic.com"]
+
+
+# the width of the docs' content column (Material's, between the navigation and the table of
+# contents), and the smallest size a diagram's 16 px text may be scaled down to and still be read
+CONTENT_WIDTH = 688
+SMALLEST_TEXT = 11
+
+
+def test_every_diagram_is_readable_at_the_docs_width(tmp_path):
+    """Each Mermaid diagram of the docs, rendered by the site's own Mermaid in Chromium, is
+    narrow enough that the content column, which scales a wider one down, shows its labels at
+    11 px or more (a diagram twice as wide has 8 px labels; the audit log's was once 5 px)."""
+    chromium, driver = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+    if not (chromium.exists() and driver.exists()):
+        pytest.skip("no browser (install chromium and chromium-driver) to render the diagrams")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    diagrams = [
+        (str(page.relative_to(REPO)), match[1])
+        for page in sorted(DOCS.rglob("*.md"))
+        for match in re.finditer(r"^```mermaid\n(.*?)^```", page.read_text(), re.M | re.S)
+    ]
+    assert len(diagrams) >= 4
+    html = tmp_path / "diagrams.html"
+    script = DOCS / "assets" / "javascripts" / "mermaid.min.js"
+    html.write_text(f'<!doctype html><html><body><script src="{script.as_uri()}"></script></body></html>')
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(chromium)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    options.add_argument(f"--user-data-dir={tmp_path / 'profile'}")
+    browser = webdriver.Chrome(service=Service(str(driver)), options=options)
+    try:
+        browser.set_script_timeout(120)
+        browser.get(html.as_uri())
+        widths = browser.execute_async_script(
+            """
+            const [texts, done] = arguments;
+            mermaid.initialize({startOnLoad: false});
+            (async () => {
+              const widths = [];
+              for (let i = 0; i < texts.length; i++) {
+                const {svg} = await mermaid.render("diagram" + i, texts[i]);
+                widths.push(parseFloat(svg.match(/viewBox="([^"]+)"/)[1].split(/[ ,]+/)[2]));
+              }
+              done(widths);
+            })().catch((error) => done(String(error)));
+            """,
+            [text for _, text in diagrams],
+        )
+    finally:
+        browser.quit()
+    assert isinstance(widths, list), widths
+    widest = CONTENT_WIDTH * 16 / SMALLEST_TEXT
+    too_wide = [
+        f"{page}: {width:.0f} px" for (page, _), width in zip(diagrams, widths, strict=True) if width > widest
+    ]
+    assert too_wide == [], f"wider than {widest:.0f} px: its text is scaled below {SMALLEST_TEXT} px"
 
 
 # --- the generated reference ----------------------------------------------------------------------
@@ -173,115 +260,156 @@ def test_the_link_check_sees_links():
     assert _relative_links(sample) == ["docs/index.md", "docs/a.png", "docs/c.png", "docs/b.md"]
 
 
-# --- the README's Quickstart, run -----------------------------------------------------------------
+# --- the snippets, run ----------------------------------------------------------------------------
+
+# What a newcomer follows, in the order of the site's navigation (README.md runs on a server of its
+# own: the README and Getting started both begin by creating the same store).
+NEWCOMER_PAGES = [
+    "docs/getting-started.md",
+    "docs/agents/index.md",
+    "docs/agents/mcp.md",
+    "docs/agents/memory-tools.md",
+    "docs/agents/openai.md",
+    "docs/agents/agentkit.md",
+    "docs/agents/langgraph.md",
+    "docs/agents/adk.md",
+    "docs/entries/index.md",
+    "docs/entries/search.md",
+    "docs/governance/index.md",
+    "docs/governance/groups.md",
+    "docs/governance/scopes.md",
+    "docs/tools/client.md",
+    "docs/tools/cli.md",
+    "docs/tools/console.md",
+    "docs/operations/backup.md",
+]
 
 
-def quickstart_blocks(text: str) -> list[tuple[str, str]]:
-    """The ```sh and ```python blocks of the README's `## Quickstart`, in order."""
-    start = text.index("\n## Quickstart")
-    end = text.find("\n## ", start + 1)
-    section = text[start : end if end >= 0 else len(text)]
-    return [(lang, body) for lang, body in re.findall(r"^```(sh|python)\n(.*?)^```", section, re.M | re.S)]
-
-
-def test_the_quickstart_runs_against_a_live_server(live_server, tmp_path):
-    """What a newcomer pastes, with `make run` going in another terminal: a server on a free port
-    with an empty data dir (embedded PostgreSQL) stands in for it. The sh blocks run with
-    `bash -e` (what one exports, the next block sees), the python blocks with the virtual
-    environment's python; each must exit 0, and each search must answer an entry written."""
-    blocks = quickstart_blocks(README.read_text())
-    assert [lang for lang, _ in blocks].count("sh") >= 1, "the Quickstart shows no ```sh block"
-    paths = written_paths("".join(body for _, body in blocks))
-    assert paths, "the Quickstart writes no entry"
-    # `.venv/bin/catalog` as the README writes it, whichever virtual environment runs the tests
-    work = tmp_path / "work"
+@contextmanager
+def checkout(live_server: Any, tmp_path: Path) -> Iterator[tuple[Any, Path]]:
+    """A fresh `make run` and a terminal's working directory beside it: `.venv` (whichever virtual
+    environment runs the tests) and `.data` (the server's data dir: `catalog token` signs with its
+    key) are where the pages say."""
+    work = tmp_path / "checkout"
     work.mkdir()
-    (work / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
     data = Path(tempfile.mkdtemp(prefix="qs"))  # short: PostgreSQL's socket lives in the data dir
     server = live_server(data / "d")
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
-        env["CATALOG_DATA_DIR"] = str(server.data_dir)
-        searched = 0
-        for i, (lang, body) in enumerate(blocks):
-            script = body.replace("8080", str(server.port))
-            if lang == "sh":
-                dump = tmp_path / f"env-{i}"
-                command = ["bash", "-e", "-c", f'{script}\nenv -0 > "{dump}"\n']
-                result = subprocess.run(
-                    command, cwd=work, env=env, capture_output=True, text=True, timeout=180
-                )
-            else:
-                result = subprocess.run(
-                    [sys.executable, "-c", script],
-                    cwd=work,
-                    env={**env, "CATALOG_URL": server.url},
-                    capture_output=True,
-                    text=True,
-                    timeout=180,
-                )
-            assert result.returncode == 0, (
-                f"block {i + 1} ({lang}) failed:\n{body}\n--- stdout\n{result.stdout[-3000:]}\n"
-                f"--- stderr\n{result.stderr[-3000:]}\n--- server\n{server.problems()}"
-            )
-            if lang == "sh":  # what the block exported is there for the next one
-                env = dict(item.split("=", 1) for item in dump.read_text().split("\0") if "=" in item)
-            if "search" in body:
-                searched += 1
-                # curl's answers are JSON: the search's is the one with `results` (the write's own
-                # answer names the path too, so the whole output would prove nothing)
-                answers = [
-                    json.dumps(v)
-                    for v in json_values(result.stdout)
-                    if isinstance(v, dict) and "results" in v
-                ]
-                found = answers if lang == "sh" else [result.stdout]
-                assert any(p in text for text in found for p in paths), (
-                    f"block {i + 1} searched but answered none of {sorted(paths)}:\n{result.stdout[-3000:]}"
-                )
-        assert searched, "the Quickstart never searches for what it wrote"
+        (work / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+        (work / ".data").symlink_to(server.data_dir, target_is_directory=True)
+        yield server, work
     finally:
         server.stop()
         shutil.rmtree(data, ignore_errors=True)
 
 
-def written_paths(text: str) -> set[str]:
-    """The entry paths the blocks write: `"path":"/..."` in a body, `.write(scope, "/...")`."""
-    pairs = re.findall(r'"path"\s*:\s*"(/[^"]+)"|\.write\([^,]+,\s*"(/[^"]+)"', text)
-    return {p for pair in pairs for p in pair if p}
+def _terminal(server: Any, work: Path, tmp_path: Path, name: str) -> snippets.Terminal:
+    scratch = tmp_path / "scratch" / name.replace("/", "_")
+    scratch.mkdir(parents=True)
+    return snippets.Terminal(work, server.port, snippets.base_env(server.url), scratch)
 
 
-def json_values(text: str) -> list[Any]:
-    """The JSON values printed one after another (curl adds no newline between answers)."""
-    decoder = json.JSONDecoder()
-    values, i = [], 0
-    while i < len(text):
-        if text[i].isspace():
-            i += 1
-            continue
-        try:
-            value, i = decoder.raw_decode(text, i)
-        except ValueError:
-            i = text.find("\n", i) + 1 or len(text)  # a line that is not JSON
-            continue
-        values.append(value)
-    return values
+def test_the_readme_runs_as_pasted_and_again(live_server, tmp_path):
+    """Every block of the README, on a fresh server, as a newcomer pastes it: each search answers
+    an entry written; its Python blocks run a second time without a failure."""
+    text = README.read_text()
+    paths = written_paths(text)
+    assert paths, "the README writes no entry"
+    with checkout(live_server, tmp_path) as (server, work):
+        terminal = _terminal(server, work, tmp_path, "readme")
+        assert snippets.run_page(terminal, "README.md", text, server.problems) >= 2
+        searches = [(b, out) for b, out in terminal.printed if "search" in b.body]
+        assert searches, "the README never searches for what it wrote"
+        for block, printed in searches:
+            # curl's answers are JSON: the search's is the one with `results` (an MCP tool's: its
+            # JSON-RPC `result`); the write's own answer names the path too, so the whole output
+            # would prove nothing
+            answers = [
+                v
+                for v in snippets.json_values(printed)
+                if isinstance(v, dict) and {"results", "result"} & set(v)
+            ]
+            found = json.dumps(answers) if block.kind == "sh" else printed
+            assert any(p in found for p in paths), f"{block.where} found none of {sorted(paths)}: {printed}"
+        for block in snippets.blocks(text, "README.md"):
+            if block.kind == "python" and block.not_run is None:
+                again = terminal.python(block.body)
+                assert again.returncode == 0, f"{block.where}, run again:\n{again.stderr[-3000:]}"
 
 
-def test_the_quickstart_checks_see_what_they_look_for():
-    assert json_values('{"a": 1}{"results": []}\nok\n[2]') == [{"a": 1}, {"results": []}, [2]]
+def test_the_pages_a_newcomer_follows_run_as_pasted(live_server, tmp_path):
+    """Every ```sh, ```bash, ```python and ```console block of those pages, page after page, on one
+    fresh server (each page in a fresh terminal: it defines what it uses), as
+    tests/doc_snippets.py says: it exits 0 (or fails as the output shown says), is answered no
+    error the page does not show, and prints what the page shows as its output."""
+    ran = 0
+    with checkout(live_server, tmp_path) as (server, work):
+        for page in NEWCOMER_PAGES:
+            terminal = _terminal(server, work, tmp_path, page)
+            ran += snippets.run_page(terminal, page, (REPO / page).read_text(), server.problems)
+    assert ran >= 60
+
+
+@pytest.mark.parametrize("page", ["README.md", *NEWCOMER_PAGES])
+def test_each_block_runs_or_says_why_not(page):
+    """A newcomer's page has no block the runner would pass over silently: each is code that
+    runs, code that says why it cannot (`<!-- not run: ... -->`), or what one shown prints."""
+    known = {*snippets.RUN, *snippets.OUTPUT, "mermaid"}
+    for block in snippets.blocks((REPO / page).read_text(), page):
+        assert block.lang in known, f"{block.where}: a ```{block.lang} block: use one of {sorted(known)}"
+        if block.not_run is not None:
+            assert block.kind is not None, f"{block.where}: `not run` on a block that is not code"
+            assert len(block.not_run.split()) >= 3, f"{block.where}: say why it cannot run"
+
+
+def test_the_snippet_runner_reads_pages_as_it_says():
+    page = (
+        "# x\n\n```sh\necho a\n```\n\n```\nA  B\n```\n\ntext\n\n<!-- not run: needs a model key -->\n"
+        "```python\nprint(1)\n```\n\n- item\n\n    ```bash\n    echo b \\\n      c\n    ```\n\n"
+        "```console\n$ catalog x \\\n    --y\nerror: NOT_FOUND: no\n$ echo z\nz\n```\n"
+    )
+    found = snippets.blocks(page, "p.md")
+    assert [(b.lang, b.line, b.not_run) for b in found] == [
+        ("sh", 3, None),
+        ("", 7, None),
+        ("python", 14, "needs a model key"),
+        ("bash", 20, None),
+        ("console", 25, None),
+    ]
+    assert found[0].output is found[1] and found[2].output is None
+    assert found[3].body == "echo b \\\n  c\n"
+    commands = snippets.console_commands(found[4].body)
+    assert [(c.text, c.shown) for c in commands] == [
+        ("catalog x \\\n    --y", "error: NOT_FOUND: no\n"),
+        ("echo z", "z\n"),
+    ]
+
+
+def test_the_snippet_checks_see_what_they_look_for():
+    check = snippets.problems
+    assert check("sh", None, 0, "", "") == []
+    assert check("sh", None, 22, "", "") == ["it exited 22"]
+    assert check("sh", "error: NOT_FOUND: x", 1, "", "error: NOT_FOUND: x\n") == []
+    assert check("sh", "error: NOT_FOUND: x", 0, "", "") != []
+    assert check("sh", None, 0, '{"error_code":"PERMISSION_DENIED"}', "") != []
+    assert (
+        check("sh", '{"error_code":"PERMISSION_DENIED"}', 0, '{"error_code":"PERMISSION_DENIED"}', "") == []
+    )
+    assert check("sh", "SCORE  PATH  DESCRIPTION\n0.1  /a  b", 0, "SCORE  PATH    DESCRIPTION\n", "") == []
+    assert check("sh", "SCORE  PATH\n", 0, "PATH\n", "") != []
+    assert check("python", "0.81 /a.md: x\n['/a.md']", 0, "0.7 /a.md: x\n['/a.md']\nmore\n", "") == []
+    assert check("python", "0.81 /a.md: x", 0, "0.7 /b.md: x\n", "") != []
+    assert snippets.json_values('{"a": 1}{"results": []}\nok\n[2]') == [{"a": 1}, {"results": []}, [2]]
     assert written_paths('-d \'{"path":"/m/a.md"}\'\nstore.write("u", "/m/b.md", "x")') == {
         "/m/a.md",
         "/m/b.md",
     }
 
 
-def test_quickstart_blocks_are_found_in_order():
-    text = (
-        "# x\n\n## Quickstart\n\n```sh\necho a\n```\n\n```\nnot run\n```\n\n"
-        "```python\nprint(1)\n```\n\n## Next\n\n```sh\nno\n```\n"
-    )
-    assert quickstart_blocks(text) == [("sh", "echo a\n"), ("python", "print(1)\n")]
+def written_paths(text: str) -> set[str]:
+    """The entry paths the blocks write: `"path":"/..."` in a body, `.write(scope, "/...")`."""
+    pairs = re.findall(r'"path"\s*:\s*"(/[^"]+)"|\.write\([^,]+,\s*"(/[^"]+)"', text)
+    return {p for pair in pairs for p in pair if p}
 
 
 def test_the_architecture_page_shows_the_layers_that_are_enforced():

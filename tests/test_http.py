@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 
@@ -63,6 +64,23 @@ def test_openapi_is_3_1_and_lists_the_namespace_routes(client):
     assert doc["openapi"].startswith("3.1")
     assert f"{UC}/memory-stores/{{full_name}}" in doc["paths"]
     assert "text/html" in client.get("/docs").headers["content-type"]
+
+
+def test_the_api_explorer_loads_everything_from_the_server_itself(client):
+    """/docs works without internet: every file the page names is this server's, answered 200
+    without a token (Swagger UI's files come with the package swagger-ui-bundle-v2)."""
+    page = client.get("/docs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    named = re.findall(r"<(?:script|link|img)\b[^>]*\b(?:src|href)=\"([^\"]*)\"", page.text)
+    assert {"/docs/assets/swagger-ui.css", "/docs/assets/swagger-ui-bundle.js"} <= set(named)
+    assert [u for u in named if not u.startswith("/") or u.startswith("//")] == []
+    types = {".css": "text/css", ".js": "text/javascript", ".ico": "image/svg+xml"}
+    for url in named:
+        r = client.get(url)
+        assert r.status_code == 200, url
+        assert r.headers["content-type"].startswith(types[url[url.rindex(".") :]]), url
+    assert "SwaggerUIBundle(" in page.text and "validatorUrl: null" in page.text
+    assert client.get("/docs/assets/nothing.js").status_code == 404
 
 
 def test_openapi_describes_degraded_search_answers(client):

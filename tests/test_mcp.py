@@ -314,6 +314,45 @@ def test_a_principal_without_grants_is_refused_and_audited(live, store):
     assert r.status_code == 404 and r.json()["error_code"] == "NOT_FOUND"
 
 
+def test_a_client_without_a_token_finds_where_to_learn_how_to_sign_in(live, store):
+    """The MCP authorization specification's discovery, over HTTP, as the `mcp` SDK's own client
+    code runs it: the 401 names the store's protected resource metadata (RFC 9728), the same URL
+    the client would guess from the server's, whose `resource` is the MCP server itself; a
+    refused token says so (RFC 6750)."""
+    from mcp.client.auth.utils import (
+        build_protected_resource_metadata_discovery_urls,
+        extract_field_from_www_auth,
+        extract_resource_metadata_from_www_auth,
+    )
+
+    server = f"{live.url}/mcp/memory-stores/{STORE}"
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    r = httpx.post(server, headers=accept, json=initialize)
+    assert r.status_code == 401
+    found = extract_resource_metadata_from_www_auth(r)  # type: ignore[arg-type]
+    assert found == f"{live.url}/.well-known/oauth-protected-resource/mcp/memory-stores/{STORE}"
+    assert build_protected_resource_metadata_discovery_urls(None, server)[0] == found
+    assert (
+        r.headers["www-authenticate"].startswith("Bearer ") and "error=" not in r.headers["www-authenticate"]
+    )
+    metadata = httpx.get(found)
+    assert metadata.status_code == 200, metadata.text
+    assert metadata.json()["resource"] == server
+    assert metadata.json()["bearer_methods_supported"] == ["header"]
+    root = httpx.get(f"{live.url}/.well-known/oauth-protected-resource").json()
+    assert root["resource"] == live.url
+    # a token from another key is refused, and the challenge says why
+    other = mint_dev_token(Settings(data_dir=live.data_dir / "elsewhere"), "alice")
+    r = httpx.post(server, headers={**accept, "Authorization": f"Bearer {other}"}, json=initialize)
+    assert r.status_code == 401
+    assert extract_field_from_www_auth(r, "error") == "invalid_token"  # type: ignore[arg-type]
+    assert 'error_description="bad token signature"' in r.headers["www-authenticate"]
+    # discovery leaves no trace in the audit log (as /healthz)
+    for route in ("", "/mcp/memory-stores/{full_name}"):
+        assert audit(live, action_name=f"http.get /.well-known/oauth-protected-resource{route}") == []
+
+
 async def test_a_reader_may_recall_but_not_save(live, store):
     async with session(live, token(live, "carol")) as client:
         refused = await client.call_tool("save_memory", {"path": "/memories/x.md", "description": "x"})

@@ -13,7 +13,13 @@ from catalog.governance.authorize import Authorizer
 UC = "/api/2.1/unity-catalog"
 SCIM = "/api/2.0/preview/scim/v2/Groups"
 
-OPEN_WITHOUT_TOKEN = {"health", "openapi", "docs"}
+OPEN_WITHOUT_TOKEN = {
+    "health",
+    "openapi",
+    "docs",
+    "getProtectedResourceMetadata",
+    "getMcpProtectedResourceMetadata",
+}
 OPEN_TO_EVERYONE = {
     "getMetastoreSummary",
     "listCatalogs",

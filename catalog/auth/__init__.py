@@ -1,5 +1,13 @@
 """Authentication: bearer JWTs verified against the dev key, a static public key or a JWKS."""
 
+from catalog.auth.discovery import (
+    PROTECTED_RESOURCE,
+    PROTECTED_RESOURCE_METADATA,
+    ProtectedResourceMetadata,
+    bearer_challenge,
+    metadata_url,
+    protected_resource_metadata,
+)
 from catalog.auth.middleware import (
     AUTH_EXEMPT_PATHS,
     AuthParts,
@@ -14,13 +22,19 @@ from catalog.auth.tokens import ALLOWED_ALGORITHMS, TokenVerifier, mint_dev_toke
 __all__ = [
     "ALLOWED_ALGORITHMS",
     "AUTH_EXEMPT_PATHS",
+    "PROTECTED_RESOURCE",
+    "PROTECTED_RESOURCE_METADATA",
     "AuthParts",
     "JWTAuthMiddleware",
     "Principal",
+    "ProtectedResourceMetadata",
     "TokenVerifier",
     "authenticate",
+    "bearer_challenge",
     "ensure_dev_key",
     "install_auth",
     "load_dev_private_key",
+    "metadata_url",
     "mint_dev_token",
+    "protected_resource_metadata",
 ]

@@ -82,9 +82,11 @@ class JWTAuthMiddleware(AbstractAuthenticationMiddleware):
     async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
         header = connection.headers.get("authorization")
         if not header:
-            raise Unauthenticated("missing bearer token")
+            raise Unauthenticated("missing bearer token", bearer_error=None)
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthenticated("authorization header must be 'Bearer <token>'")
+            raise Unauthenticated(
+                "authorization header must be 'Bearer <token>'", bearer_error="invalid_request"
+            )
         principal = await authenticate(connection, token.strip())
         return AuthenticationResult(user=principal, auth=None)

@@ -760,26 +760,26 @@ def add_commands(
             help="catalog, catalog.schema, catalog.schema.store, or the metastore id",
         )
 
-    catalogs = commands.add_parser("catalogs", help="catalogs on a server").add_subparsers(
-        dest="catalogs_command", required=True
-    )
+    catalogs = commands.add_parser(
+        "catalogs", help="catalogs on a server", description="List and create catalogs."
+    ).add_subparsers(dest="catalogs_command", required=True)
     leaf(catalogs, "list", catalogs_list, "the catalogs you may use")
     create = leaf(catalogs, "create", catalogs_create, "create a catalog")
     create.add_argument("name", metavar="NAME", help="the catalog's name (letters, digits, _ and -)")
     create.add_argument("--comment", help="what the catalog holds (at most 4,096 characters)")
 
-    schemas = commands.add_parser("schemas", help="schemas on a server").add_subparsers(
-        dest="schemas_command", required=True
-    )
+    schemas = commands.add_parser(
+        "schemas", help="schemas on a server", description="List and create schemas."
+    ).add_subparsers(dest="schemas_command", required=True)
     listed = leaf(schemas, "list", schemas_list, "the schemas of a catalog you may use")
     listed.add_argument("--catalog", required=True, help="the catalog whose schemas to list")
     create = leaf(schemas, "create", schemas_create, "create a schema")
     create.add_argument("full_name", metavar="CATALOG.SCHEMA", help="the new schema's full name")
     create.add_argument("--comment", help="what the schema holds (at most 4,096 characters)")
 
-    stores = commands.add_parser("stores", help="memory stores on a server").add_subparsers(
-        dest="stores_command", required=True
-    )
+    stores = commands.add_parser(
+        "stores", help="memory stores on a server", description="List, create and show memory stores."
+    ).add_subparsers(dest="stores_command", required=True)
     listed = leaf(stores, "list", stores_list, "the memory stores of a schema you hold a privilege on")
     listed.add_argument("--catalog", required=True, help="the schema's catalog")
     listed.add_argument("--schema", required=True, help="the schema whose stores to list")
@@ -789,9 +789,12 @@ def add_commands(
     shown = leaf(stores, "show", stores_show, "one memory store")
     shown.add_argument("full_name", metavar="CATALOG.SCHEMA.NAME", help="the store's full name")
 
-    grants = commands.add_parser("grants", help="who may do what").add_subparsers(
-        dest="grants_command", required=True
-    )
+    grants = commands.add_parser(
+        "grants",
+        help="who may do what",
+        description="Show, add and remove the privileges granted on an object, and what a principal "
+        "may do there (effective).",
+    ).add_subparsers(dest="grants_command", required=True)
     shown = leaf(grants, "show", grants_show, "the privileges granted on an object")
     securable(shown)
     shown.add_argument("--principal", help="only this principal's")
@@ -813,7 +816,11 @@ def add_commands(
     securable(effective)
     effective.add_argument("--principal", help="whose (default: yours)")
 
-    groups = commands.add_parser("groups", help="groups of principals (the admin manages them)")
+    groups = commands.add_parser(
+        "groups",
+        help="groups of principals (the admin manages them)",
+        description="List, show, create and change groups of principals (the metastore admin manages them).",
+    )
     group_commands = groups.add_subparsers(dest="groups_command", required=True)
     leaf(group_commands, "list", groups_list, "the groups (all of them for the admin; yours otherwise)")
     shown = leaf(group_commands, "show", groups_show, "one group and its members")
@@ -828,9 +835,11 @@ def add_commands(
         change.add_argument("name", metavar="NAME", help="the group's name")
         change.add_argument("members", metavar="MEMBER", nargs="+", help="principals (or group ids)")
 
-    entries = commands.add_parser("entries", help="the entries of a memory store").add_subparsers(
-        dest="entries_command", required=True
-    )
+    entries = commands.add_parser(
+        "entries",
+        help="the entries of a memory store",
+        description="List, get, write, delete, search and forget the entries of a store, in one scope.",
+    ).add_subparsers(dest="entries_command", required=True)
 
     def store_and_scope(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("store", metavar="STORE", help="catalog.schema.store")

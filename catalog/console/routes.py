@@ -9,6 +9,7 @@ a redirect (303) to the page they came from. The console's icon is served at the
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -33,7 +34,9 @@ from catalog.console.session import (
     read_form,
     same_origin,
 )
-from catalog.errors import FieldError, InvalidParameter, Unauthenticated
+from catalog.errors import CatalogError, FieldError, InvalidParameter, Unauthenticated
+from catalog.governance import SecurableType
+from catalog.governance.permissions import service as permissions
 from catalog.web.deps import Ctx
 
 Req = Request[Principal, str, Any]
@@ -118,6 +121,16 @@ async def sign_out(request: Req) -> Response[Any]:
 # --- browsing --------------------------------------------------------------------------------------
 
 
+def _view(request: Req, template: str, title: str, found: Any, **values: Any) -> Response[str]:
+    """A page; one that says a refusal inside it (`service.Refusal`) is answered with its status,
+    and its code is the request's error code (as an error page's would be)."""
+    refusal: service.Refusal | None = getattr(found, "refusal", None)
+    if refusal is not None:
+        request.scope["state"]["error_code"] = refusal.error_code
+    status = refusal.status if refusal is not None else 200
+    return page(request, template, status=status, title=title, view=found, **values)
+
+
 @get("/", include_in_schema=False)
 async def catalogs_view(request: Req, ctx: Ctx, page_token: Query = None) -> Response[str]:
     found = await service.catalogs_page(ctx, request.user, page_token)
@@ -129,7 +142,7 @@ async def catalog_view(
     request: Req, ctx: Ctx, name: PathPart, page_token: Query = None, done: Query = None
 ) -> Response[str]:
     found = await service.catalog_page(ctx, request.user, name, page_token)
-    return page(request, "catalog.html", title=f"Catalog {found.catalog.name}", view=found, done=done)
+    return _view(request, "catalog.html", f"Catalog {found.catalog.name}", found, done=done)
 
 
 @get("/schemas/{full_name:str}", include_in_schema=False)
@@ -137,7 +150,7 @@ async def schema_view(
     request: Req, ctx: Ctx, full_name: PathPart, page_token: Query = None, done: Query = None
 ) -> Response[str]:
     found = await service.schema_page(ctx, request.user, full_name, page_token)
-    return page(request, "schema.html", title=f"Schema {found.schema.full_name}", view=found, done=done)
+    return _view(request, "schema.html", f"Schema {found.schema.full_name}", found, done=done)
 
 
 @get("/stores/{full_name:str}", include_in_schema=False)
@@ -162,11 +175,11 @@ async def store_view(
         mode=mode,
         page_token=page_token,
     )
-    return page(
+    return _view(
         request,
         "store.html",
-        title=f"Memory store {found.store.full_name}",
-        view=found,
+        f"Memory store {found.store.full_name}",
+        found,
         modes=service.SEARCH_MODES,
         done=done,
     )
@@ -182,19 +195,53 @@ async def change_grants(
     request: Req, ctx: Ctx, securable_type: PathPart, full_name: PathPart
 ) -> Response[Any]:
     """Add or remove one privilege of one principal, or scope patterns of its grant (the grants
-    panel's forms)."""
+    panel's forms). A change refused (no MANAGE, a bad principal or pattern) is answered with the
+    page the form was sent from, its grants panel saying why, and the refusal's status."""
     form = await read_form(request, frozenset({"csrf", "op", "principal", "privilege", "scopes"}))
     check_csrf(request, form)
-    change = service.grant_form(securable_type, form)
-    note_success_status(303)  # the change's audit event records what this request answers
     try:
+        change = service.grant_form(securable_type, form)
+        note_success_status(303)  # the change's audit event records what this request answers
         target, done = await service.change_grant(ctx, request.user, securable_type, full_name, change)
     except FieldError as err:
         field = re.sub(r"\[\d+\]$", "", (err.field or "").rpartition(".")[2])
-        if err.field and field in _FORM_FIELD:
-            raise InvalidParameter(err.message, _FORM_FIELD[field]) from err
-        raise
+        refused = (
+            InvalidParameter(err.message, _FORM_FIELD[field]) if err.field and field in _FORM_FIELD else err
+        )
+        return await _refused_grant(request, ctx, securable_type, full_name, refused)
+    except CatalogError as err:
+        return await _refused_grant(request, ctx, securable_type, full_name, err)
     return redirect(f"{target}?{urlencode({'done': done})}#grants")
+
+
+async def _refused_grant(
+    request: Req, ctx: Ctx, securable_type: str, full_name: str, err: CatalogError
+) -> Response[Any]:
+    """The page a refused grants form was sent from, its grants panel saying why; the error page
+    when the refusal is not one to say inside a page, or the page cannot be shown."""
+    if not service.refused_inside(err):
+        raise err
+    refusal = service.Refusal.of(err)
+    user = request.user
+    try:
+        kind = permissions.parse_securable_type(securable_type)
+        if kind is SecurableType.CATALOG:
+            found: Any = await service.catalog_page(ctx, user, full_name, None)
+            title, template = f"Catalog {found.catalog.name}", "catalog.html"
+        elif kind is SecurableType.SCHEMA:
+            found = await service.schema_page(ctx, user, full_name, None)
+            title, template = f"Schema {found.schema.full_name}", "schema.html"
+        elif kind is SecurableType.MEMORY_STORE:
+            found = await service.store_page(
+                ctx, user, full_name, about=None, scope=None, query=None, mode=None, page_token=None
+            )
+            title, template = f"Memory store {found.store.full_name}", "store.html"
+        else:
+            raise err
+    except CatalogError:
+        raise err from None
+    found = replace(found, grants_refused=refusal)
+    return _view(request, template, title, found, modes=service.SEARCH_MODES, done=None)
 
 
 # --- audit and lineage ------------------------------------------------------------------------------

@@ -3,7 +3,13 @@ entries, audit, lineage): each of them authorizes through the access seam and re
 decision for the request's one audit event. What a page merely offers (a grants form, the entries
 of a store) is decided with `Access.visible`, which records nothing, so an offer not taken is not
 a denial; a request for something refused (another principal's privileges, a store's entries
-without READ) reaches its service and is answered 403.
+without READ or in a scope the store's binding or a scope grant refuses, a grant without MANAGE)
+reaches its service and is answered 403.
+
+Such a refusal of one part of a page (`Refusal`) is answered inside the page it was asked from,
+with the refusal's status: the store page with its entries panel (or its effective privileges)
+saying what was refused and why, the page of a grants form with its grants panel saying it. Only
+a page that cannot be shown at all (its object refused or missing) is an error page.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from catalog.context import Context
 from catalog.entries import operations as ops
 from catalog.entries import service as entries
 from catalog.entries.repo import EntryRow
-from catalog.errors import InvalidParameter
+from catalog.errors import CatalogError, FieldError, InvalidParameter
 from catalog.governance import Securable, SecurableType
 from catalog.governance.actions import GRANTABLE, SCOPABLE
 from catalog.governance.namespace import service as namespace
@@ -48,6 +54,34 @@ API_TYPE = {
     SecurableType.SCHEMA: "schema",
     SecurableType.MEMORY_STORE: "memory_store",
 }
+
+
+# --- refusals inside a page ---------------------------------------------------------------------------
+
+# what a part of a page may be refused with and still be shown inside it: bad input, a privilege or a
+# rule that refuses, something gone, too large (not a missing session, a rate limit or an outage)
+REFUSED_INSIDE = frozenset({400, 403, 404, 409, 413})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What the server answered a part of a page: the page is answered with `status`, and the part
+    says `message` (naming `field` when the input was at fault)."""
+
+    status: int
+    error_code: str
+    message: str
+    field: str | None = None
+
+    @staticmethod
+    def of(err: CatalogError) -> Refusal:
+        field_name = err.field if isinstance(err, FieldError) else None
+        return Refusal(err.status_code, err.error_code, err.message, field_name)
+
+
+def refused_inside(err: Exception) -> bool:
+    """Whether `err` refuses one part of a page, to be said inside it (`Refusal`)."""
+    return isinstance(err, CatalogError) and err.status_code in REFUSED_INSIDE
 
 
 # --- grants ------------------------------------------------------------------------------------------
@@ -180,6 +214,11 @@ class CatalogPage:
     schemas: list[SchemaInfo]
     next_page_token: str | None
     grants: Grants | None
+    grants_refused: Refusal | None = None  # a grants form sent from this page, refused
+
+    @property
+    def refusal(self) -> Refusal | None:
+        return self.grants_refused
 
 
 async def catalog_page(ctx: Context, principal: Principal, name: str, page_token: str | None) -> CatalogPage:
@@ -196,6 +235,11 @@ class SchemaPage:
     stores: list[MemoryStoreInfo]
     next_page_token: str | None
     grants: Grants | None
+    grants_refused: Refusal | None = None  # a grants form sent from this page, refused
+
+    @property
+    def refusal(self) -> Refusal | None:
+        return self.grants_refused
 
 
 async def schema_page(
@@ -245,6 +289,14 @@ class StorePage:
     may_read_entries: bool
     may_read_audit: bool  # READ_AUDIT: the lineage and the audit log
     entries: EntriesView | None = None
+    effective_refused: Refusal | None = None  # another principal's privileges, asked and refused
+    entries_refused: Refusal | None = None  # the scope's entries (or its search), asked and refused
+    grants_refused: Refusal | None = None  # a grants form sent from this page, refused
+
+    @property
+    def refusal(self) -> Refusal | None:
+        """The first refusal the page shows (its status is the page's)."""
+        return self.grants_refused or self.effective_refused or self.entries_refused
 
 
 def _where(held: permissions.Held) -> str:
@@ -295,20 +347,52 @@ async def store_page(
     store, securable = await namespace.see_store(ctx, principal, full_name)
     grants = await grants_panel(ctx, principal, securable)
     about = about.strip() if about and about.strip() else None
-    effective = await permissions.effective_holdings(ctx, principal, "memory_store", store.full_name, about)
+    effective_refused = None
+    try:
+        effective = await permissions.effective_holdings(
+            ctx, principal, "memory_store", store.full_name, about
+        )
+        about, sources = effective.about, [_source(h, effective.about) for h in effective.held]
+    except Exception as err:
+        if not refused_inside(err) or about is None:
+            raise
+        effective_refused, sources = Refusal.of(cast(CatalogError, err)), []
     metastore = await ctx.access.locate(SecurableType.METASTORE)
     page = StorePage(
         store=store,
         grants=grants,
-        about=effective.about,
-        sources=[_source(h, effective.about) for h in effective.held],
+        about=about or principal.name,
+        sources=sources,
         may_ask_others=ctx.access.visible(principal, "effective_permissions.other", securable),
         # the form is offered to a reader of some scopes too: each request is held to its scope
         may_read_entries=ctx.access.visible_somewhere(principal, "entries.read", securable),
         may_read_audit=ctx.access.visible(principal, "audit.read", metastore),
+        effective_refused=effective_refused,
     )
     if scope is None or not scope.strip():
         return page
+    try:
+        return replace(
+            page, entries=await _entries(ctx, principal, store.full_name, scope, query, mode, page_token)
+        )
+    except Exception as err:
+        if not refused_inside(err):
+            raise
+        refused = cast(CatalogError, err)
+        empty = EntriesView(scope, (query or "").strip(), mode or "hybrid", [], None)
+        return replace(page, entries=empty, entries_refused=Refusal.of(refused))
+
+
+async def _entries(
+    ctx: Context,
+    principal: Principal,
+    store: str,
+    scope: str,
+    query: str | None,
+    mode: str | None,
+    page_token: str | None,
+) -> EntriesView:
+    """A scope's entries, listed (a page of them) or searched with `query`."""
     chosen_mode = mode or "hybrid"
     if chosen_mode not in SEARCH_MODES:
         raise InvalidParameter(f"mode must be one of {', '.join(SEARCH_MODES)}", "mode")
@@ -321,7 +405,7 @@ async def store_page(
             ctx,
             principal,
             ops.Search(
-                store=store.full_name,
+                store=store,
                 scopes=(scope,),
                 query=text,
                 top_k=SEARCH_TOP_K,
@@ -335,7 +419,7 @@ async def store_page(
             ctx,
             principal,
             ops.List(
-                store=store.full_name,
+                store=store,
                 scopes=(scope,),
                 page_size=ENTRIES_PAGE,
                 page_token=page_token,
@@ -344,7 +428,7 @@ async def store_page(
         )
         rows = [(row, None) for row in listed.rows]
         token = listed.next_page_token
-    return replace(page, entries=EntriesView(scope, text, chosen_mode, rows, token, degraded))
+    return EntriesView(scope, text, chosen_mode, rows, token, degraded)
 
 
 # --- audit and lineage ----------------------------------------------------------------------------------

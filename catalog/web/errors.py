@@ -17,6 +17,7 @@ import asyncpg
 from litestar import MediaType, Response
 from litestar.exceptions import HTTPException, ValidationException
 
+from catalog.auth import PROTECTED_RESOURCE, bearer_challenge, metadata_url
 from catalog.errors import (
     ANSWERED_AS_IS,
     MEMORY_STORE_ROUTE,
@@ -104,12 +105,26 @@ def handle_exception(request: Req, exc: Exception) -> Response[Any]:
     request.scope.setdefault("state", {})["error_code"] = error_code
     # Litestar's own headers stay (a 405 names the allowed methods in `Allow`, RFC 9110)
     kept = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
+    if isinstance(err, Unauthenticated):
+        kept["WWW-Authenticate"] = challenge(request, err)
     return Response(
         content=error_body(error_code, err.message, err.details),
         status_code=err.status_code,
         media_type=MediaType.JSON,
         headers={**kept, **retry_headers(err)},
     )
+
+
+def challenge(request: Req, err: Unauthenticated) -> str:
+    """A 401's `WWW-Authenticate` (RFC 6750): the Bearer scheme, what was wrong with the token
+    sent (nothing when none was), and where the metadata of what answered says how to get one
+    (RFC 9728; `catalog.auth.discovery`): the route's own when it is a protected resource of its
+    own (a memory store's MCP server), else the server's."""
+    handler = request.scope.get("route_handler")
+    own = handler is not None and handler.opt.get(PROTECTED_RESOURCE)
+    # the path as asked: a mount's handler sees only the rest of it
+    path = bytes(request.scope.get("raw_path") or b"").decode("latin-1") if own else None
+    return bearer_challenge(metadata_url(str(request.base_url), path), err.bearer_error, err.message)
 
 
 def retry_headers(err: CatalogError) -> dict[str, str]:

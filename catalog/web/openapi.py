@@ -14,6 +14,11 @@ Routes declare their error statuses with `responses=errors(...)` (every error ha
 - `X-Request-Id` on every response, `Retry-After` on every 429 and 503 that sets it;
 - the open routes (`/healthz`, `/openapi.json`, `/docs`: the authentication middleware's exempt
   paths) say so with `security: []`; `/openapi.json` and `/docs` themselves are documented.
+
+`/docs`, the API explorer (`ApiExplorer`), is Swagger UI over this document, its script and style
+served by the server itself under `/docs/assets/` (`explorer_assets`) from the files the
+`swagger-ui-bundle-v2` package ships: the page fetches nothing from another site, so it works
+without internet.
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ from __future__ import annotations
 import re
 import typing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-from litestar import Litestar
+from litestar import Litestar, Request, Router
+from litestar.datastructures import CacheControlHeader
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import (
     OpenAPI,
     OpenAPIHeader,
@@ -37,6 +45,8 @@ from litestar.openapi.spec import (
     Reference,
     Schema,
 )
+from litestar.static_files import create_static_files_router
+from swagger_ui_bundle import swagger_ui_path
 
 from catalog.auth import AUTH_EXEMPT_PATHS
 from catalog.errors import MEMORY_STORE_ROUTE
@@ -281,4 +291,74 @@ def _document_open_routes(doc: OpenAPI) -> None:
                 **common,
             },
         )
+    )
+
+
+# --- the API explorer ------------------------------------------------------------------------------
+
+EXPLORER_PATH = "/docs"
+EXPLORER_ASSETS = f"{EXPLORER_PATH}/assets"
+# the files of the Swagger UI distribution the page loads (served from the package's folder)
+EXPLORER_FILES = ("swagger-ui.css", "swagger-ui-bundle.js", "swagger-ui-standalone-preset.js")
+
+
+class ApiExplorer(SwaggerRenderPlugin):
+    """Swagger UI at `/docs`, with this server's own copy of its files (no CDN), the console's icon,
+    and no call to the online validator."""
+
+    def __init__(self) -> None:
+        css, bundle, preset = (f"{EXPLORER_ASSETS}/{name}" for name in EXPLORER_FILES)
+        super().__init__(
+            js_url=bundle,
+            css_url=css,
+            standalone_preset_js_url=preset,
+            path=EXPLORER_PATH,
+            favicon='<link rel="icon" href="/favicon.ico" type="image/svg+xml">',
+        )
+
+    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
+        title = openapi_schema["info"]["title"]
+        head = f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}: API explorer</title>
+{self.favicon}
+<link rel="stylesheet" href="{self.css_url}">
+<style>body {{ margin: 0; padding: 0 }}</style>
+</head>
+<body>
+<div id="swagger-container"></div>
+<script src="{self.js_url}"></script>
+<script src="{self.standalone_preset_js_url}"></script>
+<script>
+const ui = SwaggerUIBundle({{
+  spec: """
+        tail = b""",
+  dom_id: "#swagger-container",
+  deepLinking: true,
+  showExtensions: true,
+  showCommonExtensions: true,
+  validatorUrl: null,
+  presets: [SwaggerUIBundle.presets.apis, SwaggerUIBundle.SwaggerUIStandalonePreset],
+});
+</script>
+</body>
+</html>
+"""
+        # inside <script>: a "</" in a description must not end it (JSON may escape the slash)
+        document = self.render_json(request, openapi_schema).replace(b"</", b"<\\/")
+        return head.encode() + document + tail
+
+
+def explorer_assets() -> Router:
+    """`/docs/assets/<file>`: the Swagger UI files, open without a token and never audited (under
+    `/docs`, as the page itself), cached a day."""
+    return create_static_files_router(
+        path=EXPLORER_ASSETS,
+        directories=[Path(str(swagger_ui_path))],
+        include_in_schema=False,
+        name="api-explorer-assets",
+        cache_control=CacheControlHeader(public=True, max_age=86400),
     )

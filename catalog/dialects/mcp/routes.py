@@ -6,7 +6,8 @@ then do is decided per call), and the scope is bound: the verified end user (the
 `on_behalf_of`, else its subject), or one of the store's shared scopes named with `?scope=`.
 Refusals here are the server's usual JSON errors (401, 403, 404 `NOT_FOUND` as on every
 memory-store route, 400), also where the MCP transport would answer plain text (a body that is not
-`application/json`).
+`application/json`). A 401 names the store's protected resource metadata in its `WWW-Authenticate`
+(RFC 9728, as the MCP authorization specification asks: `catalog.dialects.mcp.discovery`).
 
 A message with a `method` and an `id` that is neither a string nor an integer (an object, an
 array, a boolean, null, a number with a fraction or an exponent: MCP allows only those two) is a
@@ -29,7 +30,7 @@ from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
 
 from catalog.audit.log import current
-from catalog.auth import Principal
+from catalog.auth import PROTECTED_RESOURCE, Principal
 from catalog.context import Context
 from catalog.dialects.mcp.server import STATE_KEY, Binding, serving
 from catalog.entries.service import resolve_store
@@ -75,7 +76,9 @@ async def bind(ctx: Context, principal: Principal, full_name: str, requested: st
 # A mount (an ASGI handler with a path parameter is not routed for every method): the rest of the
 # path names the store; the scope gets its whole path and the route's template back for the log
 # line and the audit event.
-@asgi(BASE, is_mount=True, copy_scope=False, opt={MEMORY_STORE_ROUTE: True})
+# Each store's MCP server is a protected resource of its own: a 401 names its metadata, served at
+# /.well-known/oauth-protected-resource/mcp/memory-stores/{full_name} (catalog.dialects.mcp.discovery).
+@asgi(BASE, is_mount=True, copy_scope=False, opt={MEMORY_STORE_ROUTE: True, PROTECTED_RESOURCE: True})
 async def memory_mcp(scope: Scope, receive: Receive, send: Send) -> None:
     full_name = scope["path"].strip("/")
     scope["path"] = f"{BASE}/{full_name}"

@@ -141,3 +141,20 @@ def test_counts_cached_before_a_write_never_hide_it(tmp_path: Path):
     assert index.search("s1", ["eve"], f"{GUESS} trip", 10) == []  # counts cached: 0 entries, 0 hold it
     index.apply([], [IndexedEntry("e0", "s1", "eve", "", "/e/0", f"trip notes {GUESS}", "")])
     assert [doc for doc, _ in index.search("s1", ["eve"], f"{GUESS} trip", 10)] == ["e0"]
+
+
+def test_a_scope_count_older_than_a_term_count_never_zeroes_the_keyword_score(tmp_path: Path):
+    """The count of the entries a filter admits and the count of those holding a term are each
+    reused for a while: one taken before a write and one after must not make a term weigh less
+    than nothing (which zeroed every entry's keyword score)."""
+    index = FullTextIndex(tmp_path / "stale")
+    index.apply([], [IndexedEntry("p", "s1", "u", "", "/p", "prefers email", "")])
+    assert index.search("s1", ["u"], "email", 10)  # the scope's count is taken: 1 entry
+    index.apply(
+        [],
+        [
+            IndexedEntry("a", "s1", "u", "", "/a", "Going through a divorce.", ""),
+            IndexedEntry("b", "s1", "u", "", "/b", "Her divorce lawyer is Ms Patel.", ""),
+        ],
+    )
+    assert index.coverage("s1", ["u"], "the divorce", ["a", "b"]) == {"a": 1.0, "b": 1.0}

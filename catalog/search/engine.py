@@ -178,19 +178,24 @@ T = TypeVar("T")
 
 
 def _coverage_of(index: FullTextIndex, text: str, rows: Sequence[Given]) -> dict[str, float]:
-    """Each row's share of the query's term weight, each term weighing its idf among the rows
-    (`FullTextIndex.coverage`'s rule, computed from the rows' own texts)."""
+    """Each row's share of the query's term weight, each term weighing its idf among the rows'
+    passages (`FullTextIndex.coverage`'s rule, computed from the rows' own texts)."""
     terms = index.query_terms(text)
     if not terms or not rows:
         return {r.id: 0.0 for r in rows}
+    # each row's passages, as the index holds them: the weights count passages, a row scores its best
     held = [index.terms_of(r.contents, r.description, r.path) for r in rows]
-    weights = [term_weight(len(rows), sum(term in h for h in held)) for term in terms]
+    passages = [part for parts in held for part in parts]
+    weights = [term_weight(len(passages), sum(term in h for h in passages)) for term in terms]
     total = sum(weights)
     if total <= 0:
         return {r.id: 0.0 for r in rows}
     return {
-        r.id: min(sum(wt for term, wt in zip(terms, weights, strict=True) if term in h) / total, 1.0)
-        for r, h in zip(rows, held, strict=True)
+        r.id: min(
+            max(sum(wt for term, wt in zip(terms, weights, strict=True) if term in h) for h in parts) / total,
+            1.0,
+        )
+        for r, parts in zip(rows, held, strict=True)
     }
 
 

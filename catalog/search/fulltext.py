@@ -31,6 +31,7 @@ from typing import Any
 import tantivy
 
 from catalog.search.fusion import term_weight
+from catalog.search.passages import KEYWORD, passages
 from catalog.wire.metadata import terms as metadata_terms
 
 log = logging.getLogger("catalog.search")
@@ -100,7 +101,8 @@ def _schema() -> Any:
     # `meta`: one term per metadata pair (catalog.wire.metadata.terms), for filters; `doc`: the
     # same term (EVERY_DOC) in every document, whose document frequency is the document count
     # BM25 weighs with (deleted documents included until a merge drops them, as BM25's own)
-    for name in ("entry_id", "store_id", "scope", "session", "path", "meta", "doc"):
+    # `first`: FIRST in an entry's first passage only (each passage is a document: `passages`)
+    for name in ("entry_id", "store_id", "scope", "session", "path", "meta", "doc", "first"):
         builder.add_text_field(name, stored=name == "entry_id", tokenizer_name="raw", index_option="basic")
     for name in ("contents", "description", "path_words"):
         builder.add_text_field(name, stored=False, tokenizer_name=ANALYZER, index_option="position")
@@ -108,8 +110,12 @@ def _schema() -> Any:
 
 
 EVERY_DOC = "1"  # the `doc` term every document holds
+FIRST = "1"  # the `first` term of an entry's first passage: one document per entry holds it
 # a long query's first distinct terms rank its candidates (each needs its count in the scopes)
-MAX_QUERY_TERMS = 64
+MAX_QUERY_TERMS = 64  # a longer query's further terms weigh as the lightest of these
+MAX_QUERY_TERMS_ANY = 1024  # terms of one query searched at most
+# passages read for each entry a search answers (several passages of one entry may rank together)
+PASSAGES_PER_HIT = 4
 # the decimals a BM25 score is answered with: the local weights are made by dividing Tantivy's own
 # (float32) idf out, which leaves noise in the last bits that must say nothing about other stores
 SCORE_DECIMALS = 4
@@ -202,6 +208,7 @@ class FullTextIndex:
         self.writer = self._open_writer()
         self.boosts = {"contents": 1.0, "description": 0.5, "path_words": 0.5}
         self.analyzer = _analyzer()  # the indexed fields' analyzer, for query terms
+        self._first = tantivy.Query.term_query(self.schema, "first", FIRST)
         self._counts = TtlCache(COUNT_TTL)
 
     def _open_writer(self) -> Any:
@@ -241,16 +248,20 @@ class FullTextIndex:
     def verify(self, deletes: list[str], upserts: list[IndexedEntry]) -> None:
         searcher = self.index.searcher()
 
-        def count(ids: list[str]) -> int:
+        def count(ids: list[str], *, first: bool) -> int:
             if not ids:
                 return 0
             query = tantivy.Query.term_set_query(self.schema, "entry_id", ids)
+            if first:  # one document per entry
+                query = tantivy.Query.boolean_query(
+                    [(tantivy.Occur.Must, query), (tantivy.Occur.Must, self._first)]
+                )
             return int(searcher.search(query, 1, count=True).count)  # type: ignore[attr-defined]  # missing from the stubs
 
-        held = count([e.entry_id for e in upserts])
+        held = count([e.entry_id for e in upserts], first=True)
         if held != len(upserts):
             raise IndexDiverged(f"the commit kept {held} of {len(upserts)} upserted entries")
-        if kept := count(deletes):
+        if kept := count(deletes, first=False):
             raise IndexDiverged(f"the commit kept {kept} of {len(deletes)} deleted entries")
 
     def verify_count(self, expected: int) -> None:
@@ -268,22 +279,29 @@ class FullTextIndex:
             self.writer = self._open_writer()
 
     def upsert(self, entries: list[IndexedEntry]) -> None:
+        """Each entry as one document per passage of its contents (`passages.KEYWORD`), each with
+        the entry's description, path words and filter terms."""
         for entry in entries:
             self.writer.delete_documents_by_term("entry_id", entry.entry_id)
-            self.writer.add_document(
-                tantivy.Document(
-                    entry_id=entry.entry_id,
-                    store_id=entry.store_id,
-                    scope=entry.scope,
-                    session=entry.session_id,
-                    path=entry.path,
-                    contents=prepare(entry.contents),
-                    description=prepare(entry.description),
-                    path_words=prepare(_PATH_WORDS.sub(" ", entry.path)),
-                    meta=metadata_terms(entry.metadata) + ([] if entry.state == "active" else [INACTIVE]),
-                    doc=EVERY_DOC,
-                )
-            )
+            description = prepare(entry.description)
+            path_words = prepare(_PATH_WORDS.sub(" ", entry.path))
+            meta = metadata_terms(entry.metadata) + ([] if entry.state == "active" else [INACTIVE])
+            for number, part in enumerate(passages(entry.contents, KEYWORD)):
+                fields: dict[str, Any] = {
+                    "entry_id": entry.entry_id,
+                    "store_id": entry.store_id,
+                    "scope": entry.scope,
+                    "session": entry.session_id,
+                    "path": entry.path,
+                    "contents": prepare(part),
+                    "description": description,
+                    "path_words": path_words,
+                    "meta": meta,
+                    "doc": EVERY_DOC,
+                }
+                if number == 0:
+                    fields["first"] = FIRST
+                self.writer.add_document(tantivy.Document(**fields))
 
     def delete(self, entry_ids: list[str]) -> None:
         for entry_id in entry_ids:
@@ -297,7 +315,9 @@ class FullTextIndex:
         self.index.reload()
 
     def num_docs(self) -> int:
-        return int(self.index.searcher().num_docs)
+        """The entries the index holds (its documents are their passages)."""
+        searcher = self.index.searcher()
+        return int(searcher.search(self._first, 1, count=True).count)  # type: ignore[attr-defined]  # missing from the stubs
 
     def search(
         self,
@@ -324,7 +344,7 @@ class FullTextIndex:
         its document count); the score is answered to SCORE_DECIMALS decimals. What stays global
         is the average length of a field, BM25's length normalization: it moves with the volume
         of text written anywhere, never with which words it holds."""
-        terms = self.query_terms(text, MAX_QUERY_TERMS)
+        terms = self.query_terms(text, MAX_QUERY_TERMS_ANY)
         if not terms:
             return []  # nothing left to match (only stopwords): an empty query would match everything
         searcher = self.index.searcher()
@@ -333,18 +353,22 @@ class FullTextIndex:
         admitted = self._counts.get(key, lambda: self._count(searcher, scoped))
         everywhere = int(searcher.doc_freq("doc", EVERY_DOC))
         weighed = []
-        for term in terms:
+        weights: dict[str, float] = {}
+        for term in terms[:MAX_QUERY_TERMS]:
             # (a count may be up to COUNT_TTL old: it weighs the term, it never leaves it out)
             held_by = self._counts.get(
                 (*key, term), partial(self._count, searcher, [*scoped, self._anywhere(term)])
             )
-            local = term_weight(max(admitted, held_by), held_by)
+            weights[term] = term_weight(admitted, held_by)
+        lightest = min(weights.values(), default=0.0)
+        for term in terms:
+            local = weights.get(term, lightest)
             for name, boost in self.boosts.items():
                 doc_freq = int(searcher.doc_freq(name, term))
                 if not doc_freq:
                     continue
                 clause = tantivy.Query.term_query(self.schema, name, term, index_option="freq")
-                factor = boost * local / term_weight(max(everywhere, doc_freq), doc_freq)
+                factor = boost * local / term_weight(everywhere, doc_freq)
                 weighed.append((tantivy.Occur.Should, tantivy.Query.boost_query(clause, factor)))
         if not weighed:
             return []
@@ -354,11 +378,15 @@ class FullTextIndex:
         query = tantivy.Query.boolean_query(
             [(tantivy.Occur.Must, admits), (tantivy.Occur.Must, tantivy.Query.boolean_query(weighed))]
         )
-        hits = searcher.search(query, limit).hits
-        return [
-            (searcher.doc(address)["entry_id"][0], round(float(score), SCORE_DECIMALS))
-            for score, address in hits
-        ]
+        # an entry is as good as its best passage: enough passages for `limit` entries, mostly
+        best: dict[str, float] = {}
+        for score, address in searcher.search(query, limit * PASSAGES_PER_HIT).hits:
+            entry_id = searcher.doc(address)["entry_id"][0]
+            if entry_id not in best:
+                best[entry_id] = round(float(score), SCORE_DECIMALS)
+                if len(best) == limit:
+                    break
+        return list(best.items())
 
     @staticmethod
     def _key(
@@ -423,10 +451,16 @@ class FullTextIndex:
         words = _QUERY_SYNTAX.sub(" ", prepare(text))
         return list(dict.fromkeys(self.analyzer.analyze(words)))[:most]
 
-    def terms_of(self, contents: str | None, description: str | None, path: str) -> set[str]:
-        """The terms the index holds of an entry's text fields (what `coverage` matches)."""
-        texts = [contents or "", description or "", _PATH_WORDS.sub(" ", path)]
-        return {term for text in texts for term in self.analyzer.analyze(prepare(text))}
+    def terms_of(self, contents: str | None, description: str | None, path: str) -> list[set[str]]:
+        """The terms the index holds of each passage of an entry (what `coverage` matches: the
+        passage's contents, the description and the path words)."""
+        shared = {
+            term for text in (description or "", _PATH_WORDS.sub(" ", path)) for term in self._terms(text)
+        }
+        return [self._terms(part) | shared for part in passages(contents or "", KEYWORD)]
+
+    def _terms(self, text: str) -> set[str]:
+        return set(self.analyzer.analyze(prepare(text)))
 
     def coverage(
         self,
@@ -471,12 +505,16 @@ class FullTextIndex:
             (tantivy.Occur.Should, tantivy.Query.const_score_query(q[1], float(1 << i)))
             for i, q in enumerate(anywhere)
         ]
+        # each passage of the given entries holding a term; an entry's share is its best passage's
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, given), *bits])
         held = dict.fromkeys(ids, 0.0)
-        for score, address in searcher.search(query, len(ids)).hits:
+        for score, address in searcher.search(query, len(ids) * KEYWORD.most).hits:
             mask = round(score)
-            share = sum(w for i, w in enumerate(weights) if mask >> i & 1) / total
-            held[searcher.doc(address)["entry_id"][0]] = min(share, 1.0)
+            if not mask:
+                break  # the rest hold no term (hits come best first)
+            share = min(sum(w for i, w in enumerate(weights) if mask >> i & 1) / total, 1.0)
+            entry_id = searcher.doc(address)["entry_id"][0]
+            held[entry_id] = max(held[entry_id], share)
         return held
 
     def _anywhere(self, term: str) -> tuple[Any, Any]:

@@ -55,7 +55,10 @@ def keyword_score(coverage: float, weights: FusionWeights = DEFAULT_WEIGHTS) -> 
 
 
 def term_weight(scoped_docs: int, doc_freq: int) -> float:
-    """BM25's idf of a term held by `doc_freq` of the `scoped_docs` entries a search may return."""
+    """BM25's idf of a term held by `doc_freq` of the `scoped_docs` entries a search may return
+    (never below that of a term every one holds: counts taken moments apart, each reused for a
+    while, may have `doc_freq` above `scoped_docs`)."""
+    scoped_docs = max(scoped_docs, doc_freq)
     return math.log(1.0 + (scoped_docs - doc_freq + 0.5) / (doc_freq + 0.5))
 
 

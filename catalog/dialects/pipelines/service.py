@@ -220,9 +220,11 @@ RUN_STEPS = (
 
 
 async def _every_step(ctx: Context, principal: Principal, target: Securable, source: Securable) -> None:
-    """403, recorded, unless `principal` may do every step of a run."""
-    for action_name, store in RUN_STEPS:
-        await ctx.access.ensure(principal, action_name, target if store == "memory" else source)
+    """403, recorded, unless `principal` may do every step of a run (`RUN_STEPS`, written out: the
+    API reference reads the actions a route checks from the names in its calls)."""
+    await ctx.access.ensure(principal, "pipelines.run", target)
+    await ctx.access.ensure(principal, "pipelines.read_memories", target)
+    await ctx.access.ensure(principal, "pipelines.read_sessions", source)
 
 
 async def refusal(ctx: Context, row: PipelineRow, principals: list[str]) -> Refusal | None:

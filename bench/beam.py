@@ -6,8 +6,9 @@ scope).
 BEAM ("Beyond a Million Tokens") conversations are long: an assistant's reply is often hundreds
 of words, and a question may ask for an instruction or a preference the user stated, an update, a
 contradiction, an ordering or a summary. Every message becomes one entry in a scope of its own
-conversation (scope `beam-<n>`, path `/messages/<id>`, contents `"user: ..."` or
-`"assistant: ..."` cut at 8,000 characters, description `"batch <b>, <time anchor>"`); every
+conversation (scope `beam-<n>`, session `batch-<b>`, path `/messages/<id>`, contents `"user: ..."`
+or `"assistant: ..."` cut at 8,000 characters, description `"batch <b>, <time anchor>"`), in
+order; every
 question with evidence (its `source_chat_ids`, flattened) is a search in that scope. Recall@k is
 the share of a question's evidence messages in the top k, averaged over questions. Abstention
 questions have no evidence: the share of them that `min_score` answers with nothing is reported,
@@ -35,7 +36,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.live import REPO, BenchServer
-from bench.locomo import MODES, ingest, mean_recall, recall, search, settle
+from bench.locomo import MODES, ingest_all, mean_recall, recall, search, settle
 from catalog.search.fusion import RECOMMENDED_FLOOR
 
 STORE = "main.default.beam"
@@ -84,6 +85,7 @@ def load(directory: Path, layout: str = "numbered") -> tuple[str, list[dict], li
                         "path": path_of(message["id"], layout),
                         "contents": f"{message['role']}: {text}",
                         "description": f"batch {batch.get('batch_number')}, {anchor}".strip(", "),
+                        "session_id": f"batch-{batch.get('batch_number')}",
                     }
                 )
     questions, abstentions = [], []
@@ -126,8 +128,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any] | None:
             n_entries = sum(len(e) for _, e, _, _ in datasets)
             started = time.perf_counter()
             if not args.skip_ingest:
-                for scope, entries, _, _ in datasets:
-                    await ingest(client, scope, entries, args.concurrency, store=STORE)
+                conversations = [(scope, entries) for scope, entries, _, _ in datasets]
+                await ingest_all(client, conversations, args.concurrency, store=STORE)
             ingest_s = time.perf_counter() - started
             settle_s = await settle(client)
             questions = [(scope, q) for scope, _, qs, _ in datasets for q in qs]

@@ -2,8 +2,8 @@
 and what `min_score` at the recommended floor does.
 
 Every dialogue turn becomes one entry in a scope of its own conversation (scope `conv-<file
-number>`, path `/dialog/<dia_id>`, contents `"<speaker>: <text>"`, description `"session <N>,
-<session date>"`); every question with evidence is a search in that scope. Recall@k is the share
+number>`, session `session-<N>`, path `/dialog/<dia_id>`, contents `"<speaker>: <text>"`,
+description `"session <N>, <session date>"`), written in order; every question with evidence is a search in that scope. Recall@k is the share
 of a question's evidence turns found in the top k, averaged over questions.
 
 The floor check: every question is searched with `min_score` (default: the recommended floor) in
@@ -45,9 +45,9 @@ from catalog.search.fusion import (
     ranked,
     with_context,
 )
-from catalog.search.neighbours import neighbour_paths
 
 STORE = "main.default.locomo"
+BATCH = 100  # entries of one batchCreate (its maximum)
 UC = "/api/2.1/unity-catalog"
 KS = (1, 5, 10)
 
@@ -70,6 +70,7 @@ def load(path: Path) -> tuple[str, list[dict], list[dict]]:
                     "path": f"/dialog/{turn['dia_id']}",
                     "contents": f"{turn['speaker']}: {turn['text']}",
                     "description": f"session {match[1]}, {date}",
+                    "session_id": f"session-{match[1]}",
                 }
             )
     questions = []
@@ -84,18 +85,36 @@ def load(path: Path) -> tuple[str, list[dict], list[dict]]:
 async def ingest(
     client: httpx.AsyncClient, scope: str, entries: list[dict], concurrency: int, store: str = STORE
 ) -> None:
+    """Write a conversation in order, as an application importing it would: batches of 100
+    (`entries:batchCreate`), one after the other, so that the server's write order is the
+    conversation's (its neighbours). Conversations are ingested side by side (`ingest_all`)."""
+    del concurrency  # one conversation is one ordered stream
+    for start in range(0, len(entries), BATCH):
+        r = await client.post(
+            f"{UC}/memory-stores/{store}/entries:batchCreate",
+            params={"scope": scope},
+            json={"entries": entries[start : start + BATCH], "write_mode": "OVERWRITE"},
+        )
+        r.raise_for_status()
+        failed = [x for x in r.json()["results"] if x["status"] == "FAILED"]
+        if failed:
+            raise RuntimeError(f"{len(failed)} entries failed: {failed[0]}")
+
+
+async def ingest_all(
+    client: httpx.AsyncClient,
+    conversations: list[tuple[str, list[dict]]],
+    concurrency: int,
+    store: str = STORE,
+) -> None:
+    """Every conversation, `concurrency` of them at once, each in order."""
     gate = asyncio.Semaphore(concurrency)
 
-    async def put(entry: dict) -> None:
+    async def one(scope: str, entries: list[dict]) -> None:
         async with gate:
-            r = await client.post(
-                f"{UC}/memory-stores/{store}/entries",
-                params={"scope": scope},
-                json={**entry, "write_mode": "OVERWRITE"},
-            )
-            r.raise_for_status()
+            await ingest(client, scope, entries, 1, store)
 
-    await asyncio.gather(*(put(e) for e in entries))
+    await asyncio.gather(*(one(scope, entries) for scope, entries in conversations))
 
 
 async def search(
@@ -173,8 +192,9 @@ async def run(args: argparse.Namespace) -> None:
             n_entries = sum(len(e) for _, e, _ in datasets)
             started = time.perf_counter()
             if not args.skip_ingest:
-                for scope, entries, _ in datasets:
-                    await ingest(client, scope, entries, args.concurrency)
+                await ingest_all(
+                    client, [(scope, entries) for scope, entries, _ in datasets], args.concurrency
+                )
             ingest_s = time.perf_counter() - started
             settle_s = await settle(client)
             questions = [(scope, q) for scope, _, qs in datasets for q in qs]
@@ -267,10 +287,20 @@ def features(keyword: list[tuple[str, float]], semantic: list[tuple[str, float]]
     return coverage, cosine
 
 
+def turn_neighbours(path: str) -> list[str]:
+    """The turns written just before and after a turn in its session: the server's neighbours
+    (`catalog.search.neighbours`), as `ingest` writes a conversation (in order, one session per
+    LoCoMo session, every turn short), read off the turn's number (`/dialog/D<session>:<n>`)."""
+    match = re.fullmatch(r"(/dialog/D\d+:)(\d+)", path)
+    if match is None:
+        return []
+    return [f"{match[1]}{n}" for n in (int(match[2]) - 1, int(match[2]) + 1) if n >= 1]
+
+
 def hybrid_offline(f: Features, w: FusionWeights) -> list[tuple[str, float]]:
     coverage, cosine = f
     own = {p: hybrid_score(cosine[p], coverage[p], w) for p in coverage}
-    return ranked(with_context(own, {p: neighbour_paths(p) for p in own}, w), cosine)
+    return ranked(with_context(own, {p: turn_neighbours(p) for p in own}, w), cosine)
 
 
 def evaluate(

@@ -1,6 +1,7 @@
 """Search scores are relevances in [0, 1] that mean the same for every query (catalog/search/
 fusion.py): `min_score` at the recommended floor keeps what matches and drops what does not, in
-every mode; hybrid search lifts the numbered neighbours of a hit (a dialogue's next turn)."""
+every mode; hybrid search lifts the neighbours of a hit (the short entries written just before and
+after it in its scope and session: a dialogue's next turn), whatever their paths."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from catalog.search.fusion import (
     term_weight,
     with_context,
 )
-from catalog.search.neighbours import neighbour_paths, neighbours
+from catalog.search.neighbours import GAP_SECONDS, among, neighbours
 
 UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.scores"
@@ -59,13 +60,19 @@ def test_term_weight_falls_as_more_of_the_scope_holds_the_term():
     assert weights[0] == pytest.approx(math.log(1 + 100.5 / 0.5))
 
 
-def test_hybrid_score_is_a_weighted_mean_in_zero_one():
+def test_hybrid_score_is_a_weighted_mean_or_one_strong_leg_in_zero_one():
     w = DEFAULT_WEIGHTS
     assert hybrid_score(1.0, 1.0) == pytest.approx(
         w.semantic_weight * semantic_score(1.0) + 1 - w.semantic_weight
     )
     assert 0.0 <= hybrid_score(-1.0, 0.0) < 0.05
     assert hybrid_score(None, 1.0) == pytest.approx(1 - w.semantic_weight)  # no vector yet: semantic 0
+    # a strong match of one leg alone is not hidden by the other's silence
+    assert hybrid_score(0.6, 0.0) == pytest.approx(w.single * semantic_score(0.6))
+    assert hybrid_score(0.6, 0.0) > RECOMMENDED_FLOOR > w.semantic_weight * semantic_score(0.6)
+    assert hybrid_score(0.0, 1.0) == pytest.approx(
+        max(w.single, 1 - w.semantic_weight + 0.4 * semantic_score(0.0))
+    )
     for cos in (-1.0, 0.0, 0.5, 1.0):
         for cov in (0.0, 0.3, 1.0):
             assert 0.0 <= hybrid_score(cos, cov) <= 1.0
@@ -83,22 +90,23 @@ def test_context_lifts_neighbours_towards_a_hit_but_never_past_it():
     assert with_context(own, {"hit": ["near"]}, FusionWeights(context=0.0)) == own
 
 
-@pytest.mark.parametrize(
-    ("path", "expected"),
-    [
-        ("/dialog/D1:3", ["/dialog/D1:2", "/dialog/D1:4"]),
-        ("/dialog/D1:0", ["/dialog/D1:1"]),
-        ("/log/0010", ["/log/9", "/log/0009", "/log/11", "/log/0011"]),
-        ("/x/9", ["/x/8", "/x/10"]),
-        ("/notes/7.md", []),  # the number is not at the end
-        ("/prefs/food", []),
-    ],
-)
-def test_numbered_neighbour_paths(path, expected):
-    assert neighbour_paths(path) == expected
-
-
-# --- coverage in the full-text index ------------------------------------------------------------
+def test_neighbours_among_rows_follow_creation_order_within_scope_session_gap_and_length():
+    long = " ".join(["word"] * 200)
+    rows = [
+        ("a", "u", "s", 1_000, "first turn"),
+        ("b", "u", "s", 2_000, "the hit"),
+        ("c", "u", "s", 3_000, long),  # next, but long: a document of its own
+        ("d", "u", "s2", 2_500, "another session"),
+        ("e", "v", "s", 2_100, "another scope"),
+        ("f", "u", "s", 3_000 + int(GAP_SECONDS * 1000) + 1, "written long after c"),
+        ("n1", "u", "", 1_000, "a note"),
+        ("n2", "u", "", 1_001, "another note"),
+    ]
+    assert among(rows, ["b"]) == {"b": ["a"]}
+    assert among(rows, ["a"]) == {"a": ["b"]}
+    assert among(rows, ["c"]) == {"c": ["b"]}  # c is lifted by nothing; its short neighbour may be
+    assert among(rows, ["f"]) == {}  # c is long and far: no neighbour
+    assert among(rows, ["n1", "n2"]) == {}  # written without a session: no dialogue
 
 
 def test_coverage_weighs_terms_by_their_rarity_in_the_searched_scopes(tmp_path):
@@ -188,7 +196,7 @@ def test_the_floor_keeps_a_partial_match_and_drops_the_rest(client, token, notes
     assert search(client, token, {**body, "scope": "bob"}) == []
 
 
-def test_hybrid_search_lifts_the_numbered_neighbours_of_a_hit(client, token, notes):
+def test_hybrid_search_lifts_the_turns_written_next_to_a_hit(client, token, notes):
     turns = {
         "/dialog/D1:8": "Melanie: How was the weekend?",
         "/dialog/D1:9": "Caroline: I finally went to the pottery workshop downtown.",
@@ -202,7 +210,7 @@ def test_hybrid_search_lifts_the_numbered_neighbours_of_a_hit(client, token, not
             f"{STORE}/entries",
             headers=token(),
             params={"scope": "dlg"},
-            json={"path": path, "contents": text},
+            json={"path": path, "contents": text, "session_id": "chat"},
         )
         assert r.status_code == 200, r.text
     # the same numbered path in another session is no neighbour
@@ -216,82 +224,93 @@ def test_hybrid_search_lifts_the_numbered_neighbours_of_a_hit(client, token, not
     body = {"scope": "dlg", "query": "pottery workshop downtown", "top_k": 20}
     hybrid = search_keys(client, token, {**body, "mode": "hybrid"})
     scores = dict(hybrid)
-    assert hybrid[0][0] == ("/dialog/D1:9", "")
-    hit = scores[("/dialog/D1:9", "")]
-    lifted = {("/dialog/D1:8", ""), ("/dialog/D1:10", "")}
+    assert hybrid[0][0] == ("/dialog/D1:9", "chat")
+    hit = scores[("/dialog/D1:9", "chat")]
+    lifted = {("/dialog/D1:8", "chat"), ("/dialog/D1:10", "chat")}
     for key in lifted:
         assert hit > scores[key] >= 0.8 * hit - 1e-6, (key, hybrid)
-    others = [s for k, s in hybrid if k not in lifted | {("/dialog/D1:9", "")}]
+    others = [s for k, s in hybrid if k not in lifted | {("/dialog/D1:9", "chat")}]
     assert ("/dialog/D1:10", "other") in scores and max(others) < 0.5 * hit, hybrid
     # the single modes rank by their one signal: no context
     keyword = search(client, token, {**body, "mode": "keyword"})
     assert [p for p, _ in keyword] == ["/dialog/D1:9"]
 
 
-def test_numbered_neighbours_plain_or_padded(client, token, notes):
-    lines = {
-        "/log/0099": "Descaled the kettle with citric acid.",
-        "/log/0098": "Bought milk.",
-        "/log/0100": "Watered the plants.",
-        "/log/100": "Called the plumber.",
-        "/log/0101": "Paid the rent.",
-    }
-    for path, text in lines.items():
+def test_neighbours_are_found_by_write_order_not_by_path(client, token, notes):
+    lines = [
+        ("/notes/a", "Bought milk."),
+        ("/x/t12.md", "Descaled the kettle with citric acid."),
+        ("/notes/c", "Watered the plants."),
+        ("/notes/d", "Paid the rent."),
+    ]
+    for path, text in lines:
         r = client.post(
             f"{STORE}/entries",
             headers=token(),
             params={"scope": "logs"},
-            json={"path": path, "contents": text},
+            json={"path": path, "contents": text, "session_id": "day-1"},
         )
         assert r.status_code == 200, r.text
     hits = search(client, token, {"scope": "logs", "query": "descaled kettle citric acid", "top_k": 10})
     scores = dict(hits)
-    assert hits[0][0] == "/log/0099"
-    lifted = {p for p, s in hits if p != "/log/0099" and s >= 0.8 * scores["/log/0099"] - 1e-6}
-    assert lifted == {"/log/0098", "/log/0100", "/log/100"}, hits
+    assert hits[0][0] == "/x/t12.md"
+    lifted = {p for p, s in hits if p != "/x/t12.md" and s >= 0.8 * scores["/x/t12.md"] - 1e-6}
+    assert lifted == {"/notes/a", "/notes/c"}, hits
     # a path prefix bounds the neighbours too
-    hits = search(client, token, {"scope": "logs", "query": "descaled kettle", "path_prefix": "/log/00"})
-    assert "/log/100" not in dict(hits)
+    hits = search(client, token, {"scope": "logs", "query": "descaled kettle", "path_prefix": "/x/"})
+    assert dict(hits).keys() == {"/x/t12.md"}
 
 
 async def test_the_sql_finds_the_neighbours_the_rule_names(client, token, database_url):
-    """`context.neighbours` (SQL, one key lookup per wanted path) finds exactly the entries at the
-    paths `neighbour_paths` names, plain or padded, in the hit's own session, once each."""
+    """`neighbours` (SQL: the entries written just before and after each hit, one index probe
+    each) finds what the rule names: same scope and session, written within the gap, short,
+    active, within the path prefix."""
     name = f"nb{uuid.uuid4().hex[:8]}"
     body = {"name": name, "catalog_name": "main", "schema_name": "default"}
     assert client.post("/api/2.1/unity-catalog/memory-stores", headers=token(), json=body).status_code == 200
-    paths = [
-        "/log/0010",
-        "/log/9",
-        "/log/0009",
-        "/log/11",
-        "/log/0012",
-        "/d/D1:0",
-        "/d/D1:1",
-        "/d/x",
-        "/x/10",
+    rows = [  # (path, session, contents, seconds before now, state), in write order
+        ("/a", "s", "one", 0, "active"),
+        ("/b", "s", "two", 0, "active"),  # the hit
+        ("/c", "other", "another session", 0, "active"),
+        ("/d", "s", "three", 0, "active"),
+        ("/e", "s", " ".join(["long"] * 200), 0, "active"),  # too long to lift
+        ("/f", "s", "old", 3 * GAP_SECONDS, "active"),  # written long before its neighbour /g
+        ("/g", "s", "four", 0, "active"),
+        ("/h", "s", "superseded", 0, "superseded"),
+        ("/i", "s", "five", 0, "active"),
+        ("/j", "", "a note", 0, "active"),  # no session: no neighbours
+        ("/k", "", "another note", 0, "active"),
     ]
     pool = await create_pool(database_url, min_size=1, max_size=2)
     try:
-        store_id = await pool.fetchval("SELECT id FROM memory_stores WHERE name = $1", name)
+        store_id = str(await pool.fetchval("SELECT id FROM memory_stores WHERE name = $1", name))
         ids = {}
-        for path in [*paths, "/log/0011"]:
-            session = "other" if path == "/log/0011" else ""  # another session: no neighbour
+        for path, session, contents, ago, state in rows:
             ids[path] = str(
                 await pool.fetchval(
                     "INSERT INTO entries (store_id, scope, session_id, path, contents, created_by, "
-                    "updated_by) VALUES ($1, 'u', $2, $3, 'x', 'a', 'a') RETURNING id",
+                    "updated_by, created_at, state) VALUES ($1, 'u', $2, $3, $4, 'a', 'a', "
+                    "clock_timestamp() - make_interval(secs => $5), $6) RETURNING id",
                     store_id,
                     session,
                     path,
+                    contents,
+                    float(ago),
+                    state,
                 )
             )
-        found = await neighbours(pool, str(store_id), [ids[p] for p in paths], None)
-        by_path = {v: k for k, v in ids.items()}
-        for path in paths:
-            expected = sorted(p for p in neighbour_paths(path) if p in ids and p != "/log/0011")
-            assert sorted(by_path[i] for i in found.get(ids[path], [])) == expected, path
-        near = await neighbours(pool, str(store_id), [ids["/log/0010"]], "/log/00")
-        assert near == {ids["/log/0010"]: [ids["/log/0009"]]}
+        by_id = {v: k for k, v in ids.items()}
+
+        async def near(path: str, prefix: str | None = None, inactive: bool = False) -> list[str]:
+            found = await neighbours(pool, store_id, [ids[path]], prefix, include_inactive=inactive)
+            return sorted(by_id[i] for i in found.get(ids[path], []))
+
+        assert await near("/b") == ["/a", "/d"]  # /c: another session
+        assert await near("/d") == ["/b"]  # /e is long
+        assert await near("/g") == ["/i"]  # /f written long before it; /h superseded, looked past
+        assert await near("/g", inactive=True) == ["/h"]
+        assert await near("/i") == ["/g"]
+        assert await near("/b", prefix="/d") == ["/d"]
+        assert await near("/j") == [] and await near("/k") == []
     finally:
         await pool.close()

@@ -29,9 +29,10 @@ def store(client, token):  # type: ignore[no-untyped-def]
     body = {"name": "explained", "catalog_name": "main", "schema_name": "default"}
     assert client.post(f"{UC}/memory-stores", headers=token(), json=body).status_code == 200
     for path, text in TURNS.items():
-        r = client.post(
-            f"{STORE}/entries", headers=token(), params={"scope": "u"}, json={"path": path, "contents": text}
-        )
+        body = {"path": path, "contents": text}
+        if path.startswith("/dialog/"):
+            body["session_id"] = "chat"  # a conversation's turns: neighbours of one another
+        r = client.post(f"{STORE}/entries", headers=token(), params={"scope": "u"}, json=body)
         assert r.status_code == 200, r.text
 
 
@@ -54,7 +55,8 @@ def test_hybrid_hits_say_how_their_score_was_made(client, token):
         semantic = semantic_score(d["cosine"]) if "cosine" in d else 0.0
         if "cosine" in d:
             assert math.isclose(d["semantic"], semantic, abs_tol=2e-6), d
-        fused = W.semantic_weight * semantic + (1 - W.semantic_weight) * d["keyword"]
+        mean = W.semantic_weight * semantic + (1 - W.semantic_weight) * d["keyword"]
+        fused = max(mean, W.single * max(semantic, d["keyword"]))  # one leg alone at 0.6 of its score
         assert math.isclose(d["fused"], fused, abs_tol=2e-6), d
     best = hits["/dialog/1"]["score_details"]
     assert best["coverage"] == 1.0 and best["bm25"] > 0 and best["neighbour_lift"] == 0

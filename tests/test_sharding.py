@@ -287,7 +287,9 @@ async def test_hot_path_statements_name_the_store(conn):
         await search.unembedded_in(db, notes, ["ann"], 10)
         await search.ids_under_prefix(db, notes, ["ann"], None, "/a")
         await search.similarities(db, notes, [row.id], vector)
-        await search.numbered_neighbours(db, notes, [row.id], None)
+        await search.written_neighbours(
+            db, notes, [row.id], None, include_inactive=False, gap_seconds=3600.0, short_words=96
+        )
         vectors = search.VectorSearch(db)  # type: ignore[arg-type]
         await vectors.search(notes, ["ann"], vector, 5)
         await vectors._hnsw(vectors.hnsw_sql(search._FILTER, 40), 40, (notes, ["ann"], None, None, vector, 5))

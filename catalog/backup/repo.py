@@ -265,7 +265,10 @@ async def set_transcript_vectors(
     for source, thread_id, item_id, vector, model in rows_:
         status: str = await conn.execute(
             "UPDATE transcript_items SET embedding = $5, embedded_version = version, embedding_model = $6 "
-            "WHERE store_id = $1 AND source = $2 AND thread_id = $3 AND item_id = $4",
+            "WHERE store_id = $1 AND source = $2 AND thread_id = $3 AND item_id = $4 "
+            # one vector passage only: a longer text's vector is made again, whole (search.passages)
+            "AND length(contents) <= 96 * 24 "
+            "AND cardinality(regexp_split_to_array(btrim(contents), '\\s+')) <= 96",
             store_id,
             source,
             thread_id,

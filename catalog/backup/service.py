@@ -86,6 +86,7 @@ from catalog.governance.namespace.schemas import (
 )
 from catalog.governance.scoping import MAX_PATTERNS, validate_pattern
 from catalog.search.embedder import DIMENSIONS
+from catalog.search.passages import is_short
 from catalog.wire.entry_keys import validate_path, validate_scope, validate_session
 from catalog.wire.inputs import MAX_PRINCIPAL, blank, within
 from catalog.wire.metadata import validate as validate_metadata
@@ -592,7 +593,9 @@ async def _restore(
     entries, reembedded = [], 0
     for number, entry in archive.of("entry", Entry):
         vector = None
-        if entry.embedding is not None and entry.embedding_model == model:
+        # a vector is kept only where it is this server's recipe for certain: one passage (a
+        # longer text's, made by an earlier version from its first 256 tokens, is made again)
+        if entry.embedding is not None and entry.embedding_model == model and is_short(entry.contents or ""):
             vector = _vector(entry.embedding, f"line {number}")
         else:
             reembedded += 1

@@ -941,7 +941,8 @@ async def _search_then(
                 "as_of",
             )
         given = [
-            Given(r.id, r.version, r.scope, r.session_id, r.path, r.contents, r.description) for r in rows
+            Given(r.id, r.version, r.scope, r.session_id, r.path, r.contents, r.description, r.created_at)
+            for r in rows
         ]
         q = Query(store_id, tuple(scopes), query, candidates, op.mode, vector=vector, explain=op.explain)
         ranking = await ctx.search.rank_given(q, given)

@@ -50,6 +50,7 @@ from catalog.search.fusion import (
 )
 from catalog.search.health import Health, WorkerStatus
 from catalog.search.indexer import Indexer
+from catalog.search.passages import VECTOR, passages, penalty
 from catalog.search.passes import ChangeFeed, Passes
 from catalog.search.repo import VectorSearch
 from catalog.wire import SearchLeg
@@ -80,9 +81,36 @@ EMBED_LEASE = 60.0
 
 
 def embedding_text(contents: str | None, description: str | None) -> str:
-    """What an entry's vector is computed from: its description, then its contents."""
+    """What a vector is computed from: the description, then the contents (or one passage)."""
     parts = [p.strip() for p in (description, contents) if p and p.strip()]
     return "\n".join(parts) if parts else ""
+
+
+def passage_texts(contents: str | None, description: str | None) -> list[str]:
+    """What a row's vector is the mean of: each of its contents' vector passages
+    (`passages.VECTOR`), after its description; one text for a short row."""
+    return [embedding_text(part, description) for part in passages(contents or "", VECTOR)]
+
+
+async def embed_rows(
+    embedder: Embedder, rows: Sequence[tuple[str | None, str | None]], *, background: bool = False
+) -> list[tuple[np.ndarray, int]]:
+    """Each (contents, description)'s vector, the mean of its passages' (normalised), and how
+    many passages it has; one model call for every passage of every row."""
+    texts = [passage_texts(contents, description) for contents, description in rows]
+    flat = [t for parts in texts for t in parts]
+    vectors = await embedder.embed(flat, background=background)
+    if len(vectors) != len(flat):
+        raise RuntimeError(f"the model gave {len(vectors)} vectors for {len(flat)} texts")
+    out: list[tuple[np.ndarray, int]] = []
+    at = 0
+    for parts in texts:
+        chunk = np.asarray(vectors[at : at + len(parts)], dtype=np.float32)
+        at += len(parts)
+        mean = chunk.mean(axis=0)
+        norm = float(np.linalg.norm(mean))
+        out.append((mean / norm if norm else mean, len(parts)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -130,6 +158,7 @@ class Given:
     path: str
     contents: str | None
     description: str | None
+    created_at: int = 0  # epoch ms: the order neighbours are found in
 
 
 @dataclass(frozen=True)
@@ -200,20 +229,9 @@ def _coverage_of(index: FullTextIndex, text: str, rows: Sequence[Given]) -> dict
 
 
 def _given_neighbours(rows: Sequence[Given], ids: Sequence[str]) -> dict[str, list[str]]:
-    """The numbered neighbours (`neighbours.neighbour_paths`) of the candidates among the rows."""
-    by_key = {(r.scope, r.session_id, r.path): r.id for r in rows}
-    wanted = set(ids)
-    out: dict[str, list[str]] = {}
-    for r in rows:
-        if r.id in wanted:
-            near = [
-                by_key[k]
-                for p in neighbours.neighbour_paths(r.path)
-                if (k := (r.scope, r.session_id, p)) in by_key
-            ]
-            if near:
-                out[r.id] = near
-    return out
+    """The neighbours (`neighbours.among`: the rule in creation order) of the candidates among
+    the rows."""
+    return neighbours.among([(r.id, r.scope, r.session_id, r.created_at, r.contents) for r in rows], ids)
 
 
 async def _timed(work: Awaitable[T]) -> tuple[T, float]:
@@ -409,12 +427,11 @@ class SearchEngine:
             ids = [r["id"] for r in rows]
             claimed.update(ids)
             try:
-                texts = [embedding_text(r["contents"], r["description"]) for r in rows]
                 # a model error raises here: nothing is stored, the rows stay stale
-                vectors = await self.embedder.embed(texts, background=True)
-                if len(vectors) != len(rows):
-                    raise RuntimeError(f"the model gave {len(vectors)} vectors for {len(rows)} texts")
-                made = [(r["id"], r["version"], v) for r, v in zip(rows, vectors, strict=True)]
+                vectors = await embed_rows(
+                    self.embedder, [(r["contents"], r["description"]) for r in rows], background=True
+                )
+                made = [(r["id"], r["version"], v, n) for r, (v, n) in zip(rows, vectors, strict=True)]
                 await repo.set_embeddings(conn, made, corpus, self.embedder.model_id)
             finally:
                 # the rows left stale (changed meanwhile, or the model failed) are free again; if
@@ -558,7 +575,14 @@ class SearchEngine:
                 repo.similarities(self.pool, query.store_id, unscored, vector, query.corpus)
                 if vector is not None
                 else _none(),
-                neighbours.neighbours(self.pool, query.store_id, candidates, query.path_prefix, query.corpus),
+                neighbours.neighbours(
+                    self.pool,
+                    query.store_id,
+                    candidates,
+                    query.path_prefix,
+                    query.corpus,
+                    include_inactive=query.include_inactive,
+                ),
             )
             cosine.update(more_cosine)
             own = {doc: hybrid_score(cosine.get(doc), covered[doc], w) for doc in candidates}
@@ -619,7 +643,9 @@ class SearchEngine:
                 vectors, complete = {}, False
                 vector = None
             if vector is not None:
-                cosine = {doc: float(np.dot(v, vector)) for doc, v in vectors.items()}
+                # each version's cosine, less its length's penalty (as `VectorSearch` ranks rows)
+                lengths = {r.id: len(passages(r.contents or "", VECTOR)) for r in rows}
+                cosine = {doc: float(np.dot(v, vector)) - penalty(lengths[doc]) for doc, v in vectors.items()}
             semantic = [doc for doc, _ in ranked(cosine)][: query.limit]
             runs.append(LegRun("semantic", len(semantic), (time.perf_counter() - started) * 1000, complete))
         degraded: tuple[SearchLeg, ...] = () if complete else ("semantic",)
@@ -661,8 +687,8 @@ class SearchEngine:
         missing = [r for r in rows if r.id not in stored]
         now = missing[:GIVEN_EMBED]
         if now:
-            made = await self.embedder.embed([embedding_text(r.contents, r.description) for r in now])
-            stored.update({r.id: v for r, v in zip(now, made, strict=True)})
+            made = await embed_rows(self.embedder, [(r.contents, r.description) for r in now])
+            stored.update({r.id: v for r, (v, _) in zip(now, made, strict=True)})
         return stored, len(missing) <= GIVEN_EMBED
 
     @telemetry.search_leg("keyword")
@@ -792,9 +818,9 @@ class SearchEngine:
         return stored and others and len(rows) <= ON_DEMAND
 
     async def _embed_rows(self, rows: Sequence[asyncpg.Record], corpus: Corpus) -> bool:
-        texts = [embedding_text(r["contents"], r["description"]) for r in rows]
-        vectors = await self.embedder.embed(texts)  # urgent: ahead of the worker's batches
-        made = [(r["id"], r["version"], v) for r, v in zip(rows, vectors, strict=True)]
+        # urgent: ahead of the worker's batches
+        vectors = await embed_rows(self.embedder, [(r["contents"], r["description"]) for r in rows])
+        made = [(r["id"], r["version"], v, n) for r, (v, n) in zip(rows, vectors, strict=True)]
         await repo.set_embeddings(self.pool, made, corpus, self.embedder.model_id)
         self.embedded_on_demand += len(made)
         return True

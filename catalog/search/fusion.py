@@ -1,27 +1,31 @@
 """Scores: what each search mode answers, as a relevance in [0, 1] that means the same for every
 query, so that `min_score` is an absolute floor (RECOMMENDED_FLOOR says "nothing relevant").
 
-- keyword: the share of the query's term weight an entry holds. Each distinct query term (after
-  stopwords and stemming) weighs its idf within the searched scopes (BM25's idf formula over the
-  entries the search may return, not the whole index: a user's own name is in most of that user's
-  entries and says little there); an entry holding terms of 60% of that weight has coverage 0.6.
-  The score is coverage ** 0.7 (an entry holding the query's rarer half already scores ~0.6).
-  BM25 picks the candidates and breaks ties. A term absent from the scopes keeps its full weight:
-  a question about someone the scopes never mention scores low everywhere in them.
-- semantic: the cosine similarity of the query's and the entry's vectors through a logistic
-  curve centred on 0.3 (cosine 0.15 -> 0.27, 0.3 -> 0.5, 0.45 -> 0.73, 0.6 -> 0.88). Cosine alone
-  separates poorly: on LoCoMo the best cosine in a scope that does not answer a question is 0.34
-  at the median, against 0.57 in the scope that does.
-- hybrid: 0.4 x semantic + 0.6 x keyword, then context: an entry that is a numbered neighbour of
-  a better hit (`/dialog/D1:3` next to `/dialog/D1:4`, same scope and session) is lifted 80% of
-  the way towards that hit's score, so the turn that answers a question comes with the turn that
-  asked it (a neighbour that was no candidate starts from 0). A lift never goes past the hit, so
-  the best score of a search is always one entry's own.
+- keyword: the share of the query's term weight an entry's best passage holds
+  (`catalog.search.passages`). Each distinct query term (after stopwords and stemming) weighs its
+  idf within the searched scopes (BM25's idf formula over the passages the search may return, not
+  the whole index: a user's own name is in most of that user's entries and says little there); a
+  passage holding terms of 60% of that weight has coverage 0.6. The score is coverage ** 0.7 (an
+  entry holding the query's rarer half already scores ~0.6). BM25 picks the candidates and breaks
+  ties. A term absent from the scopes keeps its full weight: a question about someone the scopes
+  never mention scores low everywhere in them.
+- semantic: the cosine similarity of the query's vector and the entry's (the mean of its
+  passages'), less 0.12 x ln(its passages) (`passages.PASSAGE_PENALTY`: a long text is near more
+  queries by its length alone), through a logistic curve centred on 0.3 (cosine 0.15 -> 0.27,
+  0.3 -> 0.5, 0.45 -> 0.73, 0.6 -> 0.88). Cosine alone separates poorly: on LoCoMo the best cosine
+  in a scope that does not answer a question is 0.34 at the median, against 0.57 in the scope
+  that does.
+- hybrid: 0.4 x semantic + 0.6 x keyword, or 0.6 x the better of the two where that is more (a
+  strong match of one leg is not hidden by the other's silence), then context: an entry that is a
+  neighbour of a better hit (a short entry written just before or after it in its session:
+  `catalog.search.neighbours`) is lifted 80% of the way towards that hit's score, so the turn that
+  answers a question comes with the turn that asked it (a neighbour that was no candidate starts
+  from 0). A lift never goes past the hit, so the best score of a search is always one entry's own.
 
-Measured on the LoCoMo development conversations (bench/locomo.py): questions searched in another
-conversation's scope come back empty at the recommended floor 0.5 in ~90% of cases, while the
-true-scope R@5 loses ~0.02. The weights were chosen on those conversations and checked with each
-one held out in turn (`bench/locomo.py --tune`: every held-out conversation keeps its recall).
+Measured on the development conversations of both benchmarks (bench/locomo.py, bench/beam.py;
+docs/benchmarks.md): the weights, the passages' penalty and the neighbours' rule were chosen so
+that a gain on one corpus costs the other nothing; at the recommended floor 0.5, 91% of LoCoMo's
+questions searched in another conversation's scope come back empty (86% of BEAM's).
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ class FusionWeights:
     cosine_centre: float = 0.3  # the cosine that scores 0.5 in semantic mode
     cosine_width: float = 0.15  # the logistic curve's scale
     coverage_power: float = 0.7
-    context: float = 0.8  # how far a numbered neighbour is lifted towards a hit (0: not at all)
+    context: float = 0.8  # how far a neighbour is lifted towards a hit (0: not at all)
+    single: float = 0.6  # one leg alone counts this share of its score: its silence hides no match
 
 
 DEFAULT_WEIGHTS = FusionWeights()
@@ -63,11 +68,14 @@ def term_weight(scoped_docs: int, doc_freq: int) -> float:
 
 
 def hybrid_score(cosine: float | None, coverage: float, weights: FusionWeights = DEFAULT_WEIGHTS) -> float:
-    """An entry's own hybrid score (before context); an entry without a vector yet counts as
-    unrelated on the semantic side."""
+    """An entry's own hybrid score (before context): the weighted mean of the two legs' scores,
+    or `single` times the better one where that is more (a strong match of one leg, of which the
+    other says nothing: text the model reads poorly, or a paraphrase with no word in common); an
+    entry without a vector yet counts as unrelated on the semantic side."""
     semantic = semantic_score(cosine, weights) if cosine is not None else 0.0
     keyword = keyword_score(coverage, weights)
-    return weights.semantic_weight * semantic + (1 - weights.semantic_weight) * keyword
+    mean = weights.semantic_weight * semantic + (1 - weights.semantic_weight) * keyword
+    return max(mean, weights.single * max(semantic, keyword))
 
 
 def with_context(

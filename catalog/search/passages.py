@@ -4,9 +4,10 @@ The model reads at most 256 tokens of a text, and BM25 and the keyword score fav
 long reply holds more of any query's words than a short statement does). So a text longer than a
 passage is cut into passages of about `window` words, each overlapping the one before by
 `overlap` words (a fact on a boundary is whole in one of them), at most `most` (the last takes the
-rest), and an entry scores as its best passage. Two cuts: the full-text index holds one document
-per `KEYWORD` passage (short: a passage competes with a short statement on equal terms), the
-vector index one vector per `VECTOR` passage (about what the model reads well). A text of up to
+rest). Two cuts: the full-text index holds one document per `KEYWORD` passage (short: a passage
+competes with a short statement on equal terms) and an entry scores as its best passage; the
+model embeds each `VECTOR` passage (about what it reads well) and the entry's vector is their
+mean, so that it is made of the whole text, not of its first 256 tokens. A text of up to
 `window + overlap` words is one passage: short entries (chat turns, notes) are indexed whole.
 
 A "word" is a run of non-space characters; one longer than `LONG_WORD` characters (a pasted blob,
@@ -16,6 +17,7 @@ texts are cut too. Every passage is a substring of the text.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -33,6 +35,11 @@ class Cut:
 
 KEYWORD = Cut(window=48, overlap=12, most=128)
 VECTOR = Cut(window=80, overlap=16, most=32)
+# A text of n vector passages has as its vector the mean of theirs, and its cosine to a query is
+# counted less PASSAGE_PENALTY x ln(n): a long text (an assistant's reply) is near more queries
+# than a short statement by its length alone, as the best of n draws is above one draw. Chosen on
+# the development conversations of both benchmarks (docs/benchmarks.md), 0 for one passage.
+PASSAGE_PENALTY = 0.12
 
 
 def _words(text: str) -> list[tuple[int, int]]:
@@ -67,3 +74,14 @@ def spans(text: str, cut: Cut) -> list[tuple[int, int]]:
 def passages(text: str, cut: Cut) -> list[str]:
     """The passages of `text` (see `spans`)."""
     return [text[start:end] for start, end in spans(text, cut)]
+
+
+def is_short(text: str) -> bool:
+    """Whether `text` is one passage of the vector index (at most `VECTOR.window + VECTOR.overlap`
+    words): a turn, a note; what ranking lifts next to a hit (`catalog.search.neighbours`)."""
+    return len(_words(text)) <= VECTOR.window + VECTOR.overlap
+
+
+def penalty(passages: int) -> float:
+    """What a vector search takes off the cosine of a text of `passages` vector passages."""
+    return PASSAGE_PENALTY * math.log(max(passages, 1))

@@ -26,6 +26,7 @@ import numpy as np
 
 from catalog.search import scope_index
 from catalog.search.corpus import ENTRIES, Corpus
+from catalog.search.passages import PASSAGE_PENALTY
 
 EXACT_LIMIT = 5_000
 OVERSAMPLE = 16
@@ -33,6 +34,9 @@ MIN_CANDIDATES = 400
 MAX_CANDIDATES = 1000  # pgvector's hnsw.ef_search ceiling
 _COUNT_TTL = 30.0
 
+# the distance a row is ranked by is its cosine distance plus its length's penalty
+# (`passages.PASSAGE_PENALTY`: a code constant, written into the statements)
+_PENALTY = f"{float(PASSAGE_PENALTY)!r} * ln(passages)"
 _FILTER = (
     "store_id = $1 AND scope = ANY($2::text[]) AND ($3::text IS NULL OR session_id = $3) "
     "AND ($4::text IS NULL OR starts_with(path, $4)) AND embedding IS NOT NULL"
@@ -189,7 +193,7 @@ class VectorSearch:
         return (
             "SELECT id::text, 1 - d AS similarity FROM ("
             f"  SELECT id, store_id, scope, session_id, path, {self.corpus.metadata} AS metadata, "
-            f"  {self.corpus.state} AS state, embedding, {distance} AS d "
+            f"  {self.corpus.state} AS state, embedding, ({distance}) + {_PENALTY} AS d "
             f"  FROM {self.corpus.table} {inner}"
             f"  ORDER BY {order} LIMIT {int(candidates)}) nearest "
             f"WHERE {condition} ORDER BY d LIMIT $6"
@@ -198,7 +202,8 @@ class VectorSearch:
     async def _exact(self, condition: str, *args: object) -> list[tuple[str, float]]:
         rows = await self.pool.fetch(
             "SELECT id::text, 1 - d AS similarity FROM ("
-            f"  SELECT id, embedding <=> $5 AS d FROM {self.corpus.table} WHERE {condition} OFFSET 0) scoped "
+            f"  SELECT id, (embedding <=> $5) + {_PENALTY} AS d FROM {self.corpus.table} "
+            f"  WHERE {condition} OFFSET 0) scoped "
             "ORDER BY d LIMIT $6",
             *args,
         )
@@ -213,16 +218,16 @@ Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 async def set_embeddings(
     conn: Conn,
-    rows: Sequence[tuple[str, int, np.ndarray]],
+    rows: Sequence[tuple[str, int, np.ndarray, int]],
     corpus: Corpus = ENTRIES,
     model: str | None = None,
 ) -> None:
-    """Store each vector, and the id of the `model` that made it, if its row is still at the
-    version it was computed from (else the row stays stale, for the next pass), releasing its
-    claim."""
+    """Store each (id, version, vector, passages), and the id of the `model` that made it, if its
+    row is still at the version it was computed from (else the row stays stale, for the next
+    pass), releasing its claim."""
     await conn.executemany(
         f"UPDATE {corpus.table} SET embedding = $3, embedded_version = version, embedding_claim = NULL, "
-        "embedding_model = $4 WHERE id = $1 AND version = $2",
+        "passages = $4, embedding_model = $5 WHERE id = $1 AND version = $2",
         [(*row, model) for row in rows],
     )
 
@@ -351,7 +356,7 @@ async def similarities(
     if not ids:
         return {}
     rows = await conn.fetch(
-        f"SELECT id::text, 1 - (embedding <=> $2) FROM {corpus.table} "
+        f"SELECT id::text, 1 - (embedding <=> $2) - {_PENALTY} FROM {corpus.table} "
         "WHERE store_id = $3 AND id = ANY($1::uuid[]) AND embedding IS NOT NULL",
         list(ids),
         vector,
@@ -378,38 +383,47 @@ async def vectors_at(
     return {row[0]: np.asarray(row[1].to_numpy(), dtype=np.float32) for row in found}
 
 
-# The rule of `catalog.search.neighbours.neighbour_paths`, in SQL: the prefix ends in a non-digit,
-# so the second group holds every trailing digit; lpad pads to the original width (never
-# truncates: width is at least the new number's length). Each neighbour is looked up by its key,
-# one index probe per wanted path (`OFFSET 0` keeps the subquery a lookup per hit): the planner,
-# with no statistics on a freshly filled table, otherwise joined every hit with its whole scope
-# first (45 hits in a scope of 419 turns: 170 ms).
+# The rule of `catalog.search.neighbours`, in SQL: for each hit written in a session, the entry
+# written just before and the one just after it in its store, scope and session (an index probe each, on
+# `entries_written`), kept when written within the gap and short: at most `short_words`
+# whitespace-separated words and `short_words` x 24 characters (`passages.is_short`, whose long
+# words count one per 24 characters).
 _NEIGHBOURS_SQL = """
 SELECT hit.id::text, other.id::text
-FROM {table} hit
-CROSS JOIN LATERAL regexp_match(hit.path, '^(.*[^0-9])?([0-9]+)$') AS m(parts)
-CROSS JOIN LATERAL (VALUES (m.parts[2]::numeric - 1), (m.parts[2]::numeric + 1)) AS step(number)
+FROM entries hit
 CROSS JOIN LATERAL (
-  SELECT DISTINCT wanted FROM unnest(ARRAY[
-    coalesce(m.parts[1], '') || step.number::text,
-    coalesce(m.parts[1], '') || lpad(step.number::text,
-                                     greatest(length(m.parts[2]), length(step.number::text)), '0')
-  ]) AS wanted
-) AS want(path)
-CROSS JOIN LATERAL (
-  SELECT o.id FROM {table} o
-  WHERE o.store_id = hit.store_id AND o.scope = hit.scope AND o.session_id = hit.session_id
-    AND o.path = want.path AND ($2::text IS NULL OR starts_with(o.path, $2))
-  OFFSET 0
+  (SELECT o.id, o.created_at, o.contents FROM entries o
+   WHERE o.store_id = hit.store_id AND o.scope = hit.scope AND o.session_id = hit.session_id
+     AND o.written < hit.written AND ($2::text IS NULL OR starts_with(o.path, $2))
+     AND ($4 OR o.state = 'active')
+   ORDER BY o.written DESC LIMIT 1)
+  UNION ALL
+  (SELECT o.id, o.created_at, o.contents FROM entries o
+   WHERE o.store_id = hit.store_id AND o.scope = hit.scope AND o.session_id = hit.session_id
+     AND o.written > hit.written AND ($2::text IS NULL OR starts_with(o.path, $2))
+     AND ($4 OR o.state = 'active')
+   ORDER BY o.written ASC LIMIT 1)
 ) AS other
-WHERE hit.store_id = $3 AND hit.id = ANY($1::uuid[]) AND m.parts IS NOT NULL AND step.number >= 0
+WHERE hit.store_id = $3 AND hit.id = ANY($1::uuid[]) AND hit.session_id <> ''
+  AND abs(extract(epoch FROM other.created_at - hit.created_at)) <= $5
+  AND length(coalesce(other.contents, '')) <= $6 * 24
+  AND cardinality(regexp_split_to_array(btrim(coalesce(other.contents, '')), '\\s+')) <= $6
 """
 
 
-async def numbered_neighbours(
-    conn: Conn, store_id: str, ids: Sequence[str], path_prefix: str | None, corpus: Corpus = ENTRIES
+async def written_neighbours(
+    conn: Conn,
+    store_id: str,
+    ids: Sequence[str],
+    path_prefix: str | None,
+    *,
+    include_inactive: bool,
+    gap_seconds: float,
+    short_words: int,
 ) -> list[tuple[str, str]]:
-    """(id, id of a numbered neighbour) for the given rows of the store, the neighbours within
+    """(id, id of a neighbour) for the given entries of the store, the neighbours within
     `path_prefix` (same store, scope and session by construction)."""
-    rows = await conn.fetch(_NEIGHBOURS_SQL.format(table=corpus.table), list(ids), path_prefix, store_id)
+    rows = await conn.fetch(
+        _NEIGHBOURS_SQL, list(ids), path_prefix, store_id, include_inactive, gap_seconds, short_words
+    )
     return [(hit, other) for hit, other in rows]

@@ -51,7 +51,7 @@ $(MEMNOS_VENV)/.installed:
 	$(MEMNOS_VENV)/bin/pip install --quiet memnos==0.1.45
 	touch $@
 
-.PHONY: help install dev run test bench bench-peers soak lint fmt typecheck docs docs-serve clean
+.PHONY: help install dev run test bench bench-recall bench-peers soak lint fmt typecheck docs docs-serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -72,7 +72,7 @@ test: $(VENV)/.installed-dev ## ruff, mypy and the import layers, then the whole
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-BENCHES := authz locomo peer search request_floor audit audit_chain embedder_memory conversations sessions responses erasure history cluster
+BENCHES := authz locomo beam keyword_statistics peer search request_floor audit audit_chain embedder_memory conversations sessions responses erasure history cluster
 
 # inside `make bench` the soak runs 30 s after a 10 s warm-up (a smoke check); `make soak` runs it in full
 SOAK_SHORT := --duration 30 --warmup 10
@@ -80,6 +80,9 @@ SOAK_SHORT := --duration 30 --warmup 10
 bench: $(VENV)/.installed-bench ## run the benchmarks in bench/ and print their tables (a few minutes)
 	@set -e; for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py; echo; done
 	@echo "== bench/soak.py $(SOAK_SHORT)"; $(BIN)/python bench/soak.py $(SOAK_SHORT)
+
+bench-recall: $(VENV)/.installed-bench ## retrieval on both development corpora (LoCoMo, BEAM), LangGraph's store beside
+	$(BIN)/python bench/recall.py --langgraph
 
 bench-peers: $(VENV)/.installed-bench $(MEMNOS_VENV)/.installed ## bench/peer.py with both peers: LangGraph's store and memnos (its own virtualenv)
 	$(BIN)/python bench/peer.py

@@ -19,7 +19,8 @@ wall time on this machine now; the goal of the catalog's ingest is a share of it
 
 Per side, on the same conversations (every turn an entry in its conversation's scope, every
 question with evidence a search in that scope, as `bench/locomo.py`):
-- ingest until searchable: all turns written by `--concurrency` writers; the peer's writes are
+- ingest until searchable: all turns written by `--concurrency` writers (the catalog's: one per
+  conversation, each writing its turns in order, as they happen); the peer's writes are
   searchable when answered; the catalog's once every vector is stored and the full-text index
   has them (a search in each scope after the backlog is gone);
 - search latency, one sequential client, top 10: every question right after the ingest (cold),
@@ -155,10 +156,14 @@ async def run_catalog(server: BenchServer, datasets: list, concurrency: int) -> 
             r.raise_for_status()
             return [x["memory_entry"]["path"] for x in r.json()["results"]]
 
+        async def conversation(scope: str, entries: list[dict]) -> None:
+            for entry in entries:  # in order, as its turns happen: its write order is its dialogue's
+                await put(scope, entry)
+
         cpu, pg = process_cpu(server.process.pid), postgres_cpu()
         started = time.perf_counter()
-        for scope, entries, _ in datasets:
-            await asyncio.gather(*(put(scope, e) for e in entries))
+        # the conversations side by side (at most `concurrency` writers), each in order
+        await asyncio.gather(*(conversation(scope, entries) for scope, entries, _ in datasets))
         side.answered_s = time.perf_counter() - started
         # searchable: no vector missing (a search would wait for them, up to its bound), then a
         # keyword search in each scope, which waits for the full-text index to hold every write

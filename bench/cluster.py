@@ -12,7 +12,20 @@ embedding worker embedded (claims share the queue) and the changes each node's i
 On a machine with C cores, nodes beyond C share the cores: the figure says what a node adds on
 this machine, not on a cluster of machines.
 
+With --load, what N nodes and N workers each bring on one machine, under a load from several
+client processes (bench/load.py): for each N of `--scale`, N `catalog serve` nodes on one data
+dir (each its own index slot; the load spread over their ports, as a balancer would) and one
+`catalog serve --workers N` (one port, one shared index), each with the real model on a fresh
+data dir holding `--entries` entries in 50 scopes. Each is measured for `--seconds` per
+operation: hybrid searches, keyword searches, then writes (new entries). The table gives the rate,
+its ratio to N = 1 of the same arrangement divided by N (the scaling: 1.0 is linear), the
+latencies, the CPU the server's processes and PostgreSQL's kept busy (in cores), and the busiest
+client process's share of a core (near 1.0: the client, not the server, was the limit; add
+`--clients`).
+
 Run: .venv/bin/python bench/cluster.py [--nodes 1,2,3] [--entries 600] [--concurrency 8]
+     .venv/bin/python bench/cluster.py --load [--scale 1,2,4] [--seconds 20] [--clients 4]
+        [--connections 16] [--entries 2000] [--arrangements nodes,workers]
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.live import BenchServer
+from bench.load import cpu_of_postgres, cpu_of_server, load, load_average
 from bench.search import RNG, sentence
 
 UC = "/api/2.1/unity-catalog"
@@ -107,12 +121,190 @@ async def run(nodes: int, entries: int, concurrency: int) -> dict[str, object]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+# --- --load: N nodes and N workers under a load from several client processes ----------------------
+
+SCOPES = 50
+
+
+async def _searchable(servers: list[BenchServer], token: str) -> None:
+    """Every entry embedded, then a keyword search on each server (which waits for its index)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(servers[0].db_url())
+    try:
+        while await conn.fetchval(  # noqa: ASYNC110 (the servers' progress)
+            "SELECT EXISTS (SELECT 1 FROM entries WHERE embedded_version IS DISTINCT FROM version)"
+        ):
+            await asyncio.sleep(0.2)
+    finally:
+        await conn.close()
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
+        for server in servers:
+            for scope in range(SCOPES):
+                r = await http.post(
+                    f"{server.url}{UC}/memory-stores/{STORE}/entries:search",
+                    json={"scope": f"u{scope}", "query": "the", "mode": "keyword"},
+                )
+                r.raise_for_status()
+
+
+def _searches(mode: str, n: int) -> list[tuple[str, str, bytes | None]]:
+    import json
+
+    rng = __import__("random").Random(5)
+    target = f"{UC}/memory-stores/{STORE}/entries:search"
+    return [
+        (
+            "POST",
+            target,
+            json.dumps(
+                {
+                    "scope": f"u{rng.randrange(SCOPES)}",
+                    "query": " ".join(sentence(rng).split()[:6]),
+                    "mode": mode,
+                }
+            ).encode(),
+        )
+        for _ in range(n)
+    ]
+
+
+def _writes(tag: str, n: int) -> list[tuple[str, str, bytes | None]]:
+    import json
+
+    rng = __import__("random").Random(7)
+    return [
+        (
+            "POST",
+            f"{UC}/memory-stores/{STORE}/entries?scope=u{i % SCOPES}",
+            json.dumps({"path": f"/{tag}/{i}.md", "contents": sentence(rng)}).encode(),
+        )
+        for i in range(n)
+    ]
+
+
+async def measure_load(
+    arrangement: str, n: int, entries: int, seconds: float, clients: int, connections: int
+) -> list[dict[str, object]]:
+    """One arrangement of `n` (nodes or workers): the rows of its measurements."""
+    data_dir = Path(tempfile.mkdtemp(prefix="catload"))
+    if arrangement == "workers":
+        servers = [BenchServer(data_dir, env={"CATALOG_WORKERS": str(n)})]
+    else:
+        servers = [BenchServer(data_dir)]
+        servers += [BenchServer(data_dir) for _ in range(n - 1)]
+    urls = [s.url for s in servers]
+    pids = [s.process.pid for s in servers]
+    rows: list[dict[str, object]] = []
+    try:
+        token = servers[0].token()
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
+            r = await http.post(
+                f"{urls[0]}{UC}/memory-stores",
+                json={"name": STORE.rsplit(".", 1)[1], "catalog_name": "main", "schema_name": "default"},
+            )
+            r.raise_for_status()
+        await load(urls, token, _writes("seed", entries), processes=clients, connections=4, count=entries)
+        await _searchable(servers, token)
+        plan = [
+            ("hybrid search", _searches("hybrid", 5000)),
+            ("keyword search", _searches("keyword", 5000)),
+            ("write", _writes(f"w{n}{arrangement}", 200_000)),
+        ]
+        for op, requests in plan:
+            await load(urls, token, requests[:200], processes=clients, connections=2, count=200)  # warm
+            served = sum(cpu_of_server(pid) for pid in pids)
+            postgres = cpu_of_postgres()
+            report = await load(
+                urls, token, requests, processes=clients, connections=connections, seconds=seconds
+            )
+            served = sum(cpu_of_server(pid) for pid in pids) - served
+            postgres = cpu_of_postgres() - postgres
+            rows.append(
+                {
+                    "arrangement": arrangement,
+                    "n": n,
+                    "op": op,
+                    "rate": report.rate,
+                    "p50": report.pct(0.5),
+                    "p99": report.pct(0.99),
+                    "server_cores": served / report.seconds,
+                    "postgres_cores": postgres / report.seconds,
+                    "client": report.busiest_client,
+                    "errors": report.errors,
+                    "first_error": report.first_error,
+                    "workers": dict(sorted(report.workers.items())),
+                }
+            )
+            print(
+                f"  {arrangement} {n} {op}: {report.rate:.0f}/s p50 {report.pct(0.5):.1f} ms, "
+                f"server {served / report.seconds:.2f} cores, errors {report.errors} {report.first_error}",
+                file=sys.stderr,
+                flush=True,
+            )
+            if op == "write":  # let the writes' embedding and indexing finish before the next run
+                await _searchable(servers, token)
+    finally:
+        for server in reversed(servers):
+            server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return rows
+
+
+def run_load(args: argparse.Namespace) -> None:
+    scale = [int(x) for x in args.scale.split(",")]
+    arrangements = args.arrangements.split(",")
+    print(
+        f"{args.entries} entries in {SCOPES} scopes; {args.clients} client processes x {args.connections} "
+        f"connections, {args.seconds:g} s an operation; {os.cpu_count()} cores (affinity "
+        f"{len(os.sched_getaffinity(0))}); load average {load_average()} at the start"
+    )
+    rows: list[dict[str, object]] = []
+    for n in scale:
+        for arrangement in arrangements:
+            rows += asyncio.run(
+                measure_load(arrangement, n, args.entries, args.seconds, args.clients, args.connections)
+            )
+    print(f"load average {load_average()} at the end\n")
+    print(
+        "| arrangement | N | operation | requests/s | scaling (rate / (N x rate at 1)) | p50 ms | p99 ms "
+        "| server cores busy | PostgreSQL cores busy | busiest client (cores) | answers by worker |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    base = {(r["arrangement"], r["op"]): float(r["rate"]) for r in rows if r["n"] == 1}  # type: ignore[arg-type]
+    base.update({("workers", op): rate for (a, op), rate in list(base.items()) if a == "nodes"})
+    for r in rows:
+        n = int(r["n"])  # type: ignore[call-overload]
+        rate = float(r["rate"])  # type: ignore[arg-type]
+        one = base.get((str(r["arrangement"]), str(r["op"])))
+        scaling = f"{rate / (n * one):.2f}" if one else ""
+        spread = " / ".join(str(v) for v in r["workers"].values()) if r["workers"] else ""  # type: ignore[attr-defined]
+        print(
+            f"| {r['arrangement']} | {n} | {r['op']} | {rate:.0f} | {scaling} | {r['p50']:.1f} "
+            f"| {r['p99']:.1f} | {r['server_cores']:.2f} | {r['postgres_cores']:.2f} | {r['client']:.2f} "
+            f"| {spread} |"
+        )
+        if r["errors"]:
+            print(f"|  | | errors: {r['errors']} ({r['first_error']}) | | | | | | | | |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="1,2,3")
     parser.add_argument("--entries", type=int, default=600)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--load", action="store_true", help="N nodes and N workers under load (see above)")
+    parser.add_argument("--scale", default="1,2", help="with --load: the Ns")
+    parser.add_argument("--arrangements", default="nodes,workers", help="with --load: nodes, workers or both")
+    parser.add_argument("--seconds", type=float, default=20.0, help="with --load: seconds an operation")
+    parser.add_argument("--clients", type=int, default=4, help="with --load: client processes")
+    parser.add_argument("--connections", type=int, default=16, help="with --load: connections per client")
     args = parser.parse_args()
+    if args.load:
+        if args.entries == 600:
+            args.entries = 2000
+        run_load(args)
+        return
     print(
         f"{args.entries} entries from {args.concurrency} writers, round robin over the nodes; "
         f"{os.cpu_count()} cores; the real ONNX model on every node"

@@ -6,12 +6,18 @@ status queries), `GET` a store's details (authenticated, authorized, audited), a
 the scope in keyword mode and in hybrid mode (which adds the query's embedding and the vector
 search).
 
+With --cpu, what a request costs the server in CPU instead of time: the same cases (and the model
+alone on the query), each sent `--count` times by two client processes over two keep-alive
+connections each (bench/load.py), the CPU time of the server's processes (every worker) and of
+PostgreSQL's measured around them and divided by the requests answered; the clients' own CPU is
+printed beside it. `--workers N` serves with N worker processes.
+
 With --tracing, the same on two servers at once, each request of a case sent to one then the
 other: tracing off (no OTEL_ variable), and tracing on, exporting every span over OTLP/HTTP to a
 receiver in this process that reads each batch and discards it (on the same machine, so its CPU
 counts against the floor too).
 
-Run: .venv/bin/python bench/request_floor.py [--n 300] [--tracing]
+Run: .venv/bin/python bench/request_floor.py [--n 300] [--tracing] [--cpu [--workers N]]
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.live import BenchServer
+from bench.load import cpu_of_postgres, cpu_of_server, load, load_average
 
 UC = "/api/2.1/unity-catalog"
 STORE = "main.default.floor"
@@ -189,6 +196,89 @@ async def run(n: int, tracing: bool) -> None:
         print(f"| {label} | {p50_off:.1f} ms | {p50_on:.1f} ms | {p99_off:.1f} ms | {p99_on:.1f} ms |")
 
 
+def queries() -> list[str]:
+    """Twenty short questions over the entries' words (the same few terms, in other orders)."""
+    words = [w for w in WORDS if w not in ("the", "in", "and", "at", "when", "over")]
+    return [" ".join(words[i % len(words) :][:3] + words[: (i * 3) % 4]) for i in range(20)]
+
+
+def model_cpu_ms(texts: list[str]) -> float:
+    """The model alone on a query: CPU ms of one `encode` of one text on one thread (as a lane of
+    the server runs it), the mean over the texts after a warm-up."""
+    from catalog.runtime import load_encoder
+    from catalog.settings import Settings
+
+    encoder = load_encoder(Settings())
+    for text in texts:
+        encoder.encode([text])
+    started = time.thread_time()
+    for _ in range(10):
+        for text in texts:
+            encoder.encode([text])
+    return (time.thread_time() - started) * 1000 / (10 * len(texts))
+
+
+async def cpu(count: int, workers: int, processes: int, connections: int) -> None:
+    """Server-side CPU per request (the server's processes and PostgreSQL's) for each case."""
+    import json
+
+    server = BenchServer(env={"CATALOG_WORKERS": str(workers)})
+    try:
+        token = server.token()
+        async with httpx.AsyncClient(
+            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ) as client:
+            await prepare(client)
+            # every entry embedded and indexed before the clock starts
+            await client.post(
+                f"{UC}/memory-stores/{STORE}/entries:search",
+                json={"scope": "u1", "query": "tea", "mode": "hybrid"},
+            )
+        target = f"{UC}/memory-stores/{STORE}/entries:search"
+
+        def searches(mode: str) -> list[tuple[str, str, bytes | None]]:
+            return [
+                ("POST", target, json.dumps({"scope": "u1", "query": q, "mode": mode}).encode())
+                for q in queries()
+            ]
+
+        cases: list[tuple[str, list[tuple[str, str, bytes | None]], int]] = [
+            ("`GET` a store's details", [("GET", f"{UC}/memory-stores/{STORE}", None)], count),
+            ("search, keyword mode", searches("keyword"), count),
+            ("search, hybrid mode", searches("hybrid"), max(1, count * 2 // 5)),
+        ]
+        model = model_cpu_ms(queries())
+        print(
+            f"{processes} client processes x {connections} keep-alive connections; {workers} worker(s); "
+            f"{os.cpu_count()} cores; load average {load_average()} at the start\n"
+        )
+        print(
+            "| request | requests | server CPU / request | PostgreSQL CPU / request | together | "
+            "requests/s | client CPU / request | busiest client (cores) |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for label, requests, n in cases:
+            # a warm-up: connections, statements, caches
+            await load([server.url], token, requests, processes=processes, connections=connections, count=100)
+            served, postgres = cpu_of_server(server.process.pid), cpu_of_postgres()
+            report = await load(
+                [server.url], token, requests, processes=processes, connections=connections, count=n
+            )
+            served, postgres = cpu_of_server(server.process.pid) - served, cpu_of_postgres() - postgres
+            assert report.errors == 0, report.first_error
+            per = 1000 / report.requests
+            print(
+                f"| {label} | {report.requests} | {served * per:.2f} ms | {postgres * per:.2f} ms | "
+                f"{(served + postgres) * per:.2f} ms | {report.rate:.0f} | "
+                f"{sum(report.client_cpu_s) * per:.2f} ms | {report.busiest_client:.2f} |",
+                flush=True,
+            )
+        print(f"\nthe model alone on a query (one thread): {model:.2f} ms of CPU")
+        print(f"load average {load_average()} at the end")
+    finally:
+        server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="the floor of a request over HTTP")
     parser.add_argument("--n", type=int, default=300)
@@ -197,7 +287,15 @@ def main() -> None:
         action="store_true",
         help="measure with tracing off, then on (spans exported to a local receiver that discards them)",
     )
+    parser.add_argument("--cpu", action="store_true", help="server CPU per request instead of latency")
+    parser.add_argument("--count", type=int, default=1500, help="with --cpu: requests of each case")
+    parser.add_argument("--workers", type=int, default=1, help="with --cpu: the server's worker processes")
+    parser.add_argument("--processes", type=int, default=2, help="with --cpu: client processes")
+    parser.add_argument("--connections", type=int, default=2, help="with --cpu: connections per client")
     args = parser.parse_args()
+    if args.cpu:
+        asyncio.run(cpu(args.count, args.workers, args.processes, args.connections))
+        return
     asyncio.run(run(args.n, args.tracing))
 
 

@@ -42,7 +42,7 @@ from catalog.governance.groups.routes import router as groups_router
 from catalog.governance.permissions.routes import router as permissions_router
 from catalog.governance.principals.routes import router as principals_router
 from catalog.metrics.routes import router as metrics_router
-from catalog.runtime import Runtime
+from catalog.runtime import Runtime, Worker
 from catalog.search.embedder import Encoder
 from catalog.settings import Settings
 from catalog.web.deps import Req, ServerParts, install
@@ -77,12 +77,13 @@ def _handle_exception(request: Req, exc: Exception) -> Response[Any]:
     return handle_exception(request, exc)
 
 
-def create_app(settings: Settings, encoder: Encoder | None = None) -> Litestar:
-    """The application; `encoder` replaces the ONNX model (tests use a fast stand-in)."""
+def create_app(settings: Settings, encoder: Encoder | None = None, worker: Worker | None = None) -> Litestar:
+    """The application; `encoder` replaces the ONNX model (tests use a fast stand-in); `worker`:
+    this process is one of the workers of `catalog serve --workers N`."""
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        runtime = await Runtime.start(settings, encoder)
+        runtime = await Runtime.start(settings, encoder, worker)
         app.state.runtime = runtime
         install_auth(app, AuthParts(runtime.verifier, runtime.limiter, runtime.principals))
         # what the HTTP shell reads where Litestar injects nothing (catalog.web.deps)

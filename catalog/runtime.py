@@ -25,7 +25,15 @@ from catalog.governance import Access, Authorizer, Node, SecurableType
 from catalog.governance.namespace import bootstrap, get_metastore
 from catalog.governance.principals import SeenPrincipals
 from catalog.search import SearchEngine
-from catalog.search.embedder import DIMENSIONS, Embedder, Encoder, ModelError, ModelFiles, OnnxEncoder
+from catalog.search.embedder import (
+    DIMENSIONS,
+    Embedder,
+    Encoder,
+    ModelError,
+    ModelFiles,
+    OnnxEncoder,
+    default_lanes,
+)
 from catalog.settings import Settings
 from catalog.web.limits import RateLimiter
 
@@ -82,15 +90,30 @@ def load_encoder(settings: Settings) -> Encoder:
     return encoder
 
 
-async def start_search(settings: Settings, pool: asyncpg.Pool, encoder: Encoder | None) -> SearchEngine:
+@dataclass(frozen=True)
+class Worker:
+    """This process is worker `number` of `workers` of one `catalog serve --workers N`
+    (catalog.cli.workers): they share the full-text index slot `index_slot` (one writes it, the
+    others read it: catalog.search.sharing) and the machine's cores (the model's lanes are
+    shared out among them)."""
+
+    number: int
+    workers: int
+    index_slot: int
+
+
+async def start_search(
+    settings: Settings, pool: asyncpg.Pool, encoder: Encoder | None, worker: Worker | None = None
+) -> SearchEngine:
     if encoder is None:
         encoder = await asyncio.to_thread(load_encoder, settings)
     engine = SearchEngine.create(
         pool,
-        Embedder(encoder),
+        Embedder(encoder, lanes=default_lanes(worker.workers) if worker is not None else None),
         settings.index_dir,
         scope_index_min=settings.scope_index_min,
         scope_index_interval=settings.scope_index_interval,
+        shared_slot=worker.index_slot if worker is not None else None,
     )
     await engine.start()
     return engine
@@ -134,7 +157,11 @@ class Runtime:
     expiry: ExpirySweeper | None = None  # deletes expired entries in the background
 
     @classmethod
-    async def start(cls, settings: Settings, encoder: Encoder | None = None) -> Runtime:
+    async def start(
+        cls, settings: Settings, encoder: Encoder | None = None, place: Worker | None = None
+    ) -> Runtime:
+        """Start everything; `place`: this process is one of the workers of `catalog serve
+        --workers N`."""
         began = mark = time.monotonic()
         phases: dict[str, float] = {}  # seconds each start-up step took, for the "started" line
 
@@ -166,7 +193,7 @@ class Runtime:
             authorizer = Authorizer(row["admin"], metastore, pool)
             await authorizer.load()
             phase("policy")
-            search = await start_search(settings, pool, encoder)
+            search = await start_search(settings, pool, encoder, place)
             phase("search")
         except BaseException:
             if embedded is not None:

@@ -15,6 +15,7 @@ from typing import Any
 DEV_ISSUER = "memory-catalog-dev"
 DEV_AUDIENCE = "memory-catalog"
 MAX_BODY_BYTES = 2 * 1024 * 1024
+MAX_WORKERS = 64  # worker processes of one `catalog serve`
 
 _TWO_PART = re.compile(r"^[A-Za-z0-9_-]{1,255}\.[A-Za-z0-9_-]{1,255}$")
 _THREE_PART = re.compile(r"^[A-Za-z0-9_-]{1,255}\.[A-Za-z0-9_-]{1,255}\.[A-Za-z0-9_-]{1,255}$")
@@ -120,6 +121,16 @@ class Settings:
     )
     port: int = field(
         default=8080, metadata=about(None, "the port `catalog serve` listens on (`--port`; 0: any free port)")
+    )
+    # `catalog serve --workers N` (catalog.cli.workers): N processes serving one port on one data dir
+    workers: int = field(
+        default=0,
+        metadata=about(
+            "CATALOG_WORKERS",
+            "worker processes of `catalog serve` (`--workers`), which serve one port and share one "
+            "full-text index: 0 = one per CPU core the server may use, 1 = one process, as a server "
+            "before workers were; see [Sizing a machine](operations/sizing.md)",
+        ),
     )
     max_body_bytes: int = field(
         default=MAX_BODY_BYTES,
@@ -373,6 +384,8 @@ class Settings:
             raise SettingsError("CATALOG_PIPELINE_INTERVAL must be a positive number of seconds")
         if self.drain_seconds < 0:
             raise SettingsError("CATALOG_DRAIN_SECONDS must not be negative (0: stop at once)")
+        if not 0 <= self.workers <= MAX_WORKERS:
+            raise SettingsError(f"CATALOG_WORKERS must be between 0 (one per core) and {MAX_WORKERS}")
         if not self.scope_index_interval > 0:
             raise SettingsError("CATALOG_SCOPE_INDEX_INTERVAL must be a positive number of seconds")
         if self.default_conversation_store is not None and not _THREE_PART.match(
@@ -399,6 +412,18 @@ class Settings:
         ):
             if value < 0:
                 raise SettingsError(f"{name} must not be negative (0 turns the limit off)")
+
+    @property
+    def worker_count(self) -> int:
+        """The worker processes `catalog serve` runs: `workers`, or one per CPU core this process
+        may use (its affinity) when 0."""
+        if self.workers:
+            return self.workers
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            cores = os.cpu_count() or 1
+        return max(1, min(cores, MAX_WORKERS))
 
     @property
     def burst(self) -> int:

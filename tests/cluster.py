@@ -441,7 +441,8 @@ class Node:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = root / f"{name}.log"
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
-        self.env = {**inherited, "CATALOG_DATA_DIR": str(self.data_dir), **env}
+        # one process a node (its workers are tests/test_workers.py's)
+        self.env = {**inherited, "CATALOG_DATA_DIR": str(self.data_dir), "CATALOG_WORKERS": "1", **env}
         self.process: subprocess.Popen[str] | None = None
         self.signalled = False  # sent SIGTERM: it is stopping
         self._pump: _LogPump | None = None

@@ -205,7 +205,8 @@ class LiveServer:
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
         # no drain before a stop (a test that checks the drain sets it): a test that asked
         # /healthz would otherwise wait CATALOG_DRAIN_SECONDS at each stop
-        own = {"CATALOG_DATA_DIR": str(data_dir), "CATALOG_DRAIN_SECONDS": "0"}
+        # and one process, unless a test asks for workers (CATALOG_WORKERS)
+        own = {"CATALOG_DATA_DIR": str(data_dir), "CATALOG_DRAIN_SECONDS": "0", "CATALOG_WORKERS": "1"}
         self.env = {**inherited, **own, **(env or {})}
         data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = data_dir / "server.log"

@@ -84,6 +84,9 @@ BODIES = {
     "agentsUpdateMemoryPipeline": {"display_name": "x", "dreamer_policy": {"instructions": "x"}},
     "agentsRunMemoryPipeline": {},
     "importMemoryStore": {},  # not an archive: refused with 400 once authorized
+    "setTrustPolicy": {},
+    "testTrustPolicy": {"text": "x"},
+    "reviewEntry": {"scope": "u", "path": "/notes.md", "decision": "approve"},
 }
 QUERIES = {
     "listSchemas": {"catalog_name": "walk"},
@@ -98,6 +101,7 @@ QUERIES = {
     "agentsListMemoryEntries": {"actor_id": "u"},
     "agentsCreateSessionStore": {"session_store_name": "walk-new-sessions"},
     "getLineage": {"securable_full_name": "walk.s.m"},
+    "listProvenance": {"securable_full_name": "walk.s.m"},
 }
 
 
@@ -220,7 +224,7 @@ def test_every_route_refuses_strangers_and_asks_authorize(client, token, walk, m
         seen.add(operation_id)
         url = _fill(path, walk)
         kwargs = {"params": QUERIES.get(operation_id, {})}
-        if method in ("POST", "PATCH"):
+        if method in ("POST", "PATCH", "PUT"):
             assert operation_id in BODIES, f"add a sample body for {operation_id}"
             kwargs["json"] = _body(operation_id, walk)
         anonymous = client.request(method, url, **kwargs)
@@ -283,7 +287,7 @@ def test_every_registered_action_is_used_by_a_route(client, token, walk, monkeyp
             if operation_id in OPEN_WITHOUT_TOKEN:
                 continue
             kwargs = {"params": {**QUERIES.get(operation_id, {}), **extra_queries.get(operation_id, {})}}
-            if method in ("POST", "PATCH"):
+            if method in ("POST", "PATCH", "PUT"):
                 kwargs["json"] = _body(operation_id, walk)
             client.request(method, _fill(path, walk), headers=token(who), **kwargs)
     assert set(ACTIONS) - asked == set()
@@ -307,7 +311,7 @@ def test_no_route_answers_past_a_scope_limit(client, token, walk, own_settings):
         if operation_id in OPEN_WITHOUT_TOKEN:
             continue
         kwargs = {"params": QUERIES.get(operation_id, {})}
-        if method in ("POST", "PATCH"):
+        if method in ("POST", "PATCH", "PUT"):
             kwargs["json"] = _body(operation_id, walk)
         r = client.request(method, _fill(path, walk), headers=token("limited"), **kwargs)
         assert "cannot hold to those scopes" not in r.text, (operation_id, r.text)

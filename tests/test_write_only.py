@@ -47,7 +47,7 @@ def _read(client, token, path: str) -> dict:  # type: ignore[no-untyped-def, typ
     return client.get(f"{ENTRIES}:get", headers=token(), params={"scope": "ops", "path": path}).json()
 
 
-ACK = {"scope", "path", "created_at", "created_by", "updated_at", "updated_by", "etag", "state"}
+ACK = {"scope", "path", "created_at", "created_by", "updated_at", "updated_by", "etag", "state", "provenance"}
 
 
 def test_a_write_only_create_is_acknowledged_without_contents(client, token, dropbox):

@@ -36,7 +36,7 @@ async def store(conn: Conn, store_id: str) -> asyncpg.Record | None:
     """The store's row as an archive defines it (kind included)."""
     return await conn.fetchrow(
         "SELECT name, kind, description, properties, owner, scope_binding, shared_scopes, legal_hold, "
-        "default_ttl_seconds, created_at, created_by, updated_at, updated_by "
+        "default_ttl_seconds, trust_policy, created_at, created_by, updated_at, updated_by "
         "FROM memory_stores WHERE id = $1",
         store_id,
     )
@@ -59,12 +59,12 @@ _EXPORT: dict[str, str] = {
     "created_by, updated_at, updated_by, expires_at, "
     "CASE WHEN embedded_version = version THEN embedding END AS embedding, "
     "CASE WHEN embedded_version = version THEN embedding_model END AS embedding_model, "
-    "state, superseded_by::text AS superseded_by, imported_by "
+    "state, superseded_by::text AS superseded_by, imported_by, provenance "
     "FROM entries WHERE store_id = $1 AND ($2::text IS NULL OR scope = $2) "
     "ORDER BY scope, session_id, path",
     "entry_version": "SELECT entry_id::text AS entry_id, scope, nullif(session_id, '') AS session_id, "
     "path, version, contents, description, metadata, operation, changed_at, changed_by, "
-    "redacted_at, redacted_by, redaction_reason, state, superseded_by, imported_by "
+    "redacted_at, redacted_by, redaction_reason, state, superseded_by, imported_by, provenance "
     "FROM entry_versions WHERE store_id = $1 AND ($2::text IS NULL OR scope = $2) ORDER BY seq",
     "conversation": "SELECT id, scope, scope_kind, metadata, last_position, created_at, created_by, "
     "updated_at FROM conversations WHERE store_id = $1 AND ($2::text IS NULL OR scope = $2) ORDER BY id",
@@ -168,10 +168,10 @@ async def insert_entries(conn: asyncpg.Connection, rows_: Sequence[tuple[Any, ..
         "INSERT INTO entries (id, store_id, scope, session_id, path, contents, description, source_type, "
         "creation_reason, creation_source, metadata, version, created_at, created_by, updated_at, "
         "updated_by, expires_at, embedding, embedded_version, embedding_model, state, superseded_by, "
-        "imported_by) "
+        "imported_by, provenance) "
         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12::bigint, $13, $14, $15, $16, $17, "
         "$18::vector, CASE WHEN $18::vector IS NULL THEN NULL ELSE $12::bigint END, $19, $20, $21::uuid, "
-        "$22)",
+        "$22, $23::jsonb)",
         rows_,
     )
 
@@ -182,9 +182,9 @@ async def replace_history(conn: asyncpg.Connection, store_id: str, rows_: Sequen
     await conn.executemany(
         "INSERT INTO entry_versions (store_id, scope, session_id, path, entry_id, version, contents, "
         "description, metadata, operation, changed_at, changed_by, redacted_at, redacted_by, "
-        "redaction_reason, state, superseded_by, imported_by) "
+        "redaction_reason, state, superseded_by, imported_by, provenance) "
         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12, $13, $14, $15, $16, $17::jsonb, "
-        "$18)",
+        "$18, $19::jsonb)",
         [(store_id, *row) for row in rows_],
     )
 

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from catalog.governance.trust import TrustPolicy
 from catalog.wire import Output
 
 FORMAT = "memory-catalog-store-archive"
@@ -79,6 +80,8 @@ class Store(Line, tag="store"):
     created_by: str
     updated_at: datetime
     updated_by: str
+    # what it holds for review, from which sources (absent in archives made before: none)
+    trust_policy: TrustPolicy | None = None
 
 
 class Grant(Line, tag="grant"):
@@ -110,12 +113,16 @@ class Entry(Line, tag="entry"):
     # the entry has none yet
     embedding: str | None
     embedding_model: str | None
-    # consolidation: superseded or merged into the entry of that id (absent in archives made before)
-    state: Literal["active", "superseded", "merged"] = "active"
+    # consolidation: superseded or merged into the entry of that id, or held for review by the
+    # store's trust policy (absent in archives made before: active)
+    state: Literal["active", "superseded", "merged", "quarantined"] = "active"
     superseded_by: str | None = None
     # who imported it into the exporting store from an archive (null: written there; absent in
     # archives made before); an import records its own importer instead
     imported_by: str | None = None
+    # where its text came from, as the exporting server kept it (absent in archives made before,
+    # or for what it wrote before keeping it: the import records `via` `import`)
+    provenance: dict[str, Any] | None = None
 
 
 class EntryVersion(Line, tag="entry_version"):
@@ -127,7 +134,7 @@ class EntryVersion(Line, tag="entry_version"):
     contents: str | None
     description: str | None
     metadata: dict[str, Any] | None
-    operation: Literal["create", "update", "restore", "delete"]
+    operation: Literal["create", "update", "restore", "delete", "approve", "reject"]
     changed_at: datetime
     changed_by: str
     # a redacted version (entries:redact): who, when and why; absent in archives made before
@@ -136,11 +143,13 @@ class EntryVersion(Line, tag="entry_version"):
     redaction_reason: str | None = None
     # its consolidation state then, and the key of the entry replacing it ({scope, session_id,
     # path}); absent in archives made before: active
-    state: Literal["active", "superseded", "merged"] = "active"
+    state: Literal["active", "superseded", "merged", "quarantined"] = "active"
     superseded_by: dict[str, str] | None = None
     # who imported this version into the exporting store (null: written there; absent in
     # archives made before); an import records its own importer instead
     imported_by: str | None = None
+    # where its text (or its deletion) came from (as `entry`'s)
+    provenance: dict[str, Any] | None = None
 
 
 class Conversation(Line, tag="conversation"):

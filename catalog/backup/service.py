@@ -17,12 +17,15 @@ Rules:
   the first scope refused, before anything is written), not to the store's scope binding (as an
   export); a new store is the importer's own while the import creates it. The store takes the
   archive's definition (description, properties, owner, scope binding, shared scopes, default
-  TTL, legal hold), grants, entries with their ids renewed, versions, times and authors, history,
-  vectors, conversations, sessions, transcript vectors and lineage edges, in one transaction with
-  the request's audit event: all of it or nothing;
+  TTL, legal hold, trust policy), grants, entries with their ids renewed, versions, times and
+  authors, history, vectors, conversations, sessions, transcript vectors and lineage edges, in one
+  transaction with the request's audit event: all of it or nothing;
 - the authors an archive names are kept as its original authors (`created_by`, `changed_by`);
   every entry and version it writes records the importer (`imported_by`, which an export
   carries; the `imported_by` of an archive, from an earlier import, is replaced);
+- entries and versions keep the provenance the archive carries (where their text came from) and
+  their state (an entry held for review stays held); one the archive has none for is recorded as
+  imported (`via` `import`, its author the principal);
 - a vector is kept when the importing server's embedding model made it (each archived vector
   names its model); every other row is embedded anew by the embedding worker (`reembedded`);
 - an archive that is empty, cut short, altered, of another version, malformed (a line that breaks
@@ -74,8 +77,9 @@ from catalog.backup.schemas import (
 )
 from catalog.context import Context
 from catalog.dialects.conversations.items import new_conversation_id
+from catalog.entries.schemas import Provenance
 from catalog.errors import InvalidParameter, PermissionDenied
-from catalog.governance import Securable, SecurableType
+from catalog.governance import Securable, SecurableType, trust
 from catalog.governance.actions import GRANTABLE, SCOPABLE
 from catalog.governance.namespace import repo as namespace
 from catalog.governance.namespace.schemas import (
@@ -211,6 +215,7 @@ async def _archive(
         values = dict(row)
         values["store_kind"] = values.pop("kind")
         values["shared_scopes"] = list(values["shared_scopes"])
+        values["trust_policy"] = trust.parse(values["trust_policy"])
         add(Store(**values))
         counts["store"] = 1
         for kind in repo.EXPORTED_KINDS:
@@ -367,7 +372,21 @@ def _definition(store: Store) -> None:
         _check(2, validate_scope, scope, "shared_scopes")
     if store.default_ttl_seconds is not None and store.default_ttl_seconds < 1:
         raise ArchiveError("line 2: default_ttl_seconds must be at least 1")
+    if store.trust_policy is not None:
+        _check(2, trust.check, store.trust_policy)
     _principal(store.owner, 2, "owner")
+
+
+def _provenance(number: int, value: dict[str, Any] | None, author: str) -> dict[str, Any]:
+    """An archived provenance as kept (it must read as one: 400 otherwise); where the archive has
+    none, the import is where the text came from (`via` `import`, its author as the principal)."""
+    if value is None:
+        return {"principal": author, "via": "import", "class": "unknown"}
+    try:
+        msgspec.convert(value, Provenance)
+    except msgspec.ValidationError as exc:
+        raise ArchiveError(f"line {number}: provenance: {exc}") from None
+    return value
 
 
 @dataclass
@@ -462,6 +481,10 @@ async def import_archive(ctx: Context, principal: Principal, into: Target, body:
                 conn, store_id, definition.scope_binding, definition.shared_scopes
             )
             await namespace.set_default_ttl(conn, store_id, definition.default_ttl_seconds or 0)
+            policy = definition.trust_policy
+            await namespace.set_trust_policy(
+                conn, store_id, None if policy is None else trust.to_json(policy), principal.name
+            )
             restored = await _restore(conn, store_id, archive, model, principal.name)
             await namespace.set_legal_hold(conn, store_id, definition.legal_hold)
             note_result(restored.entries)
@@ -623,6 +646,7 @@ async def _restore(
                 if entry.superseded_by is None
                 else ids.entry(entry.superseded_by, number, "superseded_by"),
                 importer,  # whoever imported it before (the archive's imported_by) is not kept
+                _provenance(number, entry.provenance, entry.updated_by),
             )
         )
     await repo.insert_entries(conn, entries)
@@ -643,6 +667,7 @@ async def _restore(
             v.state,
             _version_key(v.superseded_by, number),
             importer,
+            _provenance(number, v.provenance, v.changed_by),
         )
         for number, v in archive.of("entry_version", EntryVersion)
     ]

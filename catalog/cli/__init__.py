@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["host"] = args.host
     if getattr(args, "port", None) is not None:
         overrides["port"] = args.port
+    if getattr(args, "workers", None) is not None:
+        overrides["workers"] = args.workers
     return Settings.from_env(None, **overrides)
 
 
@@ -103,10 +106,15 @@ def serve_app(
     port: int,
     on_started: Callable[[], None] | None = None,
     settings: Settings | None = None,
+    *,
+    sockets: list[socket.socket] | None = None,
+    drain: Any = None,
+    worker: int | None = None,
 ) -> bool:
     """Serve `app` with uvicorn until SIGTERM/SIGINT (then drain and stop: see `_server_class`);
     print `listening on URL` once it accepts connections (after `on_started`). Returns whether it
-    ever started."""
+    ever started. A worker of `catalog serve --workers N` serves the `sockets` its supervisor
+    bound, with the `drain` the workers share, and names itself (`worker`) in each answer."""
     import functools
 
     import uvicorn
@@ -114,9 +122,9 @@ def serve_app(
     from catalog.web.serving import CatalogProtocol, Drain, Draining
 
     settings = settings or Settings()
-    drain = Drain(settings.drain_seconds)
+    drain = drain if drain is not None else Drain(settings.drain_seconds)
     config = uvicorn.Config(
-        Draining(app, drain),
+        Draining(app, drain, worker),
         host=host,
         port=port,
         http=functools.partial(  # type: ignore[arg-type]
@@ -147,7 +155,7 @@ def serve_app(
 
     async def run() -> None:
         announcer = asyncio.create_task(announce())
-        await server.serve()
+        await server.serve(sockets=sockets)
         announcer.cancel()
 
     asyncio.run(run())
@@ -156,7 +164,6 @@ def serve_app(
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from catalog import telemetry
-    from catalog.app import create_app
     from catalog.web.middleware import configure_logging
 
     settings = _settings(args)
@@ -165,8 +172,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         check_data_dir(settings.postgres_dir)  # a data dir of an earlier release: what to run (main)
     configure_logging(log_format=settings.log_format)
-    telemetry.configure(settings)  # traces, when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_) is set
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if args.worker is not None:  # one of the processes a supervisor started (below)
+        from catalog.cli.workers import run_worker
+
+        telemetry.configure(settings)
+        return run_worker(settings, args.worker)
+    if settings.worker_count > 1:
+        from catalog.cli.workers import supervise
+
+        return supervise(settings, settings.worker_count)
+    from catalog.app import create_app
+
+    telemetry.configure(settings)  # traces, when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_) is set
     return 0 if serve_app(create_app(settings), settings.host, settings.port, settings=settings) else 1
 
 
@@ -319,11 +337,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the server: the API, the MCP servers and the web console on one port. Its "
         "data dir holds the embedded PostgreSQL (unless CATALOG_DATABASE_URL names another), the "
         "full-text index and, in development mode, the key that `catalog token` signs with. Prints "
-        "`listening on URL` once it accepts connections; SIGTERM or Ctrl-C stops it cleanly.",
+        "`listening on URL` once it accepts connections; SIGTERM or Ctrl-C stops it cleanly. It "
+        "runs one worker process per CPU core (--workers), all on one port.",
     )
     serve.add_argument("--host", help="the address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="the port to listen on (default 8080; 0: any free port)")
     serve.add_argument("--data-dir", help=DATA_DIR_HELP)
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes serving the port, sharing one full-text index (default "
+        "$CATALOG_WORKERS, else one per CPU core the server may use; 1: a single process)",
+    )
+    serve.add_argument("--worker", help=argparse.SUPPRESS)  # what a supervisor tells a worker (JSON)
     serve.set_defaults(run=cmd_serve)
 
     token = commands.add_parser(

@@ -573,3 +573,34 @@ class AsyncStore:
     async def restore(self, scope: str, path: str, etag: str, *, session_id: str | None = None) -> Entry:
         """Write the version `etag` (from `history`) again as the newest."""
         return await self._c.call(calls.restore_entry(self.full_name, scope, path, etag, session_id), Entry)
+
+    def held(self, *, scope: str | None = None) -> AsyncIterator[Entry]:
+        """The entries the store's trust policy holds for review (MANAGE), every scope or one."""
+        return self._c.each(calls.quarantined_entries(self.full_name, scope), "entries", Entry)
+
+    async def review(
+        self,
+        scope: str,
+        path: str,
+        decision: str,
+        *,
+        session_id: str | None = None,
+        etag: str | None = None,
+        reason: str | None = None,
+    ) -> Entry | None:
+        """Approve or reject a held entry (MANAGE): the entry now, or None when a rejection
+        deleted it (it had no earlier text)."""
+        call = calls.review_entry(
+            self.full_name, scope, path, decision, session_id=session_id, etag=etag, reason=reason
+        )
+        answer = await self._c.call(call, dict[str, Any])
+        entry = answer.get("memory_entry")
+        return None if entry is None else items({"entry": [entry]}, "entry", Entry)[0]
+
+    async def trust_policy(self) -> dict[str, Any]:
+        """The store's trust policy (`policy`: None when it has none) and the screen's rules."""
+        return await self._c.call(calls.get_trust_policy(self.full_name), dict[str, Any])
+
+    async def set_trust_policy(self, policy: dict[str, Any] | None) -> dict[str, Any]:
+        """Set the store's trust policy (MANAGE); None removes it."""
+        return await self._c.call(calls.set_trust_policy(self.full_name, policy), dict[str, Any])

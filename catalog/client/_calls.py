@@ -399,6 +399,49 @@ def restore_entry(full_name: str, scope: str, path: str, etag: str, session_id: 
     return Call("POST", _entries(full_name, ":restore"), body=body)
 
 
+# --- trust and review -------------------------------------------------------------------------
+
+
+def _trust(full_name: str, suffix: str = "") -> str:
+    return f"{UC}/memory-stores/{segment(full_name)}/trust-policy{suffix}"
+
+
+def get_trust_policy(full_name: str) -> Call:
+    return Call("GET", _trust(full_name))
+
+
+def set_trust_policy(full_name: str, policy: dict[str, Any] | None) -> Call:
+    """Set the store's trust policy; None removes it."""
+    if policy is None:
+        return Call("DELETE", _trust(full_name), idempotent=True)
+    return Call("PUT", _trust(full_name), body=policy, idempotent=True)
+
+
+def try_trust_policy(full_name: str, text: str, via: str, on_behalf_of: bool) -> Call:
+    body = {"text": text, "via": via, "on_behalf_of": on_behalf_of}
+    return Call("POST", _trust(full_name, ":test"), body=body, idempotent=True)
+
+
+def quarantined_entries(full_name: str, scope: str | None) -> Call:
+    return Call("GET", _entries(full_name, ":quarantined"), params={"scope": scope})
+
+
+def review_entry(
+    full_name: str,
+    scope: str,
+    path: str,
+    decision: str,
+    *,
+    session_id: str | None,
+    etag: str | None,
+    reason: str | None,
+) -> Call:
+    if decision not in ("approve", "reject"):
+        raise ValueError(f"decision {decision!r} is not approve or reject")
+    body = _set(scope=scope, path=path, session_id=session_id, decision=decision, etag=etag, reason=reason)
+    return Call("POST", _entries(full_name, ":review"), body=body)
+
+
 # --- backup and restore -------------------------------------------------------------------------
 
 ARCHIVE_TYPE = "application/x-ndjson"

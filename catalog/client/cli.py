@@ -243,6 +243,54 @@ def stores_show(args: argparse.Namespace) -> int:
     return show_one(args, calls.get_store(args.full_name), _described("memory store"))
 
 
+def _policy(body: dict[str, Any]) -> str:
+    policy = body.get("policy")
+    if policy is None:
+        return f"{body.get('memory_store')} has no trust policy: nothing written to it is held for review"
+    via = {k: v for k, v in (policy.get("via") or {}).items() if v}
+    head = fields(
+        [
+            ("memory store", body.get("memory_store")),
+            ("people", policy.get("person")),
+            ("applications", policy.get("application")),
+            ("models", policy.get("model")),
+            ("by channel", ", ".join(f"{k}={v}" for k, v in via.items()) or None),
+            ("classifier", "on" if body.get("classifier_active") else None),
+        ]
+    )
+    rows = [
+        (rule.get("name"), "built-in" if rule.get("builtin") else "own", "; ".join(rule.get("phrases") or []))
+        for rule in body.get("rules") or []
+    ]
+    return f"{head}\n\n{table(['RULE', 'FROM', 'PHRASES'], rows)}"
+
+
+def stores_trust(args: argparse.Namespace) -> int:
+    if args.set is not None and args.remove:
+        return fail("USAGE", "give --set or --remove, not both")
+    if args.remove:
+        return show_one(args, calls.set_trust_policy(args.store, None), _policy)
+    if args.set is not None:
+        text = sys.stdin.read() if args.set == "-" else Path(args.set).read_text()
+        return show_one(args, calls.set_trust_policy(args.store, json_object(text)), _policy)
+    return show_one(args, calls.get_trust_policy(args.store), _policy)
+
+
+def stores_screen(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.text == "-" else args.text
+    call = calls.try_trust_policy(args.store, text, args.via, args.on_behalf_of)
+
+    def verdict(body: dict[str, Any]) -> str:
+        if body.get("policy") is False:
+            return "no trust policy: it would be kept as written"
+        how = f"{body.get('source_class')} through {body.get('via')}: {body.get('decision')}"
+        why = ", ".join(body.get("rules") or []) or body.get("classifier") or ""
+        said = "held for review" if body.get("held") else "kept as written"
+        return f"{said} ({how}{'; ' + why if why else ''})"
+
+    return show_one(args, call, verdict)
+
+
 # --- grants --------------------------------------------------------------------------------------
 
 
@@ -394,6 +442,43 @@ def _entry(obj: dict[str, Any]) -> str:
     )
     contents = obj.get("contents")
     return head if contents is None else f"{head}\n\n{contents}"
+
+
+def entries_held(args: argparse.Namespace) -> int:
+    call = calls.quarantined_entries(args.store, args.scope)
+
+    def why(entry: dict[str, Any]) -> str:
+        origin = entry.get("provenance") or {}
+        trust = origin.get("trust") or {}
+        return ", ".join(trust.get("rules") or []) or trust.get("classifier") or trust.get("decision") or ""
+
+    columns = [
+        ("SCOPE", lambda e: e.get("scope")),
+        ("PATH", lambda e: e.get("path")),
+        ("ETAG", lambda e: e.get("etag")),
+        ("BY", lambda e: (e.get("provenance") or {}).get("principal")),
+        ("VIA", lambda e: (e.get("provenance") or {}).get("via")),
+        ("WHY", why),
+        ("CONTENTS", lambda e: e.get("contents")),
+    ]
+    return show_list(args, call, "entries", "entries", columns, args.limit or None)
+
+
+def entries_review(args: argparse.Namespace) -> int:
+    decision = "approve" if args.entries_command == "approve" else "reject"
+    call = calls.review_entry(
+        args.store, args.scope, args.path, decision, session_id=None, etag=args.etag, reason=args.reason
+    )
+
+    def reviewed(body: dict[str, Any]) -> str:
+        if body.get("deleted"):
+            return f"rejected {args.path} in scope {args.scope}: it had no earlier text, so it was deleted"
+        entry = body.get("memory_entry") or {}
+        if decision == "approve":
+            return f"approved {args.path} in scope {args.scope} (etag {entry.get('etag')})"
+        return f"rejected {args.path} in scope {args.scope}: back as it was (etag {entry.get('etag')})"
+
+    return show_one(args, call, reviewed)
 
 
 def entries_get(args: argparse.Namespace) -> int:
@@ -788,6 +873,31 @@ def add_commands(
     create.add_argument("--description", help="what the store remembers (at most 4,096 characters)")
     shown = leaf(stores, "show", stores_show, "one memory store")
     shown.add_argument("full_name", metavar="CATALOG.SCHEMA.NAME", help="the store's full name")
+    trusted = leaf(
+        stores,
+        "trust",
+        stores_trust,
+        "a store's trust policy and the screen's rules; --set or --remove changes it (MANAGE)",
+    )
+    trusted.add_argument("store", metavar="STORE", help="catalog.schema.store")
+    trusted.add_argument(
+        "--set", metavar="FILE", help="set the policy to this JSON file ('-': read it from stdin)"
+    )
+    trusted.add_argument("--remove", action="store_true", help="remove the policy (nothing more is held)")
+    screened = leaf(
+        stores, "screen", stores_screen, "whether the store's trust policy would hold a write of this text"
+    )
+    screened.add_argument("store", metavar="STORE", help="catalog.schema.store")
+    screened.add_argument("text", metavar="TEXT", help="the text ('-': read it from stdin)")
+    screened.add_argument(
+        "--via",
+        default="mcp",
+        choices=("rest", "agents", "console", "mcp", "responses", "extraction", "pipeline", "maintenance"),
+        help="the channel the write would come through (default mcp: a model's tool call)",
+    )
+    screened.add_argument(
+        "--on-behalf-of", action="store_true", help="the writer's token acts for an end user (an application)"
+    )
 
     grants = commands.add_parser(
         "grants",
@@ -868,6 +978,24 @@ def add_commands(
     )
     put.add_argument("--ttl-seconds", type=int, help="the entry expires this long after the write")
     put.add_argument("--metadata", type=json_object, help='a JSON object, e.g. {"topic": "food"}')
+    held = leaf(
+        entries,
+        "held",
+        entries_held,
+        "the entries the store's trust policy holds for review, every scope or one (MANAGE)",
+    )
+    held.add_argument("store", metavar="STORE", help="catalog.schema.store")
+    held.add_argument("--scope", help="only this scope's")
+    held.add_argument("--limit", type=int, default=0, help="at most this many (default: all)")
+    for verb, text in (
+        ("approve", "approve an entry held for review: its text becomes active (MANAGE)"),
+        ("reject", "reject an entry held for review: it goes back to its text before (MANAGE)"),
+    ):
+        reviewed = leaf(entries, verb, entries_review, text)
+        store_and_scope(reviewed)
+        reviewed.add_argument("path", metavar="PATH", help="the held entry's path")
+        reviewed.add_argument("--etag", help="the held version decided on (refused if it moved on)")
+        reviewed.add_argument("--reason", help="why (kept in the entry's provenance)")
     deleted = leaf(entries, "delete", entries_delete, "delete an entry")
     store_and_scope(deleted)
     deleted.add_argument("path", metavar="PATH", help="the entry's path")

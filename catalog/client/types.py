@@ -132,6 +132,9 @@ class Entry(_Answer, kw_only=True):
     updated_at: int = 0
     updated_by: str = ""
     imported_by: str | None = None  # who imported it from an archive (its authors are the archive's)
+    state: str = "active"  # superseded, merged, or quarantined (held for review)
+    # where its text came from: principal, on_behalf_of, via, model, class, source, trust, review
+    provenance: dict[str, Any] | None = None
 
 
 class EntrySummary(_Answer, kw_only=True):
@@ -144,6 +147,8 @@ class EntrySummary(_Answer, kw_only=True):
     updated_at: int = 0
     scope: str | None = None  # set when a list reads several scopes
     metadata: dict[str, Any] | None = None
+    state: str = "active"
+    provenance: dict[str, Any] | None = None
 
 
 class SearchHit(_Answer, kw_only=True):
@@ -190,6 +195,9 @@ class EntryVersion(_Answer, kw_only=True):
     updated_at: int = 0
     updated_by: str = ""
     imported_by: str | None = None  # who imported this version from an archive
+    state: str = "active"  # its state then
+    provenance: dict[str, Any] | None = None  # where its text (or the deletion) came from
+    withheld: bool = False  # held for review: its text is answered only to managers and its author
 
 
 class AuditEvent(_Answer, kw_only=True):

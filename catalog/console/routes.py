@@ -185,6 +185,17 @@ async def store_view(
     )
 
 
+@post("/review/{full_name:str}", include_in_schema=False, status_code=303)
+async def review_entry(request: Req, ctx: Ctx, full_name: PathPart) -> Response[Any]:
+    """Approve or reject an entry held for review (the store page's review queue; MANAGE): audited
+    as `entries.review`, its provenance's review naming the console."""
+    form = await read_form(request, service.REVIEW_FIELDS)
+    check_csrf(request, form)
+    note_success_status(303)  # the decision's audit event records what this request answers
+    done = await service.review(ctx, request.user, full_name, form)
+    return redirect(f"/console/stores/{full_name}?{urlencode({'done': done})}#review")
+
+
 # the fields of the grants form as the permissions service names them (`changes[0].scopes[1]`:
 # `scopes`), as the form names them
 _FORM_FIELD = {"principal": "principal", "add": "privilege", "remove": "privilege", "scopes": "scopes"}
@@ -323,6 +334,7 @@ router = Router(
         schema_view,
         store_view,
         change_grants,
+        review_entry,
         audit_log,
         lineage_graph,
         static_files,

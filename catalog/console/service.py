@@ -33,10 +33,12 @@ from catalog.governance.namespace import service as namespace
 from catalog.governance.namespace.schemas import CatalogInfo, MemoryStoreInfo, SchemaInfo
 from catalog.governance.permissions import service as permissions
 from catalog.governance.permissions.schemas import PermissionsChange, PrivilegeAssignment, UpdatePermissions
+from catalog.governance.trust import TrustPolicy
 from catalog.wire.inputs import MAX_PRINCIPAL, blank
 
 LIST_PAGE = 50  # rows of a listing page (the server's page cap lowers it)
 ENTRIES_PAGE = 20
+REVIEW_PAGE = 20  # held entries the store page shows (the API and the command list the rest)
 SEARCH_TOP_K = 10
 AUDIT_PAGE = 50
 MAX_GRANT_PAGES = 20  # a grants panel reads at most this many pages of grants
@@ -280,6 +282,16 @@ class EntriesView:
 
 
 @dataclass(frozen=True)
+class TrustView:
+    """The store's trust policy (None: none) and, for a MANAGE holder, its review queue."""
+
+    policy: TrustPolicy | None
+    may_review: bool
+    held: list[EntryRow] = field(default_factory=list)  # the first page of the review queue
+    more_held: bool = False  # the queue holds more than the page shows
+
+
+@dataclass(frozen=True)
 class StorePage:
     store: MemoryStoreInfo
     grants: Grants | None
@@ -289,6 +301,7 @@ class StorePage:
     may_read_entries: bool
     may_read_audit: bool  # READ_AUDIT: the lineage and the audit log
     entries: EntriesView | None = None
+    trust: TrustView | None = None  # the store's trust policy, and its review queue for a manager
     effective_refused: Refusal | None = None  # another principal's privileges, asked and refused
     entries_refused: Refusal | None = None  # the scope's entries (or its search), asked and refused
     grants_refused: Refusal | None = None  # a grants form sent from this page, refused
@@ -368,6 +381,7 @@ async def store_page(
         may_read_entries=ctx.access.visible_somewhere(principal, "entries.read", securable),
         may_read_audit=ctx.access.visible(principal, "audit.read", metastore),
         effective_refused=effective_refused,
+        trust=await _trust(ctx, principal, securable),
     )
     if scope is None or not scope.strip():
         return page
@@ -381,6 +395,49 @@ async def store_page(
         refused = cast(CatalogError, err)
         empty = EntriesView(scope, (query or "").strip(), mode or "hybrid", [], None)
         return replace(page, entries=empty, entries_refused=Refusal.of(refused))
+
+
+async def _trust(ctx: Context, principal: Principal, securable: Securable) -> TrustView:
+    """The store's trust policy (whoever sees the store may read it) and, for a MANAGE holder,
+    the first page of its review queue."""
+    policy = await namespace.trust_policy(ctx, securable)
+    if not entries.may_review(ctx, principal, securable):
+        return TrustView(policy, may_review=False)
+    queue = await entries.quarantined(
+        ctx, principal, ops.Quarantined(store=securable.full_name, page_size=REVIEW_PAGE)
+    )
+    return TrustView(policy, True, queue.rows, queue.next_page_token is not None)
+
+
+REVIEW_FIELDS = frozenset({"csrf", "scope", "path", "session_id", "etag", "decision", "reason"})
+
+
+def review_form(full_name: str, form: dict[str, str]) -> ops.Review:
+    """The decision a review form sends (400 naming the field)."""
+    decision = form.get("decision", "")
+    if decision not in ("approve", "reject"):
+        raise InvalidParameter("decision must be approve or reject", "decision")
+    etag = form.get("etag", "").strip()
+    if etag and not etag.isdigit():
+        raise InvalidParameter("etag must be a version number", "etag")
+    reason = form.get("reason", "").strip() or None
+    key = ops.ByKey(
+        scope=form.get("scope", ""), path=form.get("path", ""), session_id=form.get("session_id") or None
+    )
+    return ops.Review(
+        store=full_name,
+        key=key,
+        decision=decision,  # type: ignore[arg-type]  # approve or reject, checked above
+        if_match=int(etag) if etag else None,
+        reason=reason,
+        channel=ops.Channel(via="console"),
+    )
+
+
+async def review(ctx: Context, principal: Principal, full_name: str, form: dict[str, str]) -> str:
+    """Approve or reject a held entry from the store page; what became of it (the page's notice)."""
+    done = await entries.review(ctx, principal, review_form(full_name, form))
+    return "approved" if done.decision == "approve" else "rejected"
 
 
 async def _entries(

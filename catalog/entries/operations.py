@@ -15,6 +15,19 @@ import msgspec
 
 WriteMode = Literal["EXCLUSIVE", "OVERWRITE", "APPEND"]
 SearchMode = Literal["hybrid", "keyword", "semantic"]
+Via = Literal["rest", "agents", "console", "mcp", "responses", "extraction", "pipeline", "maintenance"]
+
+
+class Channel(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a change entered the server (its provenance's `via`) and the model that wrote it, if
+    any. Set by the code the change enters through (a route, the MCP server, a tool-calling loop),
+    never taken from a request: a change that names none came through the REST API."""
+
+    via: Via = "rest"
+    model: str | None = None
+
+
+REST = Channel()
 
 
 class ByKey(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,12 +83,15 @@ class Write(msgspec.Struct, frozen=True, kw_only=True):
     origin: TranscriptSource | None = None
     # None: none given (an overwrite or append keeps the entry's metadata; `{}` clears it)
     metadata: Mapping[str, Any] | None = None
+    channel: Channel = REST
 
 
 class Get(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     target: Target
     as_of: int | None = None  # epoch ms: the entry as it was then (from the history)
+    # an entry held for review too (to a MANAGE holder, and to its author); else it is not found
+    include_quarantined: bool = False
 
 
 class List(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,6 +107,7 @@ class List(msgspec.Struct, frozen=True, kw_only=True):
     where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (`filter`)
     as_of: int | None = None  # epoch ms: the entries as they were then (from the history)
     include_superseded: bool = False  # superseded and merged entries too
+    include_quarantined: bool = False  # held entries too (all to a MANAGE holder, its own to an author)
 
 
 # --- edits: one change to the contents, or none (description only) ---------------------------------
@@ -127,12 +144,14 @@ class Edit(msgspec.Struct, frozen=True, kw_only=True):
     origin: TranscriptSource | None = None
     metadata: Mapping[str, Any] | None = None  # replaces the entry's (`{}` clears it); None keeps it
     ttl_seconds: int | None = None  # the entry expires this long from now (None: its expiry stays)
+    channel: Channel = REST
 
 
 class Delete(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     target: Target
     if_match: int | None = None
+    channel: Channel = REST
 
 
 class Batch(msgspec.Struct, frozen=True, kw_only=True):
@@ -141,6 +160,7 @@ class Batch(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     scope: str
     writes: tuple[Write, ...]
+    channel: Channel = REST
 
 
 class History(msgspec.Struct, frozen=True, kw_only=True):
@@ -152,6 +172,7 @@ class Restore(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     key: ByKey
     version: int  # the etag of the version to write again
+    channel: Channel = REST
 
 
 EntryState = Literal["active", "superseded", "merged"]
@@ -162,6 +183,32 @@ class SetState(msgspec.Struct, frozen=True, kw_only=True):
     key: ByKey
     state: EntryState
     superseded_by: ByKey | None = None  # the entry (of the same store) replacing it; None for active
+    channel: Channel = REST
+
+
+ReviewDecision = Literal["approve", "reject"]
+
+
+class Review(msgspec.Struct, frozen=True, kw_only=True):
+    """A MANAGE holder's decision on an entry held for review: `approve` makes the held text
+    active; `reject` puts back the entry as it was before the held writes (or deletes it when it
+    had no earlier text)."""
+
+    store: str
+    key: ByKey
+    decision: ReviewDecision
+    if_match: int | None = None  # the held version decided on (409 when it moved on)
+    reason: str | None = None
+    channel: Channel = REST
+
+
+class Quarantined(msgspec.Struct, frozen=True, kw_only=True):
+    """A page of a store's review queue (its held entries, by scope, session and path)."""
+
+    store: str
+    scope: str | None = None  # only this scope's
+    page_size: int | None = None
+    page_token: str | None = None
 
 
 class Redact(msgspec.Struct, frozen=True, kw_only=True):
@@ -184,6 +231,7 @@ class Search(msgspec.Struct, frozen=True, kw_only=True):
     explain: bool = False  # how each hit's score was made, and what each leg did
     as_of: int | None = None  # epoch ms: search the entries as they were then (from the history)
     include_superseded: bool = False  # superseded and merged entries too
+    include_quarantined: bool = False  # held entries too (all to a MANAGE holder, its own to an author)
 
 
 class DeleteMatching(msgspec.Struct, frozen=True, kw_only=True):
@@ -198,3 +246,4 @@ class DeleteMatching(msgspec.Struct, frozen=True, kw_only=True):
     path_prefix: str | None = None
     session_id: str | None = None
     dry_run: bool = False
+    channel: Channel = REST

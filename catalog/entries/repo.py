@@ -49,10 +49,17 @@ class EntryRow(msgspec.Struct, frozen=True, kw_only=True):
     state: str = "active"  # active | superseded | merged
     superseded_by: dict[str, str] | None = None  # {scope, session_id, path} of the entry replacing it
     imported_by: str | None = None  # who imported it from an archive (created_by is the archive's)
+    # where its current text came from (catalog.entries.provenance); None: written before it was kept
+    provenance: dict[str, Any] | None = None
 
     @property
     def active(self) -> bool:
         return self.state == "active"
+
+    @property
+    def held(self) -> bool:
+        """Held for review by the store's trust policy (`quarantined`)."""
+        return self.state == "quarantined"
 
     @property
     def has_contents(self) -> bool:
@@ -70,6 +77,8 @@ class Fields(msgspec.Struct, frozen=True, kw_only=True):
     creation_reason: str | None = None
     creation_source: str | None = None
     metadata: dict[str, Any] | None = None  # None: none given (an overwrite or append keeps the entry's)
+    provenance: dict[str, Any] | None = None  # where this write came from (the version keeps it)
+    held: bool = False  # the store's trust policy holds it for review (`quarantined`)
 
     @property
     def values(self) -> tuple[Any, ...]:
@@ -81,7 +90,34 @@ class Fields(msgspec.Struct, frozen=True, kw_only=True):
             self.creation_reason,
             self.creation_source,
             self.metadata,
+            self.provenance,
+            self.held,
         )
+
+
+@dataclass(frozen=True)
+class Held:
+    """Which entries held for review a read answers: none, every one (`author` None: a MANAGE
+    holder's read) or those one principal wrote (`author`: its own)."""
+
+    include: bool = False
+    author: str | None = None
+
+
+NO_HELD = Held()
+# the states a read answers: active ones; with $a superseded and merged ones; with $b held ones, of
+# the author $c when given (NULL: any); `{col}` is the column that names a held version's author
+_STATES = (
+    "(state = 'active' OR (${a} AND state IN ('superseded', 'merged')) "
+    "OR (${b} AND state = 'quarantined' AND (${c}::text IS NULL OR {col} = ${c})))"
+)
+
+
+def states(a: int, b: int, c: int, col: str = "updated_by", alias: str = "") -> str:
+    """The state condition of a read, its flags and author at parameters $a, $b, $c."""
+    condition = _STATES.replace("${a}", f"${a}").replace("${b}", f"${b}").replace("${c}", f"${c}")
+    condition = condition.format(col=f"{alias}{col}")
+    return condition.replace("state", f"{alias}state") if alias else condition
 
 
 COLUMNS = (
@@ -90,6 +126,7 @@ COLUMNS = (
     "(extract(epoch FROM created_at) * 1000)::bigint AS created_at, created_by, "
     "(extract(epoch FROM updated_at) * 1000)::bigint AS updated_at, updated_by, "
     "(extract(epoch FROM expires_at) * 1000)::bigint AS expires_at, metadata, state, imported_by, "
+    "provenance, "
     # the key of the entry that supersedes it (None when there is none, or it is gone)
     "(SELECT jsonb_build_object('scope', s.scope, 'session_id', s.session_id, 'path', s.path) "
     " FROM entries s WHERE s.store_id = entries.store_id AND s.id = entries.superseded_by) AS superseded_by"
@@ -99,8 +136,9 @@ LIVE = "(expires_at IS NULL OR expires_at > clock_timestamp())"
 _KEY = "store_id = $1 AND scope = $2 AND session_id = $3 AND path = $4"
 _INSERT = (
     "INSERT INTO entries (store_id, scope, session_id, path, contents, description, source_type, "
-    "creation_reason, creation_source, metadata, created_by, updated_by) "
-    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $11)"
+    "creation_reason, creation_source, metadata, provenance, state, created_by, updated_by) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, "
+    "CASE WHEN $12 THEN 'quarantined' ELSE 'active' END, $13, $13)"
 )
 # An overwrite or append that does not say where the entry came from keeps what it said before:
 # the provenance fields describe the entry's origin, and a client that does not know them (the
@@ -111,6 +149,10 @@ _KEEP_PROVENANCE = (
     "creation_source = coalesce(EXCLUDED.creation_source, entries.creation_source), "
     # metadata too: a writer that does not send it keeps it (`{}` clears it)
     "metadata = coalesce(EXCLUDED.metadata, entries.metadata), "
+    # the text's provenance is this write's; an entry held for review stays held until reviewed
+    # (what it holds is still what the reviewer decides on), and the write's own hold holds it
+    "provenance = EXCLUDED.provenance, "
+    "state = CASE WHEN EXCLUDED.state = 'quarantined' THEN 'quarantined' ELSE entries.state END, "
 )
 
 
@@ -167,7 +209,7 @@ async def upsert_append(
             _INSERT + " ON CONFLICT (store_id, scope, session_id, path) DO UPDATE SET "
             "contents = CASE WHEN entries.contents IS NULL OR entries.contents = '' THEN EXCLUDED.contents "
             # the lines are there already and only the description or metadata changes: not again
-            "  WHEN $12 AND strpos(chr(10) || entries.contents || chr(10), "
+            "  WHEN $14 AND strpos(chr(10) || entries.contents || chr(10), "
             "             chr(10) || rtrim(EXCLUDED.contents, chr(10)) || chr(10)) > 0 THEN entries.contents "
             "  WHEN entries.contents LIKE '%' || chr(10) THEN entries.contents || EXCLUDED.contents "
             "  ELSE entries.contents || chr(10) || EXCLUDED.contents END, "
@@ -175,7 +217,7 @@ async def upsert_append(
             + _KEEP_PROVENANCE
             + "version = entries.version + 1, updated_at = clock_timestamp(), "
             "updated_by = EXCLUDED.updated_by "
-            "WHERE NOT $12 OR strpos(chr(10) || coalesce(entries.contents, '') || chr(10), "
+            "WHERE NOT $14 OR strpos(chr(10) || coalesce(entries.contents, '') || chr(10), "
             "             chr(10) || rtrim(EXCLUDED.contents, chr(10)) || chr(10)) = 0 "
             "   OR coalesce(EXCLUDED.description, entries.description) IS DISTINCT FROM entries.description "
             "   OR coalesce(EXCLUDED.metadata, entries.metadata) IS DISTINCT FROM entries.metadata "
@@ -213,12 +255,16 @@ async def update_contents(
     description: str | None,
     by: str,
     metadata: dict[str, Any] | None = None,
+    provenance: dict[str, Any] | None = None,
+    held: bool = False,
 ) -> EntryRow | None:
-    """None when the entry is no longer at `version`. `metadata` None keeps the entry's."""
+    """None when the entry is no longer at `version`. `metadata` None keeps the entry's; `held`
+    holds it for review (a held entry stays held)."""
     return _row(
         await conn.fetchrow(
             "UPDATE entries SET contents = $3, description = $4, version = version + 1, "
-            "metadata = coalesce($6::jsonb, metadata), "
+            "metadata = coalesce($6::jsonb, metadata), provenance = $8::jsonb, "
+            "state = CASE WHEN $9 THEN 'quarantined' ELSE state END, "
             "updated_at = clock_timestamp(), updated_by = $5 "
             "WHERE store_id = $7 AND id = $1 AND version = $2 RETURNING " + COLUMNS,
             entry_id,
@@ -228,16 +274,28 @@ async def update_contents(
             by,
             metadata,
             store_id,
+            provenance,
+            held,
         )
     )
 
 
 async def delete(
-    conn: Conn, store_id: str, entry_id: str, version: int | None, by: str
+    conn: Conn,
+    store_id: str,
+    entry_id: str,
+    version: int | None,
+    by: str,
+    provenance: dict[str, Any] | None = None,
 ) -> tuple[bool, int | None]:
     """Delete the entry if it is at `version` (any version when None): (deleted, its version
-    when it exists, else None). `by` is who the history names as the deleter."""
-    await conn.execute("SELECT set_config('catalog.principal', $1, true)", by)
+    when it exists, else None). `by` is who the history names as the deleter, `provenance` where
+    the deletion came from (the deletion's version keeps it)."""
+    await conn.execute(
+        "SELECT set_config('catalog.principal', $1, true), set_config('catalog.provenance', $2, true)",
+        by,
+        "" if provenance is None else msgspec.json.encode(provenance).decode(),
+    )
     row = await conn.fetchrow(
         "WITH target AS (SELECT id, version FROM entries WHERE store_id = $3 AND id = $1), "
         "gone AS (DELETE FROM entries e USING target t WHERE e.store_id = $3 AND e.id = t.id "
@@ -262,10 +320,11 @@ async def list_entries(
     exact_path: str | None = None,
     where: dict[str, Any] | None = None,
     include_inactive: bool = False,
+    held: Held = NO_HELD,
 ) -> list[EntryRow]:
     """Ordered by (path, scope, session_id); `after` is the last key of the previous page; with
     `where`, only entries whose metadata holds each of its pairs; only active entries unless
-    `include_inactive` (superseded and merged ones too)."""
+    `include_inactive` (superseded and merged ones too) or `held` (held ones, as it says)."""
     after_path, after_scope, after_session = after or (None, None, None)
     return _rows(
         await conn.fetch(
@@ -274,7 +333,7 @@ async def list_entries(
             "AND ($4::text IS NULL OR starts_with(path, $4)) "
             "AND ($5::text IS NULL OR (path, scope, session_id) > ($5, $6, $7)) "
             "AND ($9::text IS NULL OR path = $9) AND ($10::jsonb IS NULL OR metadata @> $10) "
-            f"AND ($11 OR state = 'active') AND {LIVE} ORDER BY path, scope, session_id LIMIT $8",
+            f"AND {states(11, 12, 13)} AND {LIVE} ORDER BY path, scope, session_id LIMIT $8",
             store_id,
             list(scopes),
             session_id,
@@ -286,6 +345,8 @@ async def list_entries(
             exact_path,
             where,
             include_inactive,
+            held.include,
+            held.author,
         )
     )
 
@@ -294,11 +355,13 @@ async def set_state(
     conn: asyncpg.Connection, key: Key, state: str, superseded_by: str | None, by: str
 ) -> EntryRow | None:
     """Set the entry's state and the entry that supersedes it (None for `active`), as a new
-    version of it (its contents unchanged); None when no entry is at the key."""
+    version of it (its contents and their provenance unchanged); None when no entry is at the key
+    or it is held for review (only a review releases it)."""
     return _row(
         await conn.fetchrow(
             "UPDATE entries SET state = $5, superseded_by = $6, version = version + 1, "
-            f"updated_at = clock_timestamp(), updated_by = $7 WHERE {_KEY} AND {LIVE} RETURNING {COLUMNS}",
+            f"updated_at = clock_timestamp(), updated_by = $7 WHERE {_KEY} AND {LIVE} "
+            f"AND state <> 'quarantined' RETURNING {COLUMNS}",
             *key,
             state,
             superseded_by,
@@ -392,13 +455,15 @@ class VersionRow(msgspec.Struct, frozen=True, kw_only=True):
     state: str = "active"  # its consolidation state at this version
     superseded_by: dict[str, str] | None = None  # {scope, session_id, path} of the entry replacing it
     imported_by: str | None = None  # who imported it from an archive (changed_by is the archive's)
+    provenance: dict[str, Any] | None = None  # where its text (or the deletion) came from
+    withheld: bool = False  # held for review, answered without its text (not read from the table)
 
 
 _VERSION_COLUMNS = (
     "version, contents, description, metadata, operation, "
     "(extract(epoch FROM changed_at) * 1000)::bigint AS changed_at, changed_by, "
     "(extract(epoch FROM redacted_at) * 1000)::bigint AS redacted_at, redacted_by, redaction_reason, "
-    "state, superseded_by, imported_by"
+    "state, superseded_by, imported_by, provenance"
 )
 
 
@@ -433,11 +498,11 @@ SELECT a.id, a.store_id, a.scope, a.session_id, a.path, a.contents, a.descriptio
        NULL::text AS source_type, NULL::text AS creation_reason, NULL::text AS creation_source,
        a.version, (extract(epoch FROM f.changed_at) * 1000)::bigint AS created_at, f.changed_by AS created_by,
        (extract(epoch FROM a.changed_at) * 1000)::bigint AS updated_at, a.changed_by AS updated_by,
-       NULL::bigint AS expires_at, a.metadata, a.state, a.superseded_by, f.imported_by
+       NULL::bigint AS expires_at, a.metadata, a.state, a.superseded_by, f.imported_by, a.provenance
 FROM (
   SELECT DISTINCT ON (v.scope, v.session_id, v.path) v.entry_id AS id, v.store_id, v.scope, v.session_id,
          v.path, v.version, v.contents, v.description, v.metadata, v.operation, v.changed_at, v.changed_by,
-         v.state, v.superseded_by
+         v.state, v.superseded_by, v.provenance
   FROM entry_versions v
   WHERE v.store_id = $1 AND ($2::text[] IS NULL OR v.scope = ANY($2::text[]))
     AND v.changed_at < to_timestamp(($3::double precision + 1) / 1000)
@@ -451,10 +516,10 @@ LEFT JOIN LATERAL (
 ) f ON true
 WHERE a.operation <> 'delete' AND ($8::jsonb IS NULL OR a.metadata @> $8)
   AND ($9::text IS NULL OR (a.path, a.scope, a.session_id) > ($9, $10, $11))
-  AND ($13 OR a.state = 'active')
+  AND {states}
 ORDER BY a.path, a.scope, a.session_id
 LIMIT $12
-"""
+""".replace("{states}", states(13, 14, 15, col="changed_by", alias="a."))
 
 
 async def as_of(
@@ -471,10 +536,12 @@ async def as_of(
     after: tuple[str, str, str] | None = None,
     limit: int = 1,
     include_inactive: bool = True,
+    held: Held = NO_HELD,
 ) -> list[EntryRow]:
     """The entries of these scopes as they were at the end of millisecond `at_ms` (epoch ms: so a
     version's own `updated_at` finds it), from the kept history, each in its state then
-    (`include_inactive=False`: only those active then), ordered by (path, scope, session_id) as
+    (`include_inactive=False`: only those active then, or superseded or merged then too; those
+    held for review then only as `held` says), ordered by (path, scope, session_id) as
     `list_entries`; `after` is the last key of the previous page; `scopes` None: any scope (an
     entry asked for by id)."""
     after_path, after_scope, after_session = after or (None, None, None)
@@ -494,6 +561,8 @@ async def as_of(
             after_session,
             limit,
             include_inactive,
+            held.include,
+            held.author,
         )
     )
 
@@ -528,13 +597,25 @@ async def redact_current(conn: asyncpg.Connection, key: Key, number: int) -> str
     return None if row is None else str(row["id"])
 
 
-async def restore(conn: asyncpg.Connection, key: Key, kept: VersionRow, by: str) -> EntryRow:
+async def restore(
+    conn: asyncpg.Connection,
+    key: Key,
+    kept: VersionRow,
+    by: str,
+    provenance: dict[str, Any] | None = None,
+    held: bool = False,
+) -> EntryRow:
     """Write a kept version as the newest (an update, or a new entry when the key has none);
     its history row says `restore`."""
     await conn.execute("SELECT set_config('catalog.operation', 'restore', true)")
     # the version's metadata as it was (`{}` where it had none: None would keep the current)
     fields = Fields(
-        contents=kept.contents, description=kept.description, source_type=None, metadata=kept.metadata or {}
+        contents=kept.contents,
+        description=kept.description,
+        source_type=None,
+        metadata=kept.metadata or {},
+        provenance=provenance,
+        held=held,
     )
     row = await upsert_overwrite(conn, key, fields, by)
     await conn.execute("SELECT set_config('catalog.operation', '', true)")
@@ -615,3 +696,94 @@ async def next_expiry(conn: Conn) -> float | None:
         "WHERE expires_at IS NOT NULL AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold)"
     )
     return None if value is None else float(value)
+
+
+# --- review (entries held by a store's trust policy) ------------------------------------------------
+
+
+async def quarantined(
+    conn: Conn, store_id: str, scope: str | None, after: tuple[str, str, str] | None, limit: int
+) -> list[EntryRow]:
+    """The store's entries held for review (of one scope when given), by (scope, session_id, path);
+    `after` is the last key of the previous page."""
+    after_scope, after_session, after_path = after or (None, None, None)
+    return _rows(
+        await conn.fetch(
+            f"SELECT {COLUMNS} FROM entries WHERE store_id = $1 AND state = 'quarantined' "
+            "AND ($2::text IS NULL OR scope = $2) "
+            "AND ($3::text IS NULL OR (scope, session_id, path) > ($3, $4, $5)) "
+            f"AND {LIVE} ORDER BY scope, session_id, path LIMIT $6",
+            store_id,
+            scope,
+            after_scope,
+            after_session,
+            after_path,
+            limit,
+        )
+    )
+
+
+async def approve(
+    conn: asyncpg.Connection, key: Key, version: int | None, by: str, review: dict[str, Any]
+) -> EntryRow | None:
+    """Make the entry held at the key active, as a new version (`approve`) whose provenance is the
+    held text's with the review added; None when no held entry is there (at `version`, if given)."""
+    await conn.execute("SELECT set_config('catalog.operation', 'approve', true)")
+    row = _row(
+        await conn.fetchrow(
+            "UPDATE entries SET state = 'active', version = version + 1, updated_at = clock_timestamp(), "
+            "updated_by = $6, provenance = coalesce(provenance, jsonb_build_object('principal', updated_by)) "
+            "|| jsonb_build_object('review', $7::jsonb) "
+            f"WHERE {_KEY} AND {LIVE} AND state = 'quarantined' AND ($5::bigint IS NULL OR version = $5) "
+            f"RETURNING {COLUMNS}",
+            *key,
+            version,
+            by,
+            review,
+        )
+    )
+    await conn.execute("SELECT set_config('catalog.operation', '', true)")
+    return row
+
+
+async def before_hold(conn: Conn, key: Key, entry_id: str) -> VersionRow | None:
+    """The entry's newest kept version that was not held for review (what a rejection puts back);
+    None when it has none since it was last deleted, or none is kept."""
+    row = await conn.fetchrow(
+        f"SELECT {_VERSION_COLUMNS} FROM entry_versions "
+        f"WHERE {_KEY} AND entry_id = $5 AND state <> 'quarantined' ORDER BY seq DESC LIMIT 1",
+        *key,
+        entry_id,
+    )
+    if row is None:
+        return None
+    kept = VersionRow(**dict(row))
+    return None if kept.operation == "delete" else kept
+
+
+async def put_back(
+    conn: asyncpg.Connection, current: EntryRow, kept: VersionRow, by: str, review: dict[str, Any]
+) -> EntryRow:
+    """Write a held entry back as it was at the kept version (its text, metadata, state and
+    provenance, with the review added), as a new version (`reject`)."""
+    await conn.execute("SELECT set_config('catalog.operation', 'reject', true)")
+    origin = kept.provenance if kept.provenance is not None else {"principal": kept.changed_by}
+    row = _row(
+        await conn.fetchrow(
+            "UPDATE entries SET contents = $3, description = $4, metadata = $5::jsonb, state = $6, "
+            "provenance = $7::jsonb, version = version + 1, updated_at = clock_timestamp(), updated_by = $8 "
+            f"WHERE store_id = $1 AND id = $2 AND version = $9 RETURNING {COLUMNS}",
+            current.store_id,
+            current.id,
+            kept.contents,
+            kept.description,
+            kept.metadata,
+            kept.state,
+            {**origin, "review": review},
+            by,
+            current.version,
+        )
+    )
+    await conn.execute("SELECT set_config('catalog.operation', '', true)")
+    assert row is not None  # the caller holds the row's lock at its version
+    return row

@@ -10,11 +10,12 @@ import json
 import re
 from typing import Annotated, Any
 
+import msgspec
 from litestar import Response, get, patch, post
 from litestar.datastructures import ResponseHeader
 from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 
-from catalog.entries import EntryRow, service
+from catalog.entries import EntryRow, provenance, service
 from catalog.entries import operations as ops
 from catalog.entries.operations import WriteMode
 from catalog.entries.repo import VersionRow
@@ -35,10 +36,14 @@ from catalog.entries.schemas import (
     EntryVersion,
     HistoryResponse,
     ListEntriesResponse,
+    Provenance,
+    QuarantinedResponse,
     Redaction,
     RedactRequest,
     RedactResponse,
     RestoreRequest,
+    ReviewRequest,
+    ReviewResponse,
     SearchRequest,
     SearchResponse,
     SearchResult,
@@ -110,6 +115,11 @@ def parse_filter(text: str | None) -> dict[str, Any] | None:
     return validate_metadata(value, "filter")
 
 
+def to_provenance(value: dict[str, Any] | None, author: str) -> Provenance:
+    """A stored provenance as answered (`catalog.entries.provenance.answer`)."""
+    return msgspec.convert(provenance.answer(value, author), Provenance)
+
+
 def to_entry(row: EntryRow, *, readable: bool = True) -> Entry:
     """The entry as answered; `readable=False` (a caller who may write but not read) leaves out
     everything it holds: only its key, times, authors, etag and state are acknowledged."""
@@ -132,6 +142,7 @@ def to_entry(row: EntryRow, *, readable: bool = True) -> Entry:
         state=row.state,
         superseded_by=_key_of(row.superseded_by) if readable else None,  # names another entry
         imported_by=row.imported_by,
+        provenance=to_provenance(row.provenance, row.updated_by),
     )
 
 
@@ -151,6 +162,7 @@ def _summary(row: EntryRow, many: bool) -> EntrySummary:
         scope=row.scope if many else None,
         metadata=row.metadata or None,
         state=row.state,
+        provenance=to_provenance(row.provenance, row.updated_by),
     )
 
 
@@ -252,6 +264,15 @@ AsOf = Annotated[
 ]
 
 
+IncludeQuarantined = Annotated[
+    bool,
+    Parameter(
+        description="entries held for review by the store's trust policy too: every one for a MANAGE "
+        "holder, one's own for their author (anyone else: as if they were not there)"
+    ),
+]
+
+
 @get("/{full_name:str}/entries:get", operation_id="getEntry", response_headers=ETAG, responses=errors(404))
 async def get_entry(
     request: Req,
@@ -261,9 +282,11 @@ async def get_entry(
     path: EntryPath,
     session_id: SessionId = None,
     as_of: AsOf = None,
+    include_quarantined: IncludeQuarantined = False,
 ) -> Response[Entry]:
     key = ops.ByKey(scope=entry_scope, path=path, session_id=session_id)
-    got = await service.get(ctx, request.user, ops.Get(store=full_name, target=key, as_of=as_of))
+    op = ops.Get(store=full_name, target=key, as_of=as_of, include_quarantined=include_quarantined)
+    got = await service.get(ctx, request.user, op)
     return _with_etag(to_entry(got))
 
 
@@ -300,6 +323,7 @@ async def list_entries(
     include_superseded: Annotated[
         bool, Parameter(description="superseded and merged entries too (else only active ones)")
     ] = False,
+    include_quarantined: IncludeQuarantined = False,
 ) -> ListEntriesResponse:
     listing = ops.List(
         store=full_name,
@@ -311,6 +335,7 @@ async def list_entries(
         where=parse_filter(metadata_filter),
         as_of=as_of,
         include_superseded=include_superseded,
+        include_quarantined=include_quarantined,
     )
     page = await service.list_entries(ctx, request.user, listing)
     many = len(listing.scopes) > 1
@@ -363,6 +388,7 @@ async def search(
         explain=data.explain,
         as_of=data.as_of,
         include_superseded=data.include_superseded,
+        include_quarantined=data.include_quarantined,
     )
     found = await service.search(ctx, request.user, query)
     details = found.explained.hits if found.explained is not None else {}
@@ -433,7 +459,9 @@ async def batch_create(
     )
     return BatchCreateResponse(
         results=[
-            BatchResultItem(path=r.path, status=r.status, error_code=r.error_code, message=r.message)
+            BatchResultItem(
+                path=r.path, status=r.status, error_code=r.error_code, message=r.message, held=r.held
+            )
             for r in results
         ]
     )
@@ -465,6 +493,8 @@ async def entry_history(
                 state=v.state,
                 superseded_by=_key_of(v.superseded_by),
                 imported_by=v.imported_by,
+                provenance=to_provenance(v.provenance, v.changed_by),
+                withheld=v.withheld,
             )
             for v in versions
         ]
@@ -538,6 +568,49 @@ async def restore_entry(
     return _with_etag(to_entry(written.row, readable=True))
 
 
+@get(
+    "/{full_name:str}/entries:quarantined",
+    operation_id="listQuarantinedEntries",
+    responses=errors(404),
+)
+async def list_quarantined(
+    request: Req,
+    ctx: Ctx,
+    full_name: StoreFullName,
+    entry_scope: ScopeParam = None,
+    page_size: PageSize = None,
+    page_token: PageToken = None,
+) -> QuarantinedResponse:
+    """The store's review queue (MANAGE): the entries its trust policy holds, with their contents
+    and provenance, by scope, session and path (every scope, or one)."""
+    op = ops.Quarantined(store=full_name, scope=entry_scope, page_size=page_size, page_token=page_token)
+    page = await service.quarantined(ctx, request.user, op)
+    return QuarantinedResponse(
+        entries=[to_entry(row) for row in page.rows], next_page_token=page.next_page_token
+    )
+
+
+@post(
+    "/{full_name:str}/entries:review",
+    status_code=200,
+    operation_id="reviewEntry",
+    responses=errors(404, 409),
+)
+async def review_entry(
+    request: Req, ctx: Ctx, full_name: StoreFullName, data: JSONBody[ReviewRequest]
+) -> ReviewResponse:
+    """Approve or reject an entry held for review (MANAGE): approved, its held text is active;
+    rejected, the entry is as it was before the held writes, or deleted when it had no earlier
+    text. Audited as `entries.review` with the decision."""
+    key = ops.ByKey(scope=data.scope, path=data.path, session_id=data.session_id)
+    version = None if data.etag is None else int(data.etag.removeprefix("W/").strip('"'))
+    op = ops.Review(store=full_name, key=key, decision=data.decision, if_match=version, reason=data.reason)
+    reviewed = await service.review(ctx, request.user, op)
+    if reviewed.row is None:
+        return ReviewResponse(decision=data.decision, deleted=True)
+    return ReviewResponse(decision=data.decision, memory_entry=to_entry(reviewed.row))
+
+
 # the memory store's entries routes but its DELETE (`catalog.erasure.routes` mounts them with it)
 route_handlers = [
     create_entry,
@@ -551,4 +624,6 @@ route_handlers = [
     entry_history,
     restore_entry,
     batch_create,
+    list_quarantined,
+    review_entry,
 ]

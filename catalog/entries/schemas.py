@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -118,6 +118,8 @@ class SearchRequest(Input, kw_only=True):
     filter: Metadata | None = None
     explain: bool = False  # each hit's score_details and the request's legs (SearchResponse.explain)
     include_superseded: bool = False  # superseded and merged entries too
+    # entries held for review too: all of them for a MANAGE holder, one's own for anyone else
+    include_quarantined: bool = False
     # epoch ms: search the entries as they were then, from the kept history
     as_of: Annotated[int, msgspec.Meta(ge=0, le=AS_OF_MAX)] | None = None
 
@@ -156,6 +158,59 @@ class DeleteMatchingResponse(msgspec.Struct, kw_only=True):
     truncated: bool  # more entries matched than one request deletes: send it again
 
 
+class SourceEntry(msgspec.Struct, omit_defaults=True, kw_only=True):
+    memory_store: str
+    scope: str
+    path: str
+    session_id: str | None = None
+
+
+class ProvenanceSource(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """What a version was derived from (the lineage recorded with it)."""
+
+    conversation: str | None = None  # a conversation id (responses) ...
+    memory_store: str | None = None  # ... and the memory store it is kept in
+    session: str | None = None  # a session id (extraction, a pipeline) ...
+    session_store: str | None = None  # ... and its session store
+    items: list[str] | None = None  # the conversation's or session's items (at most 20 named)
+    items_total: int | None = None  # how many items, when more than are named
+    entries: list[SourceEntry] | None = None  # the entries it was derived from (`derived_from`)
+    restored_version: int | None = None  # `entries:restore`: the version written again
+
+
+class TrustNote(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """What the store's trust policy decided for the change."""
+
+    decision: str  # trust | screen | review
+    held: bool  # kept quarantined until reviewed
+    rules: list[str] | None = None  # the screen's rules that matched
+    classifier: str | None = None  # instruction | data | unavailable, when the upstream model judged it
+
+
+class ReviewNote(msgspec.Struct, omit_defaults=True, kw_only=True):
+    decision: str  # approved | rejected
+    by: str
+    at: int  # epoch milliseconds
+    via: str | None = None  # rest | console
+    reason: str | None = None
+
+
+class Provenance(msgspec.Struct, omit_defaults=True, kw_only=True, rename={"class_": "class"}):
+    """Where a version's text came from, as the server saw the change arrive (never as the client
+    said): docs/governance/trust.md."""
+
+    principal: str  # who wrote it (the token's subject)
+    on_behalf_of: str | None = None  # the end user the token acted for
+    # rest | agents | console | mcp | responses | extraction | pipeline | maintenance | import;
+    # absent: written before provenance was kept
+    via: str | None = None
+    model: str | None = None  # the upstream model that wrote it, where one did
+    class_: str  # person | application | model | unknown
+    source: ProvenanceSource | None = None
+    trust: TrustNote | None = None
+    review: ReviewNote | None = None
+
+
 class Entry(msgspec.Struct, omit_defaults=True, kw_only=True):
     scope: str
     path: str
@@ -172,10 +227,11 @@ class Entry(msgspec.Struct, omit_defaults=True, kw_only=True):
     etag: str
     expires_at: int | None = None  # epoch milliseconds; absent: never
     metadata: dict[str, Any] | None = None
-    state: str  # active | superseded | merged
+    state: str  # active | superseded | merged | quarantined (held for review)
     superseded_by: EntryKey | None = None  # the entry replacing it (superseded or merged)
     # who imported it from an archive (created_by is the archive's author); absent: written here
     imported_by: str | None = None
+    provenance: Provenance  # where its current text came from
 
 
 class EntryKey(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -193,6 +249,7 @@ class EntrySummary(msgspec.Struct, omit_defaults=True, kw_only=True):
     scope: str | None = None
     metadata: dict[str, Any] | None = None
     state: str = "active"  # absent: active
+    provenance: Provenance | None = None
 
 
 class ListEntriesResponse(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -283,6 +340,7 @@ class BatchResultItem(msgspec.Struct, omit_defaults=True, kw_only=True):
     status: str  # CREATED, UPDATED, UNCHANGED or FAILED
     error_code: str | None = None
     message: str | None = None
+    held: bool = False  # written, and held for review by the store's trust policy
 
 
 class BatchCreateResponse(msgspec.Struct, kw_only=True):
@@ -303,6 +361,9 @@ class EntryVersion(msgspec.Struct, omit_defaults=True, kw_only=True):
     # who imported this version from an archive (updated_by is the archive's author); absent:
     # written here
     imported_by: str | None = None
+    provenance: Provenance | None = None  # where its text (or the deletion) came from
+    # held for review: its text is answered only to MANAGE holders and its author
+    withheld: bool = False
 
 
 class Redaction(msgspec.Struct, kw_only=True):
@@ -355,3 +416,34 @@ class RestoreRequest(Input, kw_only=True):
     etag: Annotated[
         str, msgspec.Meta(pattern=r'^(W/)?"?[0-9]{1,18}"?$', description="a version's etag from the history")
     ]
+
+
+ReviewDecision = Literal["approve", "reject"]
+
+
+class ReviewRequest(Input, kw_only=True):
+    """Approve or reject an entry held for review."""
+
+    scope: Scope
+    path: EntryPath
+    session_id: SessionId | None = None
+    decision: ReviewDecision
+    # the held version decided on (409 ABORTED when the entry moved on since it was read)
+    etag: (
+        Annotated[str, msgspec.Meta(pattern=r'^(W/)?"?[0-9]{1,18}"?$', description="the held version's etag")]
+        | None
+    ) = None
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=1000, pattern=NOT_BLANK)] | None = None
+
+
+class ReviewResponse(msgspec.Struct, omit_defaults=True, kw_only=True):
+    decision: ReviewDecision
+    # the entry now: active (approved), or as it was before the held writes (rejected); absent when
+    # a rejection deleted it (it had no earlier text)
+    memory_entry: Entry | None = None
+    deleted: bool = False
+
+
+class QuarantinedResponse(msgspec.Struct, omit_defaults=True, kw_only=True):
+    entries: list[Entry]  # held for review, by scope, session and path
+    next_page_token: str | None = None

@@ -11,7 +11,14 @@ Rules:
   acknowledged without contents, an edit that depends on the text needs READ too, and its APPEND
   is never deduplicated (whether it changed the entry would say what the entry held);
 - a search ranks in the engine (`catalog.search`) and every hit is re-read here, so a deleted
-  entry or an old version is never answered.
+  entry or an old version is never answered;
+- every change records its provenance (`catalog.entries.provenance`: who, through what channel,
+  from what, with which model), and a store's trust policy (`catalog.governance.trust`) judges
+  every write and edit: a write it holds is kept `quarantined`, and stays so (with any later
+  change to it) until a MANAGE holder approves or rejects it (`review`). A held entry is read
+  (get, list, search, as-of, history's text) only by MANAGE holders and its author, and only when
+  they ask for held entries (`include_quarantined`); a state change, a forget by query and the
+  memory tools never reach it. A store without a policy holds nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+import msgspec
 
 from catalog import telemetry
 from catalog.audit.lineage import EntryRef, TranscriptRef, check_origin
@@ -31,8 +39,8 @@ from catalog.audit.log import audited, note_params, note_result
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import operations as ops
-from catalog.entries import repo
-from catalog.entries.repo import EntryRow, Fields, Key
+from catalog.entries import provenance, repo
+from catalog.entries.repo import NO_HELD, EntryRow, Fields, Held, Key
 from catalog.entries.schemas import (
     DELETE_MATCHING_FLOOR,
     MAX_CONTENTS,
@@ -55,13 +63,14 @@ from catalog.errors import (
     PermissionDenied,
     ResourceConflict,
 )
-from catalog.governance import Securable, SecurableType
+from catalog.governance import Securable, SecurableType, trust
 from catalog.governance.namespace.service import (
     ensure_not_held,
     held_conflict,
     held_stores_keeping,
     is_held,
     scope_binding,
+    trust_policy,
 )
 from catalog.search import Found, Given, Query, log_changed
 from catalog.search.corpus import ENTRIES
@@ -169,20 +178,82 @@ async def _ensure_may_read(ctx: Context, principal: Principal, store: Securable,
         raise PermissionDenied(f"{what} reads the entry's text: {exc.message}") from None
 
 
-async def _find(ctx: Context, principal: Principal, store: Securable, target: ops.Target) -> EntryRow:
-    """The entry a target names (its scope held to the binding), or 404."""
+async def _find(
+    ctx: Context, principal: Principal, store: Securable, target: ops.Target, held: Held = NO_HELD
+) -> EntryRow:
+    """The entry a target names (its scope held to the binding), or 404; an entry held for review
+    is found only as `held` says (else it is not found, as if it were not there)."""
     if isinstance(target, ops.ByKey):
         key = _key(store, target)
         await check_binding(ctx, principal, store, [key.scope])
         row = await repo.get(ctx.pool, key)
-        if row is None:
+        if row is None or not _sees(held, row):
             raise NotFound(f"no entry at {key.path} in scope {key.scope}")
         return row
     row = await repo.get_by_id(ctx.pool, store.node.id, target.entry_id)
     if row is None:
         raise NotFound(f"memory entry {target.entry_id} does not exist")
     await check_binding(ctx, principal, store, [row.scope])
+    if not _sees(held, row):
+        raise NotFound(f"memory entry {target.entry_id} does not exist")
     return row
+
+
+# --- trust: held entries, and the store's policy ---------------------------------------------------
+
+
+def may_review(ctx: Context, principal: Principal, store: Securable) -> bool:
+    """Whether the caller may review the store's held entries (MANAGE): it then reads them all."""
+    return ctx.access.visible(principal, "entries.review", store)
+
+
+def _held(ctx: Context, principal: Principal, store: Securable, asked: bool) -> Held:
+    """Which held entries a read answers: none unless asked; asked, every one to a MANAGE holder,
+    its own to anyone else (their author)."""
+    if not asked:
+        return NO_HELD
+    return Held(True, None if may_review(ctx, principal, store) else principal.name)
+
+
+def _sees(held: Held, row: EntryRow) -> bool:
+    """Whether a read answering `held` answers this row (any row not held, a held one as it says)."""
+    if not row.held:
+        return True
+    return held.include and (held.author is None or row.updated_by == held.author)
+
+
+def _texts(fields: Fields) -> list[str]:
+    """What a write's screen reads: its contents, description and metadata's text values."""
+    texts = [fields.contents or "", fields.description or ""]
+    if fields.metadata:
+        texts.extend(value for value in fields.metadata.values() if isinstance(value, str))
+    return texts
+
+
+async def _judge(
+    ctx: Context, principal: Principal, store: Securable, channel: ops.Channel, texts: Sequence[str]
+) -> trust.Verdict | None:
+    """The store's trust policy's verdict on a change (None: the store has none). The policy was
+    read with the store's chain: a store without one costs nothing more. A held change is noted
+    in its audit event (`held`: the decision, and the rules that matched)."""
+    policy = await trust_policy(ctx, store)
+    if policy is None:
+        return None
+    klass = trust.class_of(channel.via, principal.on_behalf_of)
+    verdict = await trust.judge(policy, klass, channel.via, texts, ctx.llm)
+    if verdict.held:
+        noted: dict[str, str] = {"held": verdict.decision}
+        if verdict.rules:
+            noted["held_rules"] = ",".join(verdict.rules)
+        if verdict.classifier is not None:
+            noted["held_classifier"] = verdict.classifier
+        note_params(noted)
+    return verdict
+
+
+def _judged(fields: Fields, origin: dict[str, Any], verdict: trust.Verdict | None) -> Fields:
+    """The write's fields with its provenance and the policy's hold."""
+    return msgspec.structs.replace(fields, provenance=origin, held=verdict is not None and verdict.held)
 
 
 def _written(ctx: Context) -> None:
@@ -248,6 +319,14 @@ async def write(ctx: Context, principal: Principal, op: ops.Write) -> Written:
     readable = ctx.access.visible(principal, "entries.read", store, [scope])
     sources = await _sources(ctx, principal, op.derived_from)
     origin = _origin(op.origin)
+    verdict = await _judge(ctx, principal, store, op.channel, _texts(fields))
+    fields = _judged(
+        fields,
+        provenance.of_change(
+            principal, op.channel, origin=op.origin, derived_from=op.derived_from, verdict=verdict
+        ),
+        verdict,
+    )
     async with audited(ctx.pool) as conn:
         note_result(1)
         ready = await _before_write(conn, key)
@@ -303,13 +382,16 @@ def _expiring(ctx: Context, row: EntryRow) -> None:
 
 
 async def get(ctx: Context, principal: Principal, op: ops.Get) -> EntryRow:
+    """The entry (as it was at `as_of`); one held for review only when asked, to a MANAGE holder
+    or its author (anyone else: 404, as if it were not there)."""
     scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
     at = _as_of(op.as_of)
     store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
+    held = _held(ctx, principal, store, op.include_quarantined)
     if at is None:
-        row = await _find(ctx, principal, store, op.target)
+        row = await _find(ctx, principal, store, op.target, held)
     else:
-        row = await _found_then(ctx, principal, store, op.target, at)
+        row = await _found_then(ctx, principal, store, op.target, at, held)
     note_result(1)
     return row
 
@@ -326,19 +408,26 @@ def _as_of(value: int | None) -> int | None:
 
 
 async def _found_then(
-    ctx: Context, principal: Principal, store: Securable, target: ops.Target, at: int
+    ctx: Context, principal: Principal, store: Securable, target: ops.Target, at: int, held: Held
 ) -> EntryRow:
-    """The entry a target named at time `at` (from the history; its scope held to the binding)."""
+    """The entry a target named at time `at` (from the history; its scope held to the binding),
+    held for review then only as `held` says."""
     if isinstance(target, ops.ByKey):
         key = _key(store, target)
         await check_binding(ctx, principal, store, [key.scope])
         rows = await repo.as_of(
-            ctx.pool, store.node.id, [key.scope], at, session_id=key.session_id, exact_path=key.path
+            ctx.pool,
+            store.node.id,
+            [key.scope],
+            at,
+            session_id=key.session_id,
+            exact_path=key.path,
+            held=held,
         )
         if not rows:
             raise NotFound(f"no entry at {key.path} in scope {key.scope} at {at}")
         return rows[0]
-    rows = await repo.as_of(ctx.pool, store.node.id, None, at, entry_id=target.entry_id)
+    rows = await repo.as_of(ctx.pool, store.node.id, None, at, entry_id=target.entry_id, held=held)
     if not rows:
         raise NotFound(f"memory entry {target.entry_id} did not exist at {at}")
     await check_binding(ctx, principal, store, [rows[0].scope])
@@ -360,6 +449,7 @@ async def list_entries(ctx: Context, principal: Principal, op: ops.List) -> Page
     where = validate_metadata(op.where, "filter") or None
     at = _as_of(op.as_of)
     store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
+    held = _held(ctx, principal, store, op.include_quarantined)
     pages = Pages(
         ctx.pool,
         f"{op.listing}.entries",
@@ -371,6 +461,7 @@ async def list_entries(ctx: Context, principal: Principal, op: ops.List) -> Page
         **({"filter": where} if where else {}),  # (a token issued before filters stays good)
         **({"as_of": at} if at is not None else {}),
         **({"include_superseded": True} if op.include_superseded else {}),
+        **({"include_quarantined": held.author or "*"} if held.include else {}),
     )
     after = await pages.after(op.page_token, Cursor)
     if at is None:
@@ -385,6 +476,7 @@ async def list_entries(ctx: Context, principal: Principal, op: ops.List) -> Page
             exact,
             where,
             include_inactive=op.include_superseded,
+            held=held,
         )
     else:
         rows = await repo.as_of(
@@ -399,6 +491,7 @@ async def list_entries(ctx: Context, principal: Principal, op: ops.List) -> Page
             after=after,
             limit=limit + 1,
             include_inactive=op.include_superseded,  # in their state then
+            held=held,
         )
     page = rows[:limit]
     note_result(len(page))
@@ -445,6 +538,21 @@ def _apply(current: str | None, change: ops.Change | None) -> str | None:
     return current
 
 
+def _added(change: ops.Change | None) -> str:
+    """The text an edit brings in (what the store's screen reads of it)."""
+    if isinstance(change, ops.StrReplace):
+        return change.new
+    if isinstance(change, ops.Insert | ops.Append):
+        return change.text
+    if isinstance(change, ops.ReplaceAll):
+        return change.contents or ""
+    return ""
+
+
+def _metadata_texts(metadata: dict[str, object] | None) -> list[str]:
+    return [value for value in (metadata or {}).values() if isinstance(value, str)]
+
+
 def _reads_text(change: ops.Change | None) -> str | None:
     """The name of an edit whose outcome depends on the text now (its line count, an occurrence),
     which a caller who may write but not read must not learn; None for any other edit."""
@@ -480,8 +588,16 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
     adds_text = isinstance(op.change, ops.Insert | ops.Append) or op.change is None
     if not adds_text or description is not None or op.set_description or metadata is not None:
         await ensure_not_held(ctx, store, "changed except by adding text")
-    found = await _find(ctx, principal, store, op.target)
+    found = await _find(ctx, principal, store, op.target, _held(ctx, principal, store, True))
     origin = _origin(op.origin)
+    judged: tuple[dict[str, Any], bool] | None = None
+    if not renews_only:
+        texts = [_added(op.change), description or "", *_metadata_texts(metadata)]
+        verdict = await _judge(ctx, principal, store, op.channel, texts)
+        judged = (
+            provenance.of_change(principal, op.channel, origin=op.origin, verdict=verdict),
+            verdict is not None and verdict.held,
+        )
     async with audited(ctx.pool) as conn:
         note_result(1)
         current = await repo.get_by_id(conn, store.node.id, found.id, for_update=True)
@@ -489,11 +605,11 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
             raise NotFound(f"no entry at {found.path} in scope {found.scope}")
         if op.if_match is not None and current.version != op.if_match:
             raise Aborted(f"the entry is at version {current.version}, not {op.if_match}")
-        if renews_only:
+        if judged is None:
             assert op.ttl_seconds is not None
             renewed = await repo.set_expiry(conn, current.store_id, current.id, op.ttl_seconds)
         else:
-            renewed = await _changed(conn, principal, current, op, description, metadata, origin)
+            renewed = await _changed(conn, principal, current, op, description, metadata, origin, judged)
     _expiring(ctx, renewed)
     _written(ctx)
     return Written(renewed, readable)
@@ -507,8 +623,10 @@ async def _changed(
     description: str | None,
     metadata: dict[str, object] | None,
     origin: TranscriptRef | None,
+    judged: tuple[dict[str, Any], bool],
 ) -> EntryRow:
-    """The edit's change to a row locked at its current version (and its new expiry, if any)."""
+    """The edit's change to a row locked at its current version (and its new expiry, if any),
+    with its provenance and the policy's hold (`judged`)."""
     contents = within(_apply(current.contents, op.change), "contents", MAX_CONTENTS)
     keep = description is None and not op.set_description
     row = await repo.update_contents(
@@ -520,6 +638,7 @@ async def _changed(
         current.description if keep else description,
         principal.name,
         metadata,
+        *judged,
     )
     assert row is not None  # the row lock held the version
     await record_lineage(conn, principal.name, _ref(row), [], origin)
@@ -532,11 +651,12 @@ async def _changed(
 async def delete(ctx: Context, principal: Principal, op: ops.Delete) -> None:
     scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
     store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
-    found = await _find(ctx, principal, store, op.target)
+    found = await _find(ctx, principal, store, op.target, _held(ctx, principal, store, True))
     await ensure_not_held(ctx, store, "deleted")
+    gone = provenance.of_deletion(principal, op.channel)
     async with audited(ctx.pool) as conn:
         note_result(1)
-        deleted, version = await repo.delete(conn, store.node.id, found.id, op.if_match, principal.name)
+        deleted, version = await repo.delete(conn, store.node.id, found.id, op.if_match, principal.name, gone)
         if not deleted:
             # without a precondition a delete deletes whatever version is there: finding none
             # means a concurrent delete took it first (404); only a precondition answers ABORTED
@@ -555,6 +675,7 @@ class BatchResult:
     status: str  # CREATED, UPDATED, UNCHANGED or FAILED
     error_code: str | None = None
     message: str | None = None
+    held: bool = False  # written, and held for review by the store's trust policy
 
 
 @telemetry.memory_operation("create_memory")
@@ -585,6 +706,8 @@ async def batch_write(ctx: Context, principal: Principal, op: ops.Batch) -> list
                     "derived_from is not taken in a batch: write the entry alone", "derived_from"
                 )
             seen.add(key)
+            verdict = await _judge(ctx, principal, store, op.channel, _texts(fields))
+            fields = _judged(fields, provenance.of_change(principal, op.channel, verdict=verdict), verdict)
             checked.append((i, key, fields, write_op))
         except FieldError as exc:
             field = f"entries[{i}].{exc.field}" if exc.field else f"entries[{i}]"
@@ -626,21 +749,31 @@ async def _batch_one(
         if row is None:
             return BatchResult(key.path, "UNCHANGED")
     await _expire(conn, row, op.ttl_seconds, ready.default_ttl)
-    return BatchResult(key.path, "UPDATED" if existing is not None else "CREATED")
+    return BatchResult(key.path, "UPDATED" if existing is not None else "CREATED", held=row.held)
 
 
 HISTORY_LIMIT = 1000  # versions one history answer holds at most (newest first)
 
 
 async def history(ctx: Context, principal: Principal, op: ops.History) -> list[repo.VersionRow]:
-    """The versions of an entry's key, newest first (READ): also of a deleted entry."""
+    """The versions of an entry's key, newest first (READ): also of a deleted entry. A version
+    held for review keeps its text from everyone but MANAGE holders and its author (`withheld`)."""
     store = await resolve_store(ctx, principal, op.store, "entries.read", [validate_scope(op.key.scope)])
     key = _key(store, op.key)
     versions = await repo.history(ctx.pool, key, HISTORY_LIMIT)
     if not versions:
         raise NotFound(f"no entry at {key.path} in scope {key.scope} has a history")
     note_result(len(versions))
+    if any(v.state == "quarantined" for v in versions) and not may_review(ctx, principal, store):
+        versions = [_withheld(v) if v.changed_by != principal.name else v for v in versions]
     return versions
+
+
+def _withheld(version: repo.VersionRow) -> repo.VersionRow:
+    """A version as answered to a reader who may not read it: a held one without its text."""
+    if version.state != "quarantined" or version.operation == "delete":
+        return version
+    return msgspec.structs.replace(version, contents=None, description=None, metadata=None, withheld=True)
 
 
 @telemetry.memory_operation("update_memory")
@@ -650,6 +783,15 @@ async def restore(ctx: Context, principal: Principal, op: ops.Restore) -> Writte
     store = await resolve_store(ctx, principal, op.store, "entries.write", [validate_scope(op.key.scope)])
     await _ensure_may_read(ctx, principal, store, "restore")
     key = _key(store, op.key)
+    kept = await repo.version(ctx.pool, key, op.version)
+    if kept is None:
+        raise NotFound(f"no version {op.version} of the entry at {key.path} in scope {key.scope} is kept")
+    if kept.state == "quarantined":  # what was held is released by a review only
+        await ctx.access.ensure(principal, "entries.review", store)
+    verdict = await _judge(ctx, principal, store, op.channel, [kept.contents or "", kept.description or ""])
+    origin = provenance.of_change(
+        principal, op.channel, verdict=verdict, extra_source={"restored_version": op.version}
+    )
     async with audited(ctx.pool) as conn:
         kept = await repo.version(conn, key, op.version)
         if kept is None:
@@ -660,7 +802,8 @@ async def restore(ctx: Context, principal: Principal, op: ops.Restore) -> Writte
             )
         if await repo.get(conn, key) is not None:
             await ensure_not_held(ctx, store, "replaced")
-        row = await repo.restore(conn, key, kept, principal.name)
+        held = verdict is not None and verdict.held
+        row = await repo.restore(conn, key, kept, principal.name, origin, held)
         note_result(1)
     _written(ctx)
     return Written(row, True)
@@ -685,7 +828,7 @@ async def set_state(ctx: Context, principal: Principal, op: ops.SetState) -> Ent
         other = _key(store, op.superseded_by, "superseded_by.")
         await check_binding(ctx, principal, store, [other.scope])
         target = await repo.get(ctx.pool, other)
-        if target is None:
+        if target is None or target.held:  # a held entry replaces nothing until it is approved
             raise InvalidParameter(
                 f"superseded_by: no entry at {other.path} in scope {other.scope}", "superseded_by"
             )
@@ -695,6 +838,12 @@ async def set_state(ctx: Context, principal: Principal, op: ops.SetState) -> Ent
     async with audited(ctx.pool) as conn:
         row = await repo.set_state(conn, key, op.state, replacing, principal.name)
         if row is None:
+            there = await repo.get(conn, key)
+            if there is not None and _sees(_held(ctx, principal, store, True), there):
+                raise ResourceConflict(
+                    f"the entry at {key.path} in scope {key.scope} is held for review: a MANAGE holder "
+                    "approves or rejects it (entries:review) before its state can change"
+                )
             raise NotFound(f"no entry at {key.path} in scope {key.scope}")
         note_result(1)
     _written(ctx)
@@ -764,7 +913,7 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
     async def authorize(scopes: list[str]) -> Securable:
         return await resolve_store(ctx, principal, op.store, "entries.read", scopes)
 
-    _, found = await _ranked(ctx, op, authorize, op.top_k)
+    _, found = await _ranked(ctx, op, authorize, op.top_k, principal)
     note_result(len(found.hits))
     return found
 
@@ -774,9 +923,11 @@ async def _ranked(
     op: ops.Search,
     authorize: Callable[[list[str]], Awaitable[Securable]],
     limit: int,
+    principal: Principal,
 ) -> tuple[Securable, Found[EntryRow]]:
     """A search's ranking: its input checked, the store authorized by `authorize` (handed the
-    searched scopes), and at most `limit` hits, best first (every search of entries runs it)."""
+    searched scopes), and at most `limit` hits, best first (every search of entries runs it).
+    Entries held for review are ranked only when asked for, and answered as `_held` says."""
     scopes = validate_scopes(None, op.scopes)
     query = search_input(op.query, op.top_k)
     prefix = validate_path_prefix(op.path_prefix)
@@ -793,10 +944,11 @@ async def _ranked(
             vector.cancel()
         raise
     store_id = store.node.id
+    held = _held(ctx, principal, store, op.include_quarantined)
     candidates = max(MIN_CANDIDATES, limit * 3)
     if at is not None:
         parts = (store_id, scopes, query, candidates, session, prefix, where, vector)
-        return store, await _search_then(ctx, op, *parts, at, limit)
+        return store, await _search_then(ctx, op, *parts, at, limit, held)
     ranking = await ctx.search.rank(
         Query(
             store_id,
@@ -809,7 +961,8 @@ async def _ranked(
             where=where,
             vector=vector,
             explain=op.explain,
-            include_inactive=op.include_superseded,
+            # held entries are inactive in the indexes too: ranked only when asked for
+            include_inactive=op.include_superseded or held.include,
         )
     )
     ranked = ranking.hits
@@ -826,7 +979,10 @@ async def _ranked(
             # a hit deleted or moved since it was indexed is dropped; the entry shown is the current one
             if row is None or row.store_id != store_id or row.scope not in scopes:
                 continue
-            if not row.active and not op.include_superseded:  # superseded since (or a neighbour)
+            if row.held:
+                if not _sees(held, row):  # held, and not asked for or not the caller's to read
+                    continue
+            elif not row.active and not op.include_superseded:  # superseded since (or a neighbour)
                 continue
             results.append((row, round(score, 6)))
             if len(results) == limit:
@@ -877,7 +1033,7 @@ async def delete_matching(ctx: Context, principal: Principal, op: ops.DeleteMatc
         await ensure_not_held(ctx, store, "deleted")
         return store
 
-    store, found = await _ranked(ctx, query, authorize, MAX_DELETE_MATCHING + 1)
+    store, found = await _ranked(ctx, query, authorize, MAX_DELETE_MATCHING + 1, principal)
     matched = [row for row, _ in found.hits]
     rows, truncated = matched[:MAX_DELETE_MATCHING], len(matched) > MAX_DELETE_MATCHING
     note_params(
@@ -892,9 +1048,10 @@ async def delete_matching(ctx: Context, principal: Principal, op: ops.DeleteMatc
         note_result(len(rows))
         return Forgotten(rows, truncated)
     deleted: list[EntryRow] = []
+    origin = provenance.of_deletion(principal, op.channel)
     async with audited(ctx.pool) as conn:
         for row in rows:
-            gone, _ = await repo.delete(conn, store.node.id, row.id, row.version, principal.name)
+            gone, _ = await repo.delete(conn, store.node.id, row.id, row.version, principal.name, origin)
             if gone:
                 deleted.append(row)
         note_result(len(deleted))
@@ -918,9 +1075,11 @@ async def _search_then(
     vector: asyncio.Future[Any] | None,
     at: int,
     limit: int,
+    held: Held,
 ) -> Found[EntryRow]:
     """A search of the store as it was at `at`: the versions alive then, from the history,
-    ranked exactly (`SearchEngine.rank_given`); the hits are those versions."""
+    ranked exactly (`SearchEngine.rank_given`); the hits are those versions (held for review then
+    only as `held` says)."""
     assert ctx.search is not None
     try:
         rows = await repo.as_of(
@@ -933,6 +1092,7 @@ async def _search_then(
             where=where,
             limit=AS_OF_SEARCH_MAX + 1,
             include_inactive=op.include_superseded,  # in their state then
+            held=held,
         )
         if len(rows) > AS_OF_SEARCH_MAX:
             raise InvalidParameter(
@@ -957,3 +1117,78 @@ async def _search_then(
         if op.min_score is None or score >= op.min_score
     ][:limit]
     return Found(results, ranking.degraded, ranking.explained)
+
+
+# --- review: the entries a store's trust policy holds ----------------------------------------------
+
+QueueCursor = tuple[str, str, str]  # the (scope, session, path) a page of the review queue ends at
+MAX_REVIEW_REASON = 1000
+
+
+async def quarantined(ctx: Context, principal: Principal, op: ops.Quarantined) -> Page:
+    """A page of the store's review queue (MANAGE: `entries.review`): its held entries, every
+    scope, by (scope, session, path), whatever the store's scope binding (as an export)."""
+    scope = validate_scope(op.scope) if op.scope is not None else None
+    limit = page_size(op.page_size, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
+    store = await resolve_store(ctx, principal, op.store, "entries.review")
+    pages = Pages(ctx.pool, "entries.quarantined", store=store.full_name, scope=scope)
+    after = await pages.after(op.page_token, QueueCursor)
+    rows = await repo.quarantined(ctx.pool, store.node.id, scope, after, limit + 1)
+    page = rows[:limit]
+    note_result(len(page))
+    if len(rows) <= limit:
+        return Page(page, None)
+    last = page[-1]
+    return Page(page, await pages.token([last.scope, last.session_id, last.path]))
+
+
+@dataclass(frozen=True)
+class Reviewed:
+    decision: str  # approve | reject
+    row: EntryRow | None  # the entry now (None: a rejection deleted it, as it had no earlier text)
+
+
+@telemetry.memory_operation("update_memory")
+async def review(ctx: Context, principal: Principal, op: ops.Review) -> Reviewed:
+    """Approve or reject an entry held for review (MANAGE: `entries.review`), whatever the store's
+    scope binding. `approve` makes the held text active, as a new version (`approve`) whose
+    provenance is the held text's with the review added; `reject` puts the entry back as it was
+    before the held writes (its newest kept version not held), as a new version (`reject`), or
+    deletes it when it had none. A precondition (`if_match`) names the held version decided on.
+    Under a legal hold a rejection that would delete the entry is refused (409)."""
+    reason = op.reason.strip() if op.reason else None
+    if reason is not None and not 1 <= len(reason) <= MAX_REVIEW_REASON:
+        raise InvalidParameter(f"reason must be 1-{MAX_REVIEW_REASON} characters", "reason")
+    note_params({"decision": op.decision})
+    store = await resolve_store(ctx, principal, op.store, "entries.review")
+    key = _key(store, op.key)
+    decided = {
+        "decision": "approved" if op.decision == "approve" else "rejected",
+        "by": principal.name,
+        "at": int(time.time() * 1000),
+        "via": op.channel.via,
+        **({"reason": reason} if reason else {}),
+    }
+    async with audited(ctx.pool) as conn:
+        current = await repo.get(conn, key, for_update=True)
+        if current is None or not current.held:
+            raise NotFound(f"no entry held for review at {key.path} in scope {key.scope}")
+        if op.if_match is not None and current.version != op.if_match:
+            raise Aborted(f"the entry is at version {current.version}, not {op.if_match}")
+        note_result(1)
+        if op.decision == "approve":
+            row = await repo.approve(conn, key, current.version, principal.name, decided)
+            assert row is not None  # the row's lock holds its version and state
+            result = Reviewed("approve", row)
+        else:
+            kept = await repo.before_hold(conn, key, current.id)
+            if kept is not None:
+                result = Reviewed("reject", await repo.put_back(conn, current, kept, principal.name, decided))
+            else:
+                if await is_held(ctx, store):
+                    raise held_conflict(store, "deleted")
+                gone = {**provenance.of_deletion(principal, op.channel), "review": decided}
+                await repo.delete(conn, store.node.id, current.id, current.version, principal.name, gone)
+                result = Reviewed("reject", None)
+    _written(ctx)
+    return result

@@ -3,8 +3,9 @@
 The engine, re-exported here: the action registry (`actions`), the authorizer deciding with Casbin
 (`authorize`, `engine`, `policy`; the model is `policies/model.conf`), its SQL (`repo`: the policy
 and the securables' chains, which `locate` builds) and the one access seam every service goes
-through (`access`). The slices governed by it, each with its routes: `namespace`
-(catalogs, schemas, memory stores), `permissions` (grants), `groups` and `principals` (SCIM)."""
+through (`access`); a memory store's trust policy and its screen (`trust`). The slices governed
+by it, each with its routes: `namespace` (catalogs, schemas, memory stores), `permissions`
+(grants), `groups` and `principals` (SCIM)."""
 
 from catalog.governance.access import Access
 from catalog.governance.actions import ACTIONS, Action, Privilege, action

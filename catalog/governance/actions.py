@@ -194,6 +194,26 @@ ACTIONS: dict[str, Action] = {
             (_P.MANAGE,),
             "redact a version of an entry: its contents and description, in the history and in the entry",
         ),
+        # trust and provenance (catalog/governance/trust.py, docs/governance/trust.md)
+        _a(
+            "entries.review",
+            _S.MEMORY_STORE,
+            (_P.MANAGE,),
+            "list the entries a memory store's trust policy holds for review, read them, and approve "
+            "or reject them",
+        ),
+        _a(
+            "trust_policy.read",
+            _S.MEMORY_STORE,
+            (_P.READ_MEMORY_STORE, _P.WRITE_MEMORY_STORE, _P.MANAGE),
+            "read a memory store's trust policy and try text against its screen",
+        ),
+        _a(
+            "trust_policy.update",
+            _S.MEMORY_STORE,
+            (_P.MANAGE,),
+            "set or remove a memory store's trust policy",
+        ),
         _a(
             "conversations.read",
             _S.MEMORY_STORE,
@@ -312,6 +332,7 @@ ACTIONS: dict[str, Action] = {
         _a("groups.manage", _S.METASTORE, (METASTORE_ADMIN,), "create, change or delete groups"),
         _a("audit.read", _S.METASTORE, (_P.READ_AUDIT,), "read the audit log"),
         _a("lineage.read", _S.METASTORE, (_P.READ_AUDIT,), "read lineage"),
+        _a("provenance.read", _S.METASTORE, (_P.READ_AUDIT,), "read the provenance of entry versions"),
         _a("system.erase_scope", _S.METASTORE, (METASTORE_ADMIN,), "erase a scope from every memory store"),
         _a(
             "system.erase_subject",

@@ -35,7 +35,9 @@ async def locate(
                 Node(node_type, ".".join(parts[:depth]), str(row[f"{prefix}_id"]), row[f"{prefix}_owner"])
             )
     rules = None
+    trust = None
     store_found = securable_type == SecurableType.MEMORY_STORE and len(chain) == 4
     if store_found and row["m_scope_binding"] is not None:
         rules = (str(row["m_scope_binding"]), tuple(row["m_shared_scopes"] or ()))
-    return Securable(securable_type, full_name, tuple(chain), row["revision"], rules)
+        trust = row["m_trust_policy"]
+    return Securable(securable_type, full_name, tuple(chain), row["revision"], rules, trust)

@@ -12,10 +12,12 @@ import asyncpg
 # The chain of existing objects named by (catalog, schema, store), each part NULL when not asked
 # for, with the policy revision read in the same statement (so a request decides on a policy at
 # least as new as what it sees), and the store's scope rules (its binding and shared scopes: what
-# every request on its entries checks, read with the store rather than by another query).
+# every request on its entries checks, read with the store rather than by another query) and its
+# trust policy (what every write to its entries is judged by; NULL for a store without one).
 _CHAIN = """
 SELECT c.id AS c_id, c.owner AS c_owner, s.id AS s_id, s.owner AS s_owner, m.id AS m_id, m.owner AS m_owner,
        m.scope_binding AS m_scope_binding, m.shared_scopes AS m_shared_scopes,
+       m.trust_policy AS m_trust_policy,
        (SELECT coalesce(max(seq), 0) FROM policy_log) AS revision
 FROM (SELECT 1) AS one
 LEFT JOIN catalogs c ON c.name = $1
@@ -67,8 +69,8 @@ async def chain_row(
     store_kind: str | None,
 ) -> asyncpg.Record:
     """The ids and owners of the named catalog, schema and store (`c_`, `s_`, `m_`; NULL where
-    absent; a store only of `store_kind` unless None), the store's `m_scope_binding` and
-    `m_shared_scopes`, and the policy `revision`."""
+    absent; a store only of `store_kind` unless None), the store's `m_scope_binding`,
+    `m_shared_scopes` and `m_trust_policy`, and the policy `revision`."""
     row = await conn.fetchrow(_CHAIN, catalog, schema, store, store_kind)
     assert row is not None  # one row always: the joins are outer joins onto a single row
     return row

@@ -3,8 +3,10 @@ from the metastore down to it (the target last, when it exists)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class SecurableType(StrEnum):
@@ -43,6 +45,8 @@ class Securable:
     revision: int | None = None  # the policy revision seen when the chain was read
     # a memory store's scope binding and shared scopes, read with the chain (None: not read)
     scope_rules: tuple[str, tuple[str, ...]] | None = None
+    # its trust policy as stored, read with the chain too when `scope_rules` is (None: no policy)
+    trust_policy: Mapping[str, Any] | None = None
 
     @property
     def exists(self) -> bool:

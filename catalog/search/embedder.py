@@ -201,13 +201,18 @@ class HashEncoder:
         return out
 
 
-def default_lanes() -> int:
-    """One lane of the model per CPU core this process may use, at most 4."""
+def usable_cores() -> int:
+    """The CPU cores this process may use (its affinity; every core where that is unknown)."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(4, cores))
+        return os.cpu_count() or 1
+
+
+def default_lanes(processes: int = 1) -> int:
+    """One lane of the model per CPU core this process may use, at most 4; the cores shared out
+    when `processes` serve on them (the workers of one `catalog serve`), at least one lane each."""
+    return max(1, min(4, usable_cores() // max(1, processes)))
 
 
 class Embedder:

@@ -26,7 +26,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -203,6 +203,35 @@ async def _none() -> dict[str, float]:
     return {}
 
 
+# a full-text call whose recent runs took less than this runs on the event loop: handing it to a
+# thread and back costs about 50 µs of CPU (two wake-ups), more than a small index's whole search
+INLINE_BELOW = 0.0005
+
+
+class Placement:
+    """Where a kind of blocking call runs: on the event loop while its recent runs were short
+    (a small index: the hand-off to a thread would cost more than the call), on a worker thread
+    once they are not (a large index: the loop must not wait for it). The estimate follows each
+    run, so a growing index moves its calls to threads by itself."""
+
+    def __init__(self, below: float = INLINE_BELOW) -> None:
+        self.below = below
+        self.estimate = math.inf  # seconds a run takes; unknown: the first run goes to a thread
+
+    def _timed(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            took = time.perf_counter() - started
+            self.estimate = took if math.isinf(self.estimate) else 0.8 * self.estimate + 0.2 * took
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self.estimate < self.below:
+            return self._timed(fn, *args, **kwargs)
+        return await asyncio.to_thread(self._timed, fn, *args, **kwargs)
+
+
 T = TypeVar("T")
 
 
@@ -296,6 +325,8 @@ class SearchEngine:
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     # rows a search is embedding now, by (corpus, id, version): concurrent searches share the work
     _embedding_now: dict[tuple[str, str, int], asyncio.Future[bool]] = field(default_factory=dict)
+    # where the full-text calls of each corpus run: on the loop while they are short
+    _placements: dict[tuple[str, str], Placement] = field(default_factory=dict)
     embedded_on_demand: int = 0  # vectors searches have computed and stored themselves
 
     @classmethod
@@ -307,16 +338,19 @@ class SearchEngine:
         *,
         scope_index_min: int = 0,
         scope_index_interval: float = 600.0,
+        shared_slot: int | None = None,
     ) -> SearchEngine:
-        """An engine over both corpora, each with its index under `index_root`; scopes of at least
+        """An engine over both corpora, each with its index under `index_root` (in slot
+        `shared_slot` shared with other processes, else a slot of its own); scopes of at least
         `scope_index_min` entries get a vector index of their own (0: none)."""
         return cls(
             pool,
             embedder,
-            Indexer(pool, index_root),
+            Indexer(pool, index_root, shared_slot=shared_slot),
             VectorSearch(pool, scope_index_min=scope_index_min),
             CorpusSearch(
-                Indexer(pool, index_root, corpus=TRANSCRIPTS), VectorSearch(pool, corpus=TRANSCRIPTS)
+                Indexer(pool, index_root, corpus=TRANSCRIPTS, shared_slot=shared_slot),
+                VectorSearch(pool, corpus=TRANSCRIPTS),
             ),
             scope_index_interval=scope_index_interval,
         )
@@ -695,7 +729,7 @@ class SearchEngine:
     async def _keyword(self, query: Query) -> tuple[list[tuple[str, float]], bool]:
         """BM25's candidates, and whether the index held every write committed before the call."""
         index, fresh = await self._index(query)
-        hits = await asyncio.to_thread(
+        hits = await self._placement(query.corpus, "search").run(
             index.search,
             query.store_id,
             list(query.scopes),
@@ -708,6 +742,13 @@ class SearchEngine:
             include_inactive=query.include_inactive,
         )
         return hits, fresh
+
+    def _placement(self, corpus: Corpus, call: str) -> Placement:
+        key = (corpus.name, call)
+        placement = self._placements.get(key)
+        if placement is None:
+            placement = self._placements[key] = Placement()
+        return placement
 
     async def _within(self, query: Query) -> list[str] | None:
         """The ids a path prefix admits, when it is too long for the full-text index to filter
@@ -737,7 +778,7 @@ class SearchEngine:
         index = self.part(query.corpus).indexer.index
         if index is None or not ids:
             return dict.fromkeys(ids, 0.0)
-        return await asyncio.to_thread(
+        return await self._placement(query.corpus, "coverage").run(
             index.coverage,
             query.store_id,
             list(query.scopes),

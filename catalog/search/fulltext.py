@@ -10,7 +10,10 @@ index holds what it was given: the caller may move its watermark only when `appl
 
 An index directory has a single writer at a time, guarded by tantivy's own lock (see
 `writer_held`): opening one where another writer lives raises `WriterLocked`, the one signal
-callers act on (an index slot a server holds, skipped), never the text of tantivy's error.
+callers act on (an index slot a server holds, skipped), never the text of tantivy's error. Other
+processes may read the same directory (`FullTextIndex(directory, write=False)`): they see what
+the writer committed once they `reload()`, and one of them may take the writer's place once it
+is gone (`take_writer`).
 """
 
 from __future__ import annotations
@@ -142,6 +145,43 @@ class TtlCache:
         return value
 
 
+class View:
+    """The index as one commit left it, as searches read it: its searcher, and what searches have
+    read from it that only a commit changes (an address's entry id, a term's document frequency),
+    kept for the next searches. A commit or a reload makes a new view; a search holds the view it
+    began with, so all it reads comes from one commit."""
+
+    __slots__ = ("_doc_freqs", "_ids", "searcher")
+
+    MAX_KEPT = 200_000  # entries of each memo, at most (then emptied)
+
+    def __init__(self, searcher: Any) -> None:
+        self.searcher = searcher
+        self._ids: dict[tuple[int, int], str] = {}
+        self._doc_freqs: dict[tuple[str, str], int] = {}
+
+    def entry_id(self, address: Any) -> str:
+        """The entry a document (a passage) belongs to (a stored field: a read from the doc store)."""
+        key = (address.segment_ord, address.doc)
+        entry_id = self._ids.get(key)
+        if entry_id is None:
+            entry_id = str(self.searcher.doc(address)["entry_id"][0])
+            if len(self._ids) >= self.MAX_KEPT:
+                self._ids.clear()
+            self._ids[key] = entry_id
+        return entry_id
+
+    def doc_freq(self, field_name: str, term: str) -> int:
+        key = (field_name, term)
+        count = self._doc_freqs.get(key)
+        if count is None:
+            count = int(self.searcher.doc_freq(field_name, term))
+            if len(self._doc_freqs) >= self.MAX_KEPT:
+                self._doc_freqs.clear()
+            self._doc_freqs[key] = count
+        return count
+
+
 class IndexDiverged(RuntimeError):
     """A commit reported success but the index does not hold what it was given."""
 
@@ -196,16 +236,21 @@ INACTIVE = "\x00inactive"
 
 
 class FullTextIndex:
-    """One index directory with its (single) writer."""
+    """One index directory with its (single) writer, or read only (`write=False`: another process
+    writes it; `reload()` shows what it committed)."""
 
-    def __init__(self, directory: Path, *, heap_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, directory: Path, *, heap_bytes: int = 64 * 1024 * 1024, write: bool = True) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self.schema = _schema()
         self.index = tantivy.Index(self.schema, path=str(directory), reuse=True)
+        # the searcher moves only at commit() and reload() (not when a merge ends in the
+        # background), so that a `View` holds for as long as it is current
+        self.index.config_reader(reload_policy="Manual")
         self.index.register_tokenizer(ANALYZER, _analyzer())
+        self._view: View | None = None
         self.heap_bytes = heap_bytes
-        self.writer = self._open_writer()
+        self.writer: Any = self._open_writer() if write else None
         self.boosts = {"contents": 1.0, "description": 0.5, "path_words": 0.5}
         self.analyzer = _analyzer()  # the indexed fields' analyzer, for query terms
         self._first = tantivy.Query.term_query(self.schema, "first", FIRST)
@@ -226,11 +271,38 @@ class FullTextIndex:
                     raise
         raise AssertionError("unreachable")
 
+    @property
+    def writes(self) -> bool:
+        """Whether this process holds the directory's writer."""
+        return self.writer is not None
+
+    def take_writer(self) -> None:
+        """Become the directory's writer (a reader whose writer is gone); `WriterLocked` while
+        another one lives."""
+        if self.writer is None:
+            self.writer = self._open_writer()
+
+    def reload(self) -> None:
+        """Search what the writer has committed last (another process's commit included)."""
+        self.index.reload()
+        self._view = None
+
+    def view(self) -> View:
+        """The current commit, as searches read it."""
+        view = self._view
+        if view is None:
+            view = self._view = View(self.index.searcher())
+        return view
+
     def close(self) -> None:
+        """Let the writer finish its merges and let go of the directory's lock."""
+        if self.writer is None:
+            return
         try:
             self.writer.wait_merging_threads()
         except ValueError as exc:  # a merge that failed (full disk): the last commit stands
             log.warning("index %s: merges ended with an error: %s", self.directory, exc)
+        self.writer = None  # dropping it lets go of the lock
 
     def apply(self, deletes: list[str], upserts: list[IndexedEntry]) -> None:
         """Delete and upsert by entry id, commit, and check that the committed index holds every
@@ -246,7 +318,7 @@ class FullTextIndex:
             raise
 
     def verify(self, deletes: list[str], upserts: list[IndexedEntry]) -> None:
-        searcher = self.index.searcher()
+        searcher = self.view().searcher
 
         def count(ids: list[str], *, first: bool) -> int:
             if not ids:
@@ -312,11 +384,11 @@ class FullTextIndex:
 
     def commit(self) -> None:
         self.writer.commit()
-        self.index.reload()
+        self.reload()
 
     def num_docs(self) -> int:
         """The entries the index holds (its documents are their passages)."""
-        searcher = self.index.searcher()
+        searcher = self.view().searcher
         return int(searcher.search(self._first, 1, count=True).count)  # type: ignore[attr-defined]  # missing from the stubs
 
     def search(
@@ -347,11 +419,12 @@ class FullTextIndex:
         terms = self.query_terms(text, MAX_QUERY_TERMS_ANY)
         if not terms:
             return []  # nothing left to match (only stopwords): an empty query would match everything
-        searcher = self.index.searcher()
+        view = self.view()
+        searcher = view.searcher
         scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive)
         key = self._key(store_id, scopes, session_id, path_prefix, where, include_inactive)
         admitted = self._counts.get(key, lambda: self._count(searcher, scoped))
-        everywhere = int(searcher.doc_freq("doc", EVERY_DOC))
+        everywhere = view.doc_freq("doc", EVERY_DOC)
         weighed = []
         weights: dict[str, float] = {}
         for term in terms[:MAX_QUERY_TERMS]:
@@ -364,7 +437,7 @@ class FullTextIndex:
         for term in terms:
             local = weights.get(term, lightest)
             for name, boost in self.boosts.items():
-                doc_freq = int(searcher.doc_freq(name, term))
+                doc_freq = view.doc_freq(name, term)
                 if not doc_freq:
                     continue
                 clause = tantivy.Query.term_query(self.schema, name, term, index_option="freq")
@@ -381,7 +454,7 @@ class FullTextIndex:
         # an entry is as good as its best passage: enough passages for `limit` entries, mostly
         best: dict[str, float] = {}
         for score, address in searcher.search(query, limit * PASSAGES_PER_HIT).hits:
-            entry_id = searcher.doc(address)["entry_id"][0]
+            entry_id = view.entry_id(address)
             if entry_id not in best:
                 best[entry_id] = round(float(score), SCORE_DECIMALS)
                 if len(best) == limit:
@@ -482,7 +555,8 @@ class FullTextIndex:
         ids = list(dict.fromkeys(entry_ids))
         if not terms or not ids:
             return dict.fromkeys(ids, 0.0)
-        searcher = self.index.searcher()
+        view = self.view()
+        searcher = view.searcher
         scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive)
         key = self._key(store_id, scopes, session_id, path_prefix, where, include_inactive)
         anywhere = [self._anywhere(term) for term in terms]
@@ -513,7 +587,7 @@ class FullTextIndex:
             if not mask:
                 break  # the rest hold no term (hits come best first)
             share = min(sum(w for i, w in enumerate(weights) if mask >> i & 1) / total, 1.0)
-            entry_id = searcher.doc(address)["entry_id"][0]
+            entry_id = view.entry_id(address)
             held[entry_id] = max(held[entry_id], share)
         return held
 

@@ -11,7 +11,11 @@ Rules:
   gap). The watermark never passes a gap younger than `gap_timeout` (a transaction still in
   flight); older gaps are rolled-back writes. Rows past a gap are applied at once and remembered.
 - Every process has its own index directory (`<data dir>/index/slot-N`, the first whose writer
-  lock it can take), so several processes on one database each keep their own index current.
+  lock it can take), so several processes on one database each keep their own index current;
+  except the workers of one `catalog serve --workers N`, which share one slot (`shared_slot`):
+  the one holding its writer lock indexes, the others read what it commits and ask it for a pass
+  when a search must hold every earlier write (`catalog.search.sharing`); when the writer dies, a
+  reader takes its lock and carries on from the watermark file.
 - A missing or unreadable index is rebuilt from PostgreSQL at start. When the index cannot be
   brought up to date at start (a full disk), the server starts degraded and the loop retries.
 - Read-your-writes: `wait_fresh()` returns once a pass that started after the call has
@@ -45,20 +49,23 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import fcntl
 import json
 import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
 
 from catalog.search import change_log_repo as change_log
 from catalog.search.corpus import ENTRIES, Corpus
-from catalog.search.fulltext import FullTextIndex, IndexedEntry, WriterLocked
+from catalog.search.fulltext import FullTextIndex, IndexedEntry, WriterLocked, writer_held
 from catalog.search.health import Health, WorkerStatus, describe
 from catalog.search.passes import ChangeFeed, Passes
+from catalog.search.sharing import Announcer, Follower, NoWriter
 
 log = logging.getLogger("catalog.search")
 
@@ -71,32 +78,71 @@ PRUNE_INTERVAL = 600.0  # seconds between a process's prunings of a change log
 PRUNE_BATCH = 10_000  # rows deleted in one transaction
 
 
+OPEN_LOCK_FILE = ".catalog-open.lock"  # under an index root: held while a process opens a slot
+SHARED_OPEN_PATIENCE = 30.0  # seconds a reader of a shared slot retries opening it
+
+
+@contextlib.contextmanager
+def _opening(root: Path) -> Iterator[None]:
+    """Hold the index root's open lock (flock: let go by the kernel if the process dies), so
+    that two processes opening slots at once do not both move aside or rebuild the same one."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / OPEN_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def open_directory(directory: Path) -> FullTextIndex:
+    """The index in `directory` with its writer (`WriterLocked` when another process holds it); an
+    index of older fields, or unreadable, is moved aside and rebuilt."""
+    try:
+        return FullTextIndex(directory)
+    except ValueError as exc:
+        if describe(exc)[1]:  # an I/O failure (a full disk) says nothing of the index: no rebuild
+            raise
+        if "schema does not match" in str(exc):
+            # built by a server whose index had other fields: derived state, rebuilt from
+            # PostgreSQL (no watermark in the new directory)
+            log.info("index %s has the fields of an older version; rebuilding it", directory)
+            shutil.rmtree(directory)
+            return FullTextIndex(directory)
+        log.warning("index %s is unreadable (%s); rebuilding it", directory, exc)
+        shutil.move(str(directory), str(directory.with_name(f"{directory.name}.corrupt-{int(time.time())}")))
+        return FullTextIndex(directory)
+
+
 def open_slot(root: Path) -> FullTextIndex:
     """The first index slot whose writer lock is free; a corrupt slot is moved aside and rebuilt."""
-    root.mkdir(parents=True, exist_ok=True)
     last_error: Exception | None = None
-    for n in range(MAX_SLOTS):
-        directory = root / f"slot-{n}"
-        try:
-            return FullTextIndex(directory)
-        except WriterLocked as exc:  # another process's slot
-            last_error = exc
-            continue
-        except ValueError as exc:
-            if describe(exc)[1]:  # an I/O failure (a full disk) says nothing of the index: no rebuild
-                raise
-            if "schema does not match" in str(exc):
-                # built by a server whose index had other fields: derived state, rebuilt from
-                # PostgreSQL (no watermark in the new directory)
-                log.info("index %s has the fields of an older version; rebuilding it", directory)
-                shutil.rmtree(directory)
-                return FullTextIndex(directory)
-            log.warning("index %s is unreadable (%s); rebuilding it", directory, exc)
-            shutil.move(
-                str(directory), str(directory.with_name(f"{directory.name}.corrupt-{int(time.time())}"))
-            )
-            return FullTextIndex(directory)
+    with _opening(root):
+        for n in range(MAX_SLOTS):
+            try:
+                return open_directory(root / f"slot-{n}")
+            except WriterLocked as exc:  # another process's slot
+                last_error = exc
     raise RuntimeError(f"every index slot under {root} is locked by another process: {last_error}")
+
+
+def open_shared(directory: Path) -> FullTextIndex:
+    """A slot shared by several processes: with its writer when no other process holds it, else
+    read only."""
+    with _opening(directory.parent):
+        try:
+            return open_directory(directory)
+        except WriterLocked:
+            return FullTextIndex(directory, write=False)
+
+
+def free_slot(root: Path) -> int:
+    """The first slot number whose writer lock no process holds (what the workers of one
+    `catalog serve` are told to share)."""
+    for n in range(MAX_SLOTS):
+        if not writer_held(root / f"slot-{n}"):
+            return n
+    raise RuntimeError(f"every index slot under {root} is locked by another process")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +168,7 @@ class Indexer:
         feed: ChangeFeed | None = None,
         retention: datetime.timedelta = RETENTION,
         prune_interval: float = PRUNE_INTERVAL,
+        shared_slot: int | None = None,
     ) -> None:
         self.pool = pool
         self.corpus = corpus
@@ -148,6 +195,14 @@ class Indexer:
         self._lock = asyncio.Lock()
         self._stopping = False
         self._stop = asyncio.Event()
+        # a slot shared with other processes (catalog.search.sharing): None, this process's own
+        self.shared_slot = shared_slot
+        self.commits = 0  # commits this process made to the index (readers reload when it moves)
+        self.announcer: Announcer | None = None  # while writing: answers the slot's readers
+        self.follower: Follower | None = None  # while reading a slot another process writes
+        self._pass_started = 0.0  # monotonic time the pass in progress (or the last one) began
+        self._follow_task: asyncio.Task[None] | None = None
+        self._take_over = asyncio.Event()  # a search found no writer: try to become it now
         if feed is not None:
             self.listen(feed)
 
@@ -161,10 +216,23 @@ class Indexer:
         assert self.index is not None
         return self.index.directory
 
+    @property
+    def reading(self) -> bool:
+        """Whether this process only reads its slot (another process writes it)."""
+        return self.follower is not None
+
     async def start(self, *, run: bool = True) -> None:
         """Open an index slot and bring it up to date. With `run`, a failure to do so (a full
-        disk) leaves the server up and degraded, the loop retrying; without, it is raised."""
-        self.index = await asyncio.to_thread(open_slot, self.index_root)
+        disk) leaves the server up and degraded, the loop retrying; without, it is raised. A
+        shared slot another process writes is only read (`reading`)."""
+        if self.shared_slot is None:
+            self.index = await asyncio.to_thread(open_slot, self.index_root)
+        else:
+            self.index = await self._open_shared(self.index_root / f"slot-{self.shared_slot}")
+            if not self.index.writes:
+                self._follow()
+                return
+            self._announce()
         saved = self._read_watermark()
         if saved is None:
             self._needs_rebuild = True
@@ -181,10 +249,92 @@ class Indexer:
         if run:
             self._task = asyncio.create_task(self._loop(delay), name="indexer")
 
+    async def _open_shared(self, directory: Path) -> FullTextIndex:
+        """The shared slot, with its writer or read only; a reader retries while the index cannot
+        be opened yet (the writer is making it afresh)."""
+        deadline = time.monotonic() + SHARED_OPEN_PATIENCE
+        while True:
+            try:
+                return await asyncio.to_thread(open_shared, directory)
+            except ValueError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+    # --- a slot shared with other processes ------------------------------------------------------
+
+    def _announce(self) -> None:
+        """Answer the slot's readers (catalog.search.sharing); the name is taken again at each pass
+        while a writer that is stopping still holds it."""
+        if self.announcer is None:
+            self.announcer = Announcer(self.directory, self.passes.wake.set, self._failing)
+        self.announcer.listen()
+
+    def _failing(self) -> str | None:
+        """Why the index is failing now (None while it is healthy or the database is away: then
+        the passes resume as soon as it is back, and readers wait for them as this process does)."""
+        if self.health.healthy or self.health.outage:
+            return None
+        return self.health.reason or "failing"
+
+    def _follow(self) -> None:
+        """Read the slot another process writes, and watch for its writer's end."""
+        assert self.index is not None
+        self.follower = Follower(self.directory, self.index.reload)
+        self.follower.open()
+        self.watermark = self._read_watermark() or 0
+        self._follow_task = asyncio.create_task(self._watch_writer(), name="index-follower")
+
+    async def _watch_writer(self) -> None:
+        """Every second (or when a search found no writer), take the slot's writer lock if no
+        process holds it, and become the writer."""
+        while not self._stopping and self.follower is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._take_over.wait(), 1.0)
+            self._take_over.clear()
+            if not self._stopping:
+                await self._try_taking_over()
+
+    async def _try_taking_over(self) -> bool:
+        """Become the slot's writer if no process holds its lock; whether this process writes it."""
+        async with self._lock:
+            if self.follower is None:
+                return True  # taken over already
+            if self._stopping or writer_held(self.directory):
+                return False
+            assert self.index is not None
+            try:
+                await asyncio.to_thread(self.index.take_writer)
+            except WriterLocked:
+                return False
+            except Exception as exc:  # tried again in a second
+                log.warning("full-text index %s: taking the writer's place failed: %s", self.directory, exc)
+                return False
+            log.info("full-text index %s: its writer is gone; this process writes it now", self.directory)
+            self._become_writer()
+            return True
+
+    def _become_writer(self) -> None:
+        """Carry on where the last writer stopped: from the watermark file (or a rebuild)."""
+        follower, self.follower = self.follower, None
+        if follower is not None:
+            follower.close()  # searches waiting on the old writer search what the index holds
+        saved = self._read_watermark()
+        if saved is None:
+            self._needs_rebuild = True
+        else:
+            self.watermark = self._saved = saved
+        self._done_above.clear()
+        self._gaps.clear()
+        self._announce()
+        self.passes.wake.set()
+        self._task = asyncio.create_task(self._loop(), name="indexer")
+
     def request_stop(self) -> None:
         """Ask the loop to stop after the pass in progress and a last one (`close()` waits)."""
         self._stopping = True
         self._stop.set()
+        self._take_over.set()
         self.passes.wake.set()
 
     async def close(self) -> None:
@@ -192,6 +342,9 @@ class Indexer:
         thread cannot be interrupted; both get 30 s), then let the writer finish its merges and
         release its lock."""
         self.request_stop()
+        if self._follow_task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follow_task
         if self._task is not None:
             try:
                 await asyncio.wait_for(self._task, 30)
@@ -199,6 +352,11 @@ class Indexer:
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
+        if self.follower is not None:
+            self.follower.close()
+            self.follower = None
+        if self.announcer is not None:  # before the lock goes: a reader may take it at once
+            self.announcer.close()
         async with self._lock:
             if self.index is not None:
                 await asyncio.to_thread(self.index.close)
@@ -241,13 +399,23 @@ class Indexer:
         applied = sum(1 for seq in self._done_above if self.watermark < seq <= head)
         return max(0, head - self.watermark - applied)
 
+    def _followed(self) -> None:
+        """A reader's watermark: the writer's, from its file (the last known while unreadable)."""
+        if self.follower is not None:
+            self.watermark = self._read_watermark() or self.watermark
+
     async def position(self) -> IndexPosition:
         head = await change_log.head(self.pool, self.corpus)
+        self._followed()
         return IndexPosition(self.watermark, head, self.lag(head))
 
     async def status(self) -> WorkerStatus:
         head = await change_log.head(self.pool, self.corpus)
+        self._followed()
         status = self.health.status(self.lag(head))
+        if self.follower is not None and self.follower.failing is not None:
+            # the writer said it is failing: its reason, as its own /healthz gives it
+            return dataclasses.replace(status, healthy=False, reason=self.follower.failing)
         if self._task is not None and self._task.done() and not self._stopping:
             # the loop ended on something it does not catch: nothing will catch the index up
             status = dataclasses.replace(status, healthy=False, reason="the indexer has stopped")
@@ -293,6 +461,7 @@ class Indexer:
                     await asyncio.to_thread(index.upsert, batch)
                     count += len(batch)
             await asyncio.to_thread(index.commit)
+            self.commits += 1
             await asyncio.to_thread(index.verify_count, count)
         except BaseException:
             await asyncio.to_thread(index.rollback)
@@ -320,6 +489,14 @@ class Indexer:
         """Return once everything committed before this call is in the index (True), or at once
         when the indexer is failing (False: the index holds what it holds, and `/healthz` says
         so; waiting for a pass that cannot succeed would only make every search slow)."""
+        if self.follower is not None:
+            started = time.monotonic()
+            try:
+                return await self.follower.wait_fresh(timeout)
+            except NoWriter:  # none lives: take its place, or search what the index holds
+                if not await self._try_taking_over():
+                    return False
+                timeout = max(0.0, timeout - (time.monotonic() - started))
         if not self.health.healthy and not self.health.outage:
             return False
         await self.passes.wait_next(timeout)
@@ -327,6 +504,8 @@ class Indexer:
 
     def notify(self) -> None:
         """A local write committed: index it soon."""
+        if self.follower is not None:
+            self.follower.poke()
         self.passes.wake.set()
 
     async def _sync(self) -> bool:
@@ -381,6 +560,8 @@ class Indexer:
                 raise
             except Exception as exc:
                 delay = self.health.failed(exc, self._doing())
+                if self.announcer is not None:
+                    self.announcer.failed(self.health.reason or "failing")
                 continue
             delay = 0.0
             self.health.succeeded()
@@ -419,6 +600,7 @@ class Indexer:
         index = self.index
         async with self._lock:
             started = self.passes.begin()
+            self._pass_started = time.monotonic()
             try:
                 # the prune mark comes with the rows
                 pruned, rows = await change_log.changes_past(self.pool, self.corpus, self.watermark, BATCH)
@@ -431,6 +613,7 @@ class Indexer:
                         extra={"corpus": self.corpus.name, "watermark": self.watermark},
                     )
                     await self._rebuild()
+                    self._announce_done()
                     return 0, True
                 fresh = [row for row in rows if row.seq not in self._done_above]
                 if fresh:
@@ -440,12 +623,22 @@ class Indexer:
                     deletes = [entry_id for entry_id in ids if entry_id not in present]
                     # raises (rolled back) unless the index now holds exactly this
                     await asyncio.to_thread(index.apply, deletes, upserts)
+                    self.commits += 1
                 # only now, with the rows committed in the index, may the watermark pass them
                 self._advance([row.seq for row in rows])
                 await self._save_watermark()
+                self._announce_done()
                 return len(fresh), len(rows) == BATCH
             finally:
                 await self.passes.end(started)
+
+    def _announce_done(self) -> None:
+        """Tell the slot's readers that the pass begun at `_pass_started` is committed."""
+        if self.announcer is None:
+            return
+        if not self.announcer.open:
+            self.announcer.listen()  # the last writer was still letting go of the name
+        self.announcer.done(self._pass_started, f"{os.getpid()}.{self.commits}")
 
     def _advance(self, seen: list[int]) -> bool:
         """Move the watermark over the contiguous applied rows and expired gaps."""

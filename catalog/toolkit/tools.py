@@ -5,9 +5,14 @@ The MCP server (`catalog.dialects.mcp`) serves them; any other tool-calling surf
 and `call` too.
 
 A tool never takes a scope: trusted code binds the tools to one store and one scope (`Bound`)
-before a model sees them. A tool's failure is a `ToolError` whose message tells the model what
-to do next; it also carries the status and error code the REST twin would have answered, for
-the audit event.
+before a model sees them, and names the channel they are called through (`Bound.channel`: the
+writes' provenance, and what the store's trust policy judges them as: a model's). A memory the
+store's trust policy holds for review is never read to a model: searches and lists leave it out,
+and `get_memory` answers its author that it is held, without its text. Every memory a tool answers
+says who wrote it (`provenance`: person, application, model or unknown).
+
+A tool's failure is a `ToolError` whose message tells the model what to do next; it also carries
+the status and error code the REST twin would have answered, for the audit event.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import operations as ops
 from catalog.entries import service as entries
+from catalog.entries.provenance import class_of_row
 from catalog.entries.repo import EntryRow
 from catalog.entries.schemas import MAX_CONTENTS, MAX_DESCRIPTION, MAX_QUERY, MAX_TOP_K
 from catalog.errors import (
@@ -42,6 +48,9 @@ SEARCH_DEFAULT = 5
 EXCERPT = 2000  # characters of each memory's contents a search answers (get_memory has the rest)
 
 
+MCP = ops.Channel(via="mcp")  # the channel of the MCP server's tool calls (a model's)
+
+
 @dataclass(frozen=True)
 class Bound:
     """Where a model's tools act: one memory store and one scope, chosen by trusted code from the
@@ -57,6 +66,9 @@ class Bound:
     # the conversation or session items the writes are derived from (lineage), set by the code
     # that authorized reading them
     origin: ops.TranscriptSource | None = None
+    # where the calls come from (the writes' provenance): a model through MCP unless the code that
+    # runs the calls says which (responses, extraction, a pipeline) and which model
+    channel: ops.Channel = MCP
 
 
 class ToolError(Exception):
@@ -189,14 +201,22 @@ def _memory(row: EntryRow, *, contents: bool = True, excerpt: int | None = None)
         memory["session_id"] = row.session_id
     memory["updated_at"] = _time(row.updated_at)
     memory["updated_by"] = row.updated_by
+    memory["provenance"] = class_of_row(row.provenance)  # who wrote it: person, application, model
     return memory
+
+
+HELD = (
+    "held for review: the memory store's trust policy keeps it from every search and list until "
+    "one of its managers approves it"
+)
 
 
 def _written(written: entries.Written, verb: str) -> dict[str, Any]:
     row = written.row
+    result = f"{verb} {row.path}" + (f"; {HELD}" if row.held else "")
     if not written.readable:  # may write but not read: acknowledge, tell nothing of what it holds
-        return {"result": f"{verb} {row.path}", "path": row.path}
-    return {"result": f"{verb} {row.path}", "memory": _memory(row)}
+        return {"result": result, "path": row.path}
+    return {"result": result, "memory": _memory(row)}
 
 
 # --- the tools ---------------------------------------------------------------------------------------
@@ -250,6 +270,7 @@ async def _save(ctx: Context, bound: Bound, args: SaveArgs) -> dict[str, Any]:
         description=args.description,
         source_type=bound.source_type,
         origin=bound.origin,
+        channel=bound.channel,
     )
     try:
         written = await entries.write(ctx, bound.principal, op)
@@ -264,8 +285,15 @@ async def _save(ctx: Context, bound: Bound, args: SaveArgs) -> dict[str, Any]:
 
 
 async def _get(ctx: Context, bound: Bound, args: PathArgs) -> dict[str, Any]:
-    op = ops.Get(store=bound.store, target=ops.ByKey(scope=bound.scope, path=args.path))
-    return {"memory": _memory(await entries.get(ctx, bound.principal, op))}
+    # a held memory is found for its author (and a manager) only, and is not read to the model
+    target = ops.ByKey(scope=bound.scope, path=args.path)
+    row = await entries.get(
+        ctx, bound.principal, ops.Get(store=bound.store, target=target, include_quarantined=True)
+    )
+    if row.held:
+        message = f"the memory at {args.path} is {HELD}; it cannot be read until then"
+        raise ToolError(message, 409, "RESOURCE_CONFLICT")
+    return {"memory": _memory(row)}
 
 
 async def _list(ctx: Context, bound: Bound, args: ListArgs) -> dict[str, Any]:
@@ -306,7 +334,12 @@ async def _update(ctx: Context, bound: Bound, args: UpdateArgs) -> dict[str, Any
         contents = entries.apply_change(row.contents, change)
         return _dry("update", args.path, args.description or row.description, contents)
     op = ops.Edit(
-        store=bound.store, target=target, change=change, description=args.description, origin=bound.origin
+        store=bound.store,
+        target=target,
+        change=change,
+        description=args.description,
+        origin=bound.origin,
+        channel=bound.channel,
     )
     return _written(await entries.edit(ctx, bound.principal, op), "updated")
 
@@ -323,7 +356,9 @@ async def _delete(ctx: Context, bound: Bound, args: DeleteArgs) -> dict[str, Any
         if await _would(ctx, bound, args.path) is None:
             raise NotFound(f"no entry at {args.path}")
         return {"result": f"would delete {args.path} (a dry run: nothing is written)"}
-    op = ops.Delete(store=bound.store, target=ops.ByKey(scope=bound.scope, path=args.path))
+    op = ops.Delete(
+        store=bound.store, target=ops.ByKey(scope=bound.scope, path=args.path), channel=bound.channel
+    )
     await entries.delete(ctx, bound.principal, op)
     return {"result": f"deleted {args.path}"}
 
@@ -331,7 +366,9 @@ async def _delete(ctx: Context, bound: Bound, args: DeleteArgs) -> dict[str, Any
 async def _forget(ctx: Context, bound: Bound, query: str) -> dict[str, Any]:
     """Delete by query: the memories of the bound scope that search_memory finds for it at the
     recommended floor, at most 100; answers their paths."""
-    op = ops.DeleteMatching(store=bound.store, scopes=(bound.scope,), query=query, dry_run=bound.dry_run)
+    op = ops.DeleteMatching(
+        store=bound.store, scopes=(bound.scope,), query=query, dry_run=bound.dry_run, channel=bound.channel
+    )
     forgotten = await entries.delete_matching(ctx, bound.principal, op)
     paths = [row.path for row in forgotten.rows]
     if not paths:

@@ -16,6 +16,10 @@ What it adds, because it happens before a request reaches the application:
 These connection-level refusals carry no principal and are not audit events; each is a log line,
 at most one a second for each kind of refusal (then a count of those not logged).
 
+What a connection writes in one turn of the event loop goes out in one system call
+(`Coalescing`): uvicorn writes a response's status line and headers, then its body, which would
+otherwise be two packets, each a system call that wakes the client.
+
 And the drain before a shut-down (`Drain`, `Draining`; `catalog serve` runs them): from the first
 SIGTERM or SIGINT, `/healthz` answers 503 `draining` (catalog.web.health) so that a load balancer
 takes the server out of rotation, while requests are still accepted and served, each answer
@@ -49,13 +53,28 @@ class Drain:
 
     The wait is for a health checker to notice the 503 of `/healthz`: a server whose `/healthz`
     nobody has asked since it started (`watched`) has no balancer to wait for, and stops at once.
+    The workers of one `catalog serve --workers N` share whether it was asked (`shared`: one
+    byte of memory every worker maps), since a balancer's checks reach whichever worker accepts
+    them, and they all drain alike.
     """
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, shared: Any = None) -> None:
         self.seconds = seconds  # CATALOG_DRAIN_SECONDS
-        self.watched = False  # a /healthz request has come (catalog.web.health sets it)
+        self.shared = shared  # a writable buffer of one byte shared with the other workers, or None
+        self._watched = False
         self.began: float | None = None  # time.monotonic() of the signal
         self.deadline: float | None = None
+
+    @property
+    def watched(self) -> bool:
+        """Whether a /healthz request has come (catalog.web.health sets it)."""
+        return self._watched or (self.shared is not None and self.shared[0] != 0)
+
+    @watched.setter
+    def watched(self, value: bool) -> None:
+        self._watched = value
+        if self.shared is not None:
+            self.shared[0] = 1 if value else 0
 
     @property
     def draining(self) -> bool:
@@ -87,26 +106,37 @@ def drain_of(scope: Any) -> Drain | None:
     return drain if isinstance(drain, Drain) else None
 
 
+WORKER_HEADER = b"x-catalog-worker"  # which worker of `catalog serve --workers N` answered
+
+
 class Draining:
     """The ASGI application as `catalog serve` runs it: each request's state holds the `Drain`,
     and while the server drains every answer carries `Connection: close` (the connection closes
-    once it is written, so keep-alive clients reconnect)."""
+    once it is written, so keep-alive clients reconnect). A worker of `catalog serve --workers N`
+    also names itself in each answer (`X-Catalog-Worker: <number>`)."""
 
-    def __init__(self, app: Any, drain: Drain) -> None:
+    def __init__(self, app: Any, drain: Drain, worker: int | None = None) -> None:
         self.app = app
         self.drain = drain
+        self.worker = None if worker is None else (WORKER_HEADER, str(worker).encode())
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         drain = self.drain
+        worker = self.worker
         scope.setdefault("state", {})[DRAIN_STATE_KEY] = drain
 
         async def send_closing(message: Any) -> None:
-            if message["type"] == "http.response.start" and drain.draining:
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
-                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            if message["type"] == "http.response.start" and (drain.draining or worker is not None):
+                headers = list(message.get("headers", []))
+                if drain.draining:
+                    headers = [(k, v) for k, v in headers if k.lower() != b"connection"]
+                    headers.append((b"connection", b"close"))
+                if worker is not None:
+                    headers.append(worker)
+                message = {**message, "headers": headers}
             await send(message)
 
         await self.app(scope, receive, send_closing)
@@ -137,6 +167,45 @@ def _warn(kind: str, message: str, **extra: Any) -> None:
     _REFUSALS.setdefault(kind, _Throttled()).warn(message, **extra)
 
 
+class Coalescing:
+    """A connection's transport whose writes of one turn of the event loop go out together, at the
+    end of the turn (or before a close); everything else is the transport's own."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self.loop = loop
+        self.pending: list[bytes] | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if self.pending is None:
+            self.pending = [bytes(data)]
+            self.loop.call_soon(self.flush)
+        else:
+            self.pending.append(bytes(data))
+
+    def writelines(self, lines: Any) -> None:
+        for data in lines:
+            self.write(data)
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, None
+        if pending and not self.transport.is_closing():
+            self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def abort(self) -> None:
+        self.pending = None
+        self.transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
 class CatalogProtocol(H11Protocol):
     def __init__(
         self,
@@ -158,7 +227,7 @@ class CatalogProtocol(H11Protocol):
     # --- the connection caps -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(Coalescing(transport, self.loop))  # type: ignore[arg-type]
         if self.max_connections and len(self.connections) > self.max_connections:
             _warn("total", "connection refused: too many open connections", limit=self.max_connections)
             self.refuse(

@@ -118,3 +118,44 @@ async def timeline(
         end,
         buckets,
     )
+
+
+async def provenance(
+    pool: asyncpg.Pool,
+    store_id: str,
+    *,
+    scope: str | None,
+    session_id: str | None,
+    path: str | None,
+    via: str | None,
+    source_class: str | None,
+    principal: str | None,
+    state: str | None,
+    after_seq: int | None,
+    limit: int,
+) -> list[asyncpg.Record]:
+    """A page of the store's kept versions' provenance (no text), newest first; each filter None
+    matches every version (a version written before provenance was kept has class `unknown`, and
+    its author as its principal)."""
+    rows: list[asyncpg.Record] = await pool.fetch(
+        "SELECT seq, entry_id::text AS entry_id, scope, session_id, path, version, operation, "
+        "(extract(epoch FROM changed_at) * 1000)::bigint AS changed_at, changed_by, state, provenance "
+        "FROM entry_versions WHERE store_id = $1 "
+        "AND ($2::text IS NULL OR scope = $2) AND ($3::text IS NULL OR session_id = $3) "
+        "AND ($4::text IS NULL OR path = $4) AND ($5::text IS NULL OR provenance ->> 'via' = $5) "
+        "AND ($6::text IS NULL OR coalesce(provenance ->> 'class', 'unknown') = $6) "
+        "AND ($7::text IS NULL OR coalesce(provenance ->> 'principal', changed_by) = $7) "
+        "AND ($8::text IS NULL OR state = $8) AND ($9::bigint IS NULL OR seq < $9) "
+        "ORDER BY seq DESC LIMIT $10",
+        store_id,
+        scope,
+        session_id,
+        path,
+        via,
+        source_class,
+        principal,
+        state,
+        after_seq,
+        limit,
+    )
+    return rows

@@ -19,6 +19,9 @@ from catalog.wire.entry_keys import StoreFullNameParam as StoreFullName
 from catalog.wire.inputs import NO_NUL, integer
 from catalog.wire.pagination import PageSize, PageToken
 
+ViaParam = Literal[
+    "rest", "agents", "console", "mcp", "responses", "extraction", "pipeline", "maintenance", "import"
+]
 EpochMs = Annotated[
     int | None,
     integer(0, lineage_service.MAX_EPOCH_MS, "epoch milliseconds (start inclusive, end exclusive)"),
@@ -111,8 +114,53 @@ async def export_openlineage(
     return await lineage_service.openlineage_events(ctx, request.user, start_time, end_time, page_size)
 
 
+@get("/provenance", operation_id="listProvenance", responses=errors(404))
+async def list_provenance(
+    request: Req,
+    ctx: Ctx,
+    securable_full_name: StoreFullName,
+    entry_scope: ScopeParam = None,
+    path: Annotated[
+        str | None,
+        Parameter(pattern=PATH_PATTERN, max_length=MAX_PATH, description="one entry's versions (with scope)"),
+    ] = None,
+    session_id: SessionId = None,
+    via: FromQuery[ViaParam | None] = None,
+    source_class: Annotated[
+        service.ProvenanceClass | None,
+        QueryParameter(name="class", description="person, application, model or unknown"),
+    ] = None,
+    principal: Annotated[
+        str | None, Parameter(pattern=NO_NUL, max_length=255, description="versions this principal wrote")
+    ] = None,
+    version_state: Annotated[
+        service.VersionState | None,
+        QueryParameter(name="state", description="versions in this state then (quarantined: held)"),
+    ] = None,
+    page_size: PageSize = None,
+    page_token: PageToken = None,
+) -> service.ProvenanceRecords:
+    """Where each kept version of a store's entries came from (who, through what, from what, with
+    which model, what the trust policy decided and a review's decision), newest first, without
+    their text. READ_AUDIT on the metastore."""
+    return await service.provenance(
+        ctx,
+        request.user,
+        securable_full_name,
+        scope=entry_scope,
+        path=path,
+        session_id=session_id,
+        via=via,
+        source_class=source_class,
+        who=principal,
+        state=version_state,
+        size=page_size,
+        page_token=page_token,
+    )
+
+
 router = routing.router(
     path="/api/2.1/unity-catalog/system",
-    route_handlers=[list_audit, verify_audit, get_lineage, export_openlineage],
+    route_handlers=[list_audit, verify_audit, get_lineage, export_openlineage, list_provenance],
     tags=["audit"],
 )

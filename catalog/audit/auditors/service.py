@@ -1,4 +1,5 @@
-"""Reading and verifying the audit log (READ_AUDIT on the metastore)."""
+"""Reading and verifying the audit log, and reading the provenance of entry versions (READ_AUDIT
+on the metastore)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,17 @@ import msgspec
 
 from catalog.audit.auditors import repo
 from catalog.audit.lineage.service import epoch_ms
+from catalog.audit.log import note_result
 from catalog.audit.log.chain import Verification, verify
 from catalog.audit.log.pseudonyms import scope_pseudonym
 from catalog.auth import Principal
 from catalog.context import Context
-from catalog.errors import InvalidParameter
+from catalog.entries.provenance import answer
+from catalog.entries.schemas import Provenance
+from catalog.errors import InvalidParameter, NotFound
 from catalog.governance import SecurableType
-from catalog.wire.entry_keys import validate_scope
+from catalog.wire.entry_keys import validate_path, validate_scope, validate_session
+from catalog.wire.names import split_full_name
 from catalog.wire.pagination import Pages, page_size
 
 Decision = Literal["allow", "deny", "unauthenticated", "system"]
@@ -214,4 +219,110 @@ async def timeline(
             Bucket(start=start + span * i, end=start + span * (i + 1), counts=counts.get(i, {}))
             for i in range(buckets)
         ],
+    )
+
+
+# --- provenance of entry versions (auditors: READ_AUDIT) ---------------------------------------------
+
+ProvenanceClass = Literal["person", "application", "model", "unknown"]
+VersionState = Literal["active", "superseded", "merged", "quarantined"]
+
+
+class ProvenanceRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """One kept version of an entry, without its text: where it came from."""
+
+    entry_id: str
+    scope: str
+    path: str
+    session_id: str | None = None
+    etag: str  # the version
+    operation: str  # create | update | restore | delete | approve | reject
+    changed_at: int  # epoch milliseconds
+    changed_by: str
+    state: str  # active | superseded | merged | quarantined (then)
+    provenance: Provenance
+
+
+class ProvenanceRecords(msgspec.Struct, omit_defaults=True, kw_only=True):
+    memory_store: str
+    versions: list[ProvenanceRecord]  # newest first
+    next_page_token: str | None = None
+
+
+async def provenance(
+    ctx: Context,
+    principal: Principal,
+    securable_full_name: str,
+    *,
+    scope: str | None,
+    path: str | None,
+    session_id: str | None,
+    via: str | None,
+    source_class: str | None,
+    who: str | None,
+    state: str | None,
+    size: int | None,
+    page_token: str | None,
+) -> ProvenanceRecords:
+    """A page of the provenance of a store's kept versions, newest first (`provenance.read`:
+    READ_AUDIT on the metastore, as lineage), filtered by key, channel, class, principal, state.
+    The text of the versions is never answered here."""
+    limit = page_size(size, default=ctx.settings.page_default, cap=ctx.settings.page_cap, field="page_size")
+    key = (
+        None if scope is None else validate_scope(scope),
+        None if session_id is None else validate_session(session_id),
+        None if path is None else validate_path(path),
+    )
+    pages = Pages(
+        ctx.pool,
+        "provenance",
+        store=securable_full_name,
+        scope=key[0],
+        session_id=key[1],
+        path=key[2],
+        via=via,
+        source_class=source_class,
+        principal=who,
+        state=state,
+    )
+    after = await pages.after(page_token, int)
+    await ctx.access.resolve(principal, "provenance.read", SecurableType.METASTORE)
+    parts = split_full_name(securable_full_name, 3, "securable_full_name")
+    store = await ctx.access.locate(SecurableType.MEMORY_STORE, parts)
+    if not store.exists:
+        raise NotFound(f"memory store {store.full_name} does not exist")
+    rows = await repo.provenance(
+        ctx.pool,
+        store.node.id,
+        scope=key[0],
+        session_id=key[1],
+        path=key[2],
+        via=via,
+        source_class=source_class,
+        principal=who,
+        state=state,
+        after_seq=after,
+        limit=limit + 1,
+    )
+    page = rows[:limit]
+    note_result(len(page))
+    token = await pages.token(page[-1]["seq"]) if len(rows) > limit else None
+    return ProvenanceRecords(
+        memory_store=store.full_name,
+        versions=[
+            ProvenanceRecord(
+                entry_id=r["entry_id"],
+                scope=r["scope"],
+                path=r["path"],
+                session_id=r["session_id"] or None,
+                etag=str(r["version"]),
+                operation=r["operation"],
+                changed_at=r["changed_at"],
+                changed_by=r["changed_by"],
+                state=r["state"],
+                provenance=msgspec.convert(answer(r["provenance"], r["changed_by"]), Provenance),
+            )
+            for r in page
+        ],
+        next_page_token=token,
     )

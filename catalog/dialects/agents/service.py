@@ -50,6 +50,8 @@ _STORE_UPDATE_MASK = re.compile(STORE_UPDATE_MASK_PATTERN)
 _ENTRY_UPDATE_MASK = re.compile(ENTRY_UPDATE_MASK_PATTERN)
 MAX_PAGE = 100
 DISPLAY_NAME = "display_name"
+# where this dialect's changes come from (their provenance's `via`)
+AGENTS = ops.Channel(via="agents")
 # what a caller who may write but not read is told of an entry it wrote
 WRITE_ONLY_FIELDS = {"session_id", "create_time", "update_time"}
 
@@ -197,6 +199,7 @@ async def create_entry(ctx: Context, principal: Principal, sid: str, body: Agent
         contents=body.content,
         description=body.description,
         source_type=body.source_type,
+        channel=AGENTS,
     )
     written = await entries.write(ctx, principal, write)
     return agent_entry(sid, written.row, None if written.readable else WRITE_ONLY_FIELDS)
@@ -260,6 +263,7 @@ async def update_entry(
         change=ops.ReplaceAll(contents=body.content) if "content" in fields else None,
         description=body.description if "description" in fields else None,
         set_description="description" in fields,
+        channel=AGENTS,
     )
     written = await entries.edit(ctx, principal, edit)
     return agent_entry(sid, written.row, None if written.readable else WRITE_ONLY_FIELDS)
@@ -267,7 +271,9 @@ async def update_entry(
 
 async def delete_entry(ctx: Context, principal: Principal, sid: str, entry_id: str) -> None:
     target = ops.ById(entry_id=_entry_id(entry_id))
-    await entries.delete(ctx, principal, ops.Delete(store=_full_name(ctx, sid), target=target))
+    await entries.delete(
+        ctx, principal, ops.Delete(store=_full_name(ctx, sid), target=target, channel=AGENTS)
+    )
 
 
 async def search(ctx: Context, principal: Principal, sid: str, body: SearchBody) -> AgentSearchResult:
@@ -304,6 +310,7 @@ async def delete_matching(
     """Forget by query in the actor's scope (as `entries:deleteMatching`): the names of the
     entries deleted (a dry run: that would be), at most 100."""
     op = ops.DeleteMatching(
+        channel=AGENTS,
         store=_full_name(ctx, sid),
         scopes=(validate_scope(body.actor_id, "actor_id"),),
         query=body.query,

@@ -10,6 +10,8 @@ Rules:
   then save, update or delete, so an existing topic is updated rather than duplicated. Each tool
   call is authorized and audited as its entry operation; writes carry `origin` the session and
   its items (lineage) and, for new entries, `source_type` `MANAGED_MEMORY_ENTRY_SOURCE_TYPE_DREAMER`;
+  their provenance names the channel (`extraction`, `pipeline` for a pipeline's run) and the model,
+  and a store's trust policy judges them as a model's;
 - `dry_run` runs the same model and tools, which then check what they would write (privileges,
   paths, edits) and write nothing; the answer lists those entries (named `.../dry-run-<n>` when
   new);
@@ -122,16 +124,18 @@ async def run(
     *,
     session_store: Securable | None = None,
     model: str | None = None,
+    via: ops.Via = "extraction",
 ) -> Extraction:
     """Extract one session (already authorized for reading) into one memory store (already
     authorized for `memories.extract`); the entries written carry `origin` the session's items
-    when its store is given. `model` is the model asked for (a pipeline's; CATALOG_LLM_MODEL,
-    when set, takes precedence)."""
+    when its store is given, and their provenance the channel (`via`: `extraction`, or `pipeline`
+    for a pipeline's run) and the model. `model` is the model asked for (a pipeline's;
+    CATALOG_LLM_MODEL, when set, takes precedence)."""
     actor = session_row.actor_id
     full_name = target.full_name
     await check_binding(ctx, principal, target, [actor])
     chat = require(ctx.llm)
-    chat.model_for(model)  # 501 when no model is configured (nor named by the caller)
+    chosen = chat.model_for(model)  # 501 when no model is configured (nor named by the caller)
     items = await sessions.transcript(ctx, session_row, TRANSCRIPT_ITEMS)
     items_digest = digest(items)
     outcome = Extraction()
@@ -159,6 +163,7 @@ async def run(
             dry_run=dry_run,
             source_type=SOURCE_TYPE,
             origin=origin,
+            channel=ops.Channel(via=via, model=chosen),
         )
         await _converse(
             ctx, bound, memory_sid, session_row.session_id, transcript, instructions, outcome, requested=model

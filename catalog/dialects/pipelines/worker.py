@@ -437,6 +437,7 @@ class PipelineWorker:
                     False,
                     session_store=store,
                     model=pipeline.model,
+                    via="pipeline",
                 )
             except NotFound as exc:  # the session was deleted meanwhile: nothing to extract
                 note_outcome(exc.status_code, exc.memory_store_error_code)

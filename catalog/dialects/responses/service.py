@@ -12,9 +12,10 @@ Rules:
   system message, the conversation's last items within a budget (`history`), and the input;
 - the server runs each tool call itself as the caller: authorized, held to the scope binding and
   audited as its entry operation, each with an audit event of its own (`auditlog.operation`);
-  writes carry `origin` the conversation (lineage). A tool that fails answers the model an error
-  it can act on. At most `llm_max_steps` model calls; the last one is offered no tools, so the
-  model answers;
+  writes carry `origin` the conversation (lineage) and their provenance names the channel
+  (`responses`) and the model; a store's trust policy judges them as a model's. A tool that
+  fails answers the model an error it can act on. At most `llm_max_steps` model calls; the last
+  one is offered no tools, so the model answers;
 - the turn (input items, the tool calls as `mcp_call` items, the answer) is appended to the
   conversation at the end, in one transaction with the request's audit event: a response that
   fails (the upstream fails, the client goes away) appends nothing, so retrying it duplicates
@@ -29,7 +30,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from catalog.auth import Principal
@@ -142,7 +143,9 @@ async def prepare(ctx: Context, principal: Principal, request: ResponseCreate) -
         conversation_store_id = row.store_id
         history = await conversations.recent_items(ctx, row.store_id, conversation_id, HISTORY_ITEMS)
     model = require(ctx.llm)  # 501 naming the variable
-    model.model_for(request.model)  # 501 when there is no model to ask
+    chosen = model.model_for(request.model)  # 501 when there is no model to ask
+    if bound is not None:  # the writes' provenance: this model, through responses
+        bound = replace(bound, channel=ops.Channel(via="responses", model=chosen))
     messages = ([{"role": "system", "content": system}] if system else []) + history_messages(
         history, [item.item for item in input_items]
     )

@@ -300,6 +300,26 @@ async def legal_hold(conn: Conn, store_id: str) -> bool:
     return bool(await conn.fetchval("SELECT legal_hold FROM memory_stores WHERE id = $1", store_id))
 
 
+async def trust_policy(conn: Conn, store_id: str) -> dict[str, Any] | None:
+    """The store's trust policy as stored (None: none)."""
+    value: dict[str, Any] | None = await conn.fetchval(
+        "SELECT trust_policy FROM memory_stores WHERE id = $1", store_id
+    )
+    return value
+
+
+async def set_trust_policy(conn: Conn, store_id: str, policy: dict[str, Any] | None, by: str) -> bool:
+    """Set (None: remove) the store's trust policy; whether the store exists."""
+    status: str = await conn.execute(
+        "UPDATE memory_stores SET trust_policy = $2::jsonb, updated_at = clock_timestamp(), updated_by = $3 "
+        "WHERE id = $1",
+        store_id,
+        policy,
+        by,
+    )
+    return status.split()[-1] != "0"
+
+
 async def insert_store(
     conn: Conn,
     *,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import delete, get, patch, post
+from litestar import delete, get, patch, post, put
 from litestar.params import JSONBody, Parameter
 
 from catalog.governance.namespace import service
@@ -23,7 +23,11 @@ from catalog.governance.namespace.schemas import (
     SchemaCreate,
     SchemaInfo,
     SchemaUpdate,
+    TrustPolicyInfo,
+    TrustTest,
+    TrustVerdict,
 )
+from catalog.governance.trust import TrustPolicy
 from catalog.web import routing
 from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import Empty, errors
@@ -157,6 +161,46 @@ async def delete_store(request: Req, ctx: Ctx, full_name: StoreFullName) -> Empt
     return Empty()
 
 
+@get("/{full_name:str}/trust-policy", operation_id="getTrustPolicy", responses=errors(404))
+async def get_trust_policy(request: Req, ctx: Ctx, full_name: StoreFullName) -> TrustPolicyInfo:
+    """The store's trust policy and the screen's rules in effect (any privilege on the store)."""
+    return await service.get_trust_policy(ctx, request.user, full_name)
+
+
+@put("/{full_name:str}/trust-policy", operation_id="setTrustPolicy", responses=errors(404))
+async def set_trust_policy(
+    request: Req, ctx: Ctx, full_name: StoreFullName, data: JSONBody[TrustPolicy]
+) -> TrustPolicyInfo:
+    """Set the store's trust policy (MANAGE): which sources' writes are trusted, screened or always
+    held for review, and the screen's own rules."""
+    return await service.set_trust_policy(ctx, request.user, full_name, data)
+
+
+@delete(
+    "/{full_name:str}/trust-policy",
+    status_code=200,
+    operation_id="deleteTrustPolicy",
+    responses=errors(404),
+)
+async def delete_trust_policy(request: Req, ctx: Ctx, full_name: StoreFullName) -> TrustPolicyInfo:
+    """Remove the store's trust policy (MANAGE): nothing more is held; what is held stays held
+    until reviewed."""
+    return await service.set_trust_policy(ctx, request.user, full_name, None)
+
+
+@post(
+    "/{full_name:str}/trust-policy:test",
+    status_code=200,
+    operation_id="testTrustPolicy",
+    responses=errors(404, 413),
+)
+async def try_trust_policy(
+    request: Req, ctx: Ctx, full_name: StoreFullName, data: JSONBody[TrustTest]
+) -> TrustVerdict:
+    """How a write of the text from a source would be judged (nothing is written)."""
+    return await service.try_trust_policy(ctx, request.user, full_name, data)
+
+
 router = routing.router(
     path="/api/2.1/unity-catalog",
     route_handlers=[
@@ -179,7 +223,15 @@ router = routing.router(
 # the routes of one memory store: a missing one is NOT_FOUND there (catalog.errors.NotFound)
 store_router = routing.router(
     path="/api/2.1/unity-catalog/memory-stores",
-    route_handlers=[get_store, update_store, delete_store],
+    route_handlers=[
+        get_store,
+        update_store,
+        delete_store,
+        get_trust_policy,
+        set_trust_policy,
+        delete_trust_policy,
+        try_trust_policy,
+    ],
     tags=["namespace"],
     memory_store=True,
 )

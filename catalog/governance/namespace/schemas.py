@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from catalog.governance.trust import TrustPolicy
 from catalog.wire import Input, Output
 from catalog.wire.inputs import NO_NUL, PrincipalName, Scope
 from catalog.wire.names import NAME_PATTERN, Name
@@ -166,3 +167,48 @@ class MetastoreSummary(Output, kw_only=True):
     owner: str
     created_at: int
     global_metastore_id: str
+
+
+# --- a store's trust policy (catalog.governance.trust) -----------------------------------------------
+
+TestVia = Literal["rest", "agents", "console", "mcp", "responses", "extraction", "pipeline", "maintenance"]
+MAX_TEST_TEXT = 64 * 1024
+
+
+class TrustRuleInfo(Output, kw_only=True):
+    name: str
+    phrases: list[str]
+    description: str | None = None
+    builtin: bool = False  # one of the catalog's own rules
+
+
+class TrustPolicyInfo(Output, kw_only=True):
+    """A store's trust policy: what it decides per source, and the screen's rules in effect."""
+
+    memory_store: str
+    # None: the store has no policy, and nothing written to it is held
+    policy: TrustPolicy | None = None
+    rules: list[TrustRuleInfo] = []  # the rules the screen applies, in order (none without a policy)
+    # the policy asks the upstream model too, and one is configured (CATALOG_LLM_BASE_URL and _MODEL)
+    classifier_active: bool = False
+
+
+class TrustTest(Input, kw_only=True):
+    """Text to judge as a write from one source would be judged (nothing is written)."""
+
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEST_TEXT, pattern=NO_NUL)]
+    via: TestVia = "mcp"  # the channel the write would come through
+    on_behalf_of: bool = False  # the token acts for an end user (an application, outside a model's channels)
+    policy: TrustPolicy | None = (
+        None  # judge by this policy instead of the store's (try one before setting it)
+    )
+
+
+class TrustVerdict(Output, kw_only=True):
+    source_class: str  # person | application | model
+    via: str
+    decision: str  # trust | screen | review (what the policy says for the source)
+    held: bool  # the write would be kept quarantined until reviewed
+    rules: list[str] = []  # the screen's rules that matched
+    classifier: str | None = None  # instruction | data | unavailable, when the upstream model judged it
+    policy: bool = True  # false: judged without a policy (the store has none), so nothing is held

@@ -21,7 +21,7 @@ from catalog.audit.log.writer import audited, note_params
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound, ResourceConflict
-from catalog.governance import Access, Securable, SecurableType
+from catalog.governance import Access, Securable, SecurableType, trust
 from catalog.governance.namespace import repo
 from catalog.governance.namespace.repo import CatalogRow, SchemaRow, StoreRow
 from catalog.governance.namespace.schemas import (
@@ -43,6 +43,10 @@ from catalog.governance.namespace.schemas import (
     SchemaCreate,
     SchemaInfo,
     SchemaUpdate,
+    TrustPolicyInfo,
+    TrustRuleInfo,
+    TrustTest,
+    TrustVerdict,
 )
 from catalog.wire.inputs import MAX_SCOPE, blank, has_control, within
 from catalog.wire.names import split_full_name, validate_name
@@ -585,3 +589,71 @@ async def scope_binding(ctx: Context, store: Securable) -> tuple[str, list[str]]
         binding, shared = store.scope_rules
         return binding, list(shared)
     return await repo.store_binding(ctx.pool, store.node.id)
+
+
+# --- a store's trust policy (catalog.governance.trust) -----------------------------------------------
+
+
+async def trust_policy(ctx: Context, store: Securable) -> trust.TrustPolicy | None:
+    """A memory store's trust policy (None: none): as read with the store's chain (`locate`, the
+    same statement), else from its row."""
+    if store.scope_rules is not None:
+        return trust.parse(store.trust_policy)
+    return trust.parse(await repo.trust_policy(ctx.pool, store.node.id))
+
+
+def _policy_info(ctx: Context, store: Securable, policy: trust.TrustPolicy | None) -> TrustPolicyInfo:
+    if policy is None:
+        return TrustPolicyInfo(memory_store=store.full_name)
+    own = {id(rule) for rule in trust.BUILTIN}
+    rules = [
+        TrustRuleInfo(
+            name=rule.name, phrases=list(rule.phrases), description=rule.description, builtin=id(rule) in own
+        )
+        for rule in trust.rules_of(policy)
+    ]
+    active = policy.screen.classifier and trust.classifier_ready(ctx.llm)
+    return TrustPolicyInfo(memory_store=store.full_name, policy=policy, rules=rules, classifier_active=active)
+
+
+async def get_trust_policy(ctx: Context, principal: Principal, full_name: str) -> TrustPolicyInfo:
+    """The store's policy and the screen's rules in effect: readable by whoever holds any privilege
+    on the store (a writer may learn why a write was held)."""
+    store = await ctx.access.resolve(principal, "trust_policy.read", STORE, split_full_name(full_name, 3))
+    return _policy_info(ctx, store, await trust_policy(ctx, store))
+
+
+async def set_trust_policy(
+    ctx: Context, principal: Principal, full_name: str, policy: trust.TrustPolicy | None
+) -> TrustPolicyInfo:
+    """Set the store's policy (None: remove it; the entries it held stay held until reviewed)."""
+    checked = None if policy is None else trust.check(policy)
+    note_params({"trust_policy": "removed" if checked is None else "set"})
+    store = await ctx.access.resolve(principal, "trust_policy.update", STORE, split_full_name(full_name, 3))
+    value = None if checked is None else trust.to_json(checked)
+    async with audited(ctx.pool) as conn:
+        if not await repo.set_trust_policy(conn, store.node.id, value, principal.name):
+            raise NotFound(f"memory store {store.full_name} does not exist")
+    return _policy_info(ctx, store, checked)
+
+
+async def try_trust_policy(
+    ctx: Context, principal: Principal, full_name: str, body: TrustTest
+) -> TrustVerdict:
+    """How a write of `text` through `via` would be judged (by `body.policy`, else the store's);
+    nothing is written. With the classifier on, the upstream model judges it as a write's would."""
+    proposed = None if body.policy is None else trust.check(body.policy)
+    store = await ctx.access.resolve(principal, "trust_policy.read", STORE, split_full_name(full_name, 3))
+    policy = proposed if proposed is not None else await trust_policy(ctx, store)
+    klass = trust.class_of(body.via, "end-user" if body.on_behalf_of else None)
+    if policy is None:
+        return TrustVerdict(source_class=klass, via=body.via, decision="trust", held=False, policy=False)
+    verdict = await trust.judge(policy, klass, body.via, [body.text], ctx.llm)
+    return TrustVerdict(
+        source_class=klass,
+        via=body.via,
+        decision=verdict.decision,
+        held=verdict.held,
+        rules=list(verdict.rules),
+        classifier=verdict.classifier,
+    )

@@ -44,7 +44,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.live import BenchServer
-from bench.load import cpu_of_postgres, cpu_of_server, load, load_average
+from bench.load import cpu_of_postgres, cpu_of_server, load, load_average, memory_of_server
 from bench.search import RNG, sentence
 
 UC = "/api/2.1/unity-catalog"
@@ -207,19 +207,19 @@ async def measure_load(
         await load(urls, token, _writes("seed", entries), processes=clients, connections=4, count=entries)
         await _searchable(servers, token)
         plan = [
-            ("hybrid search", _searches("hybrid", 5000)),
-            ("keyword search", _searches("keyword", 5000)),
-            ("write", _writes(f"w{n}{arrangement}", 200_000)),
+            ("hybrid search", _searches("hybrid", 5000), _searches("hybrid", 200)),
+            ("keyword search", _searches("keyword", 5000), _searches("keyword", 200)),
+            ("write", _writes("measured", 200_000), _writes("warm", 200)),
         ]
-        for op, requests in plan:
-            await load(urls, token, requests[:200], processes=clients, connections=2, count=200)  # warm
+        for op, requests, warm in plan:
+            await load(urls, token, warm, processes=clients, connections=2, count=len(warm))
             served = sum(cpu_of_server(pid) for pid in pids)
-            postgres = cpu_of_postgres()
+            postgres = cpu_of_postgres(data_dir / "postgres")
             report = await load(
                 urls, token, requests, processes=clients, connections=connections, seconds=seconds
             )
             served = sum(cpu_of_server(pid) for pid in pids) - served
-            postgres = cpu_of_postgres() - postgres
+            postgres = cpu_of_postgres(data_dir / "postgres") - postgres
             rows.append(
                 {
                     "arrangement": arrangement,
@@ -244,6 +244,10 @@ async def measure_load(
             )
             if op == "write":  # let the writes' embedding and indexing finish before the next run
                 await _searchable(servers, token)
+        memory = [memory_of_server(pid) for pid in pids]
+        for row in rows:
+            row["memory_mb"] = sum(mb for mb, _ in memory)
+            row["processes"] = sum(count for _, count in memory)
     finally:
         for server in reversed(servers):
             server.stop()
@@ -268,9 +272,10 @@ def run_load(args: argparse.Namespace) -> None:
     print(f"load average {load_average()} at the end\n")
     print(
         "| arrangement | N | operation | requests/s | scaling (rate / (N x rate at 1)) | p50 ms | p99 ms "
-        "| server cores busy | PostgreSQL cores busy | busiest client (cores) | answers by worker |"
+        "| server cores busy | PostgreSQL cores busy | busiest client (cores) | answers by worker "
+        "| server memory (MB, PSS; processes) |"
     )
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
     base = {(r["arrangement"], r["op"]): float(r["rate"]) for r in rows if r["n"] == 1}  # type: ignore[arg-type]
     base.update({("workers", op): rate for (a, op), rate in list(base.items()) if a == "nodes"})
     for r in rows:
@@ -282,7 +287,7 @@ def run_load(args: argparse.Namespace) -> None:
         print(
             f"| {r['arrangement']} | {n} | {r['op']} | {rate:.0f} | {scaling} | {r['p50']:.1f} "
             f"| {r['p99']:.1f} | {r['server_cores']:.2f} | {r['postgres_cores']:.2f} | {r['client']:.2f} "
-            f"| {spread} |"
+            f"| {spread} | {r['memory_mb']:.0f} ({r['processes']}) |"
         )
         if r["errors"]:
             print(f"|  | | errors: {r['errors']} ({r['first_error']}) | | | | | | | | |")

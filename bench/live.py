@@ -29,7 +29,7 @@ class BenchServer:
         self.port = free_port()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
         # one process unless the benchmark asks for workers (CATALOG_WORKERS)
-        self.env.update(CATALOG_DATA_DIR=str(self.data_dir), CATALOG_WORKERS="1", **(env or {}))
+        self.env.update({"CATALOG_DATA_DIR": str(self.data_dir), "CATALOG_WORKERS": "1", **(env or {})})
         self.log = (self.data_dir / "server.log").open("a")
         self.process = subprocess.Popen(
             [sys.executable, *(argv or ["-m", "catalog", "serve"]), "--port", str(self.port)],

@@ -10,9 +10,9 @@ its latencies and its own CPU time, so that the report can say whether the clien
 (a client process near one core is).
 
 `cpu_of_server(pid)` is the CPU time of a server's process tree (`catalog serve`, its workers)
-and `cpu_of_postgres()` that of every PostgreSQL process of the machine (the benchmark's own
-embedded server): before and after a measurement, their difference over the requests answered is
-the server-side CPU of a request.
+and `cpu_of_postgres(pgdata)` that of the PostgreSQL of a data dir (its postmaster and backends):
+before and after a measurement, their difference over the requests answered is the server-side
+CPU of a request.
 
 Used by bench/request_floor.py (`--cpu`) and bench/cluster.py (`--load`).
 """
@@ -284,8 +284,43 @@ def cpu_of_server(pid: int) -> float:
     return total
 
 
-def cpu_of_postgres() -> float:
-    """CPU seconds of every PostgreSQL process on the machine so far (the benchmark's own)."""
+def memory_of_server(pid: int) -> tuple[float, int]:
+    """(MB of memory, processes) of a process and its descendants: each one's proportional set
+    size (its private pages, and its share of those it shares, the model's file among them)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        members = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0, 0
+    total, count = 0.0, 0
+    for member in members:
+        with contextlib.suppress(psutil.Error):
+            if member.name().startswith("postgres"):
+                continue
+            total += member.memory_full_info().pss
+            count += 1
+    return total / 2**20, count
+
+
+def cpu_of_postgres(pgdata: Path | None = None) -> float:
+    """CPU seconds so far of the PostgreSQL running on `pgdata` (its postmaster and every backend),
+    or of every PostgreSQL process on the machine when None (other work's too, if any runs)."""
+    if pgdata is not None:
+        import psutil
+
+        try:
+            postmaster = psutil.Process(int((pgdata / "postmaster.pid").read_text().split()[0]))
+            members = [postmaster, *postmaster.children(recursive=True)]
+        except (OSError, ValueError, IndexError, psutil.Error):
+            return 0.0
+        total = 0.0
+        for member in members:
+            with contextlib.suppress(psutil.Error):
+                times = member.cpu_times()
+                total += times.user + times.system
+        return total
     total = 0.0
     ticks = os.sysconf("SC_CLK_TCK")
     for comm in Path("/proc").glob("[0-9]*/comm"):

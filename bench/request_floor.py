@@ -260,11 +260,12 @@ async def cpu(count: int, workers: int, processes: int, connections: int) -> Non
         for label, requests, n in cases:
             # a warm-up: connections, statements, caches
             await load([server.url], token, requests, processes=processes, connections=connections, count=100)
-            served, postgres = cpu_of_server(server.process.pid), cpu_of_postgres()
+            pgdata = server.data_dir / "postgres"
+            served, postgres = cpu_of_server(server.process.pid), cpu_of_postgres(pgdata)
             report = await load(
                 [server.url], token, requests, processes=processes, connections=connections, count=n
             )
-            served, postgres = cpu_of_server(server.process.pid) - served, cpu_of_postgres() - postgres
+            served, postgres = cpu_of_server(server.process.pid) - served, cpu_of_postgres(pgdata) - postgres
             assert report.errors == 0, report.first_error
             per = 1000 / report.requests
             print(

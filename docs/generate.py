@@ -319,6 +319,15 @@ class Family:
 
 
 AGENTS = "/api/2.0/agents"
+def _trust(o: Any) -> bool:
+    """The routes of trust and provenance: a store's trust policy, its review queue, provenance."""
+    return (
+        "/trust-policy" in o.path
+        or o.path.endswith(("/entries:quarantined", "/entries:review"))
+        or o.path.startswith("/api/2.1/unity-catalog/system/provenance")
+    )
+
+
 FAMILIES: tuple[Family, ...] = (
     Family(
         "namespace",
@@ -326,7 +335,7 @@ FAMILIES: tuple[Family, ...] = (
         "The three-level namespace `catalog.schema.store` in the Unity Catalog dialect: create, read, "
         "rename and delete catalogs, schemas and memory stores, and the metastore summary.",
         "governance/index.md",
-        lambda o: o.tag == "namespace",
+        lambda o: o.tag == "namespace" and not _trust(o),
     ),
     Family(
         "entries",
@@ -334,7 +343,7 @@ FAMILIES: tuple[Family, ...] = (
         "The entries of a memory store, in one scope at a time: write, read, edit, delete, list, "
         "search, batch writes, history and restore.",
         "entries/index.md",
-        lambda o: o.tag == "entries",
+        lambda o: o.tag == "entries" and not _trust(o),
     ),
     Family(
         "permissions",
@@ -405,6 +414,14 @@ FAMILIES: tuple[Family, ...] = (
         "export as OpenLineage events.",
         "audit/lineage.md",
         lambda o: o.path.startswith("/api/2.1/unity-catalog/system/lineage"),
+    ),
+    Family(
+        "trust",
+        "Trust and provenance",
+        "A memory store's trust policy (which sources' writes are held for review, and the screen), "
+        "its review queue, and the provenance of entry versions for auditors.",
+        "governance/trust.md",
+        _trust,
     ),
     Family(
         "erasure",

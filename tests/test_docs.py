@@ -278,6 +278,7 @@ NEWCOMER_PAGES = [
     "docs/governance/index.md",
     "docs/governance/groups.md",
     "docs/governance/scopes.md",
+    "docs/governance/trust.md",
     "docs/tools/client.md",
     "docs/tools/cli.md",
     "docs/tools/console.md",

@@ -290,3 +290,20 @@ def test_two_workers_serve_one_port_share_one_index_and_stop_together(live_serve
         if server.process.poll() is None:
             server.process.send_signal(signal.SIGTERM)
         server.stop()
+
+
+def test_the_embedded_postgresql_makes_room_for_every_workers_connections(node_dir):
+    """As made, the embedded PostgreSQL allows 100 connections; eight workers may hold 96 and the
+    tools need some: the supervisor raises the limit (the server started again, as nobody else
+    uses it yet), once."""
+    from catalog.cli.workers import _embedded_database, _max_connections, connections_needed
+
+    settings = Settings(data_dir=node_dir)
+    embedded = _embedded_database(settings, 8)
+    try:
+        url = running_url(settings.postgres_dir, EMBEDDED_DATABASE)
+        assert url is not None
+        assert asyncio.run(_max_connections(url)) == connections_needed(8) > 100
+    finally:
+        embedded.stop()
+    assert running_url(settings.postgres_dir, EMBEDDED_DATABASE) is None

@@ -17,7 +17,9 @@ more cores than that serves more with more processes. Each worker is a whole `ca
 
 The supervisor:
 - starts (or joins) the embedded PostgreSQL, with its database, before the workers and leaves it
-  after them, so the workers join the running one and it outlives any worker's restart;
+  after them, so the workers join the running one and it outlives any worker's restart; it
+  raises the server's `max_connections` to what the workers may hold (12 each, and 20 for
+  tools) when it is lower, and warns when an external database allows fewer;
 - prints `listening on URL` once every worker accepts connections; a worker that fails before
   then stops them all (exit 1: a configuration error, a port in use);
 - starts a worker that exits while the server is not stopping again, at once the first time and
@@ -45,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from catalog.settings import Settings
 
@@ -243,17 +246,94 @@ class Supervisor:
         return 0 if all(code == 0 for code in self.codes.values()) else 1
 
 
+CONNECTIONS_PER_WORKER = 12  # a pool of up to 10, the audit writer's, the database monitor's probe
+CONNECTIONS_SPARE = 20  # `catalog reindex`, `catalog audit verify`, tools, another node starting
+
+
+def connections_needed(workers: int) -> int:
+    """The database connections `catalog serve --workers N` may hold at once, and room for tools."""
+    return CONNECTIONS_PER_WORKER * workers + CONNECTIONS_SPARE
+
+
+async def _max_connections(url: str) -> int:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        return int(await conn.fetchval("SELECT current_setting('max_connections')::int"))
+    finally:
+        await conn.close()
+
+
+async def _raise_max_connections(url: str, value: int) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(f"ALTER SYSTEM SET max_connections = {int(value)}")
+    finally:
+        await conn.close()
+
+
+def _embedded_database(settings: Settings, count: int) -> Any:
+    """Start (or join) the embedded PostgreSQL with the catalog's database, allowing the
+    connections `count` workers may hold: its `max_connections` (100 as made) is raised and the
+    server started again when this process is the only one using it (else at its next start)."""
+    import asyncio
+
+    from catalog.db import EmbeddedPostgres, running_url
+    from catalog.runtime import EMBEDDED_DATABASE, ensure_database
+
+    embedded = EmbeddedPostgres(settings.postgres_dir)  # the workers join it
+    url = asyncio.run(ensure_database(embedded.start(), EMBEDDED_DATABASE))  # made once, not by each
+    needed = connections_needed(count)
+    if asyncio.run(_max_connections(url)) >= needed:
+        return embedded
+    asyncio.run(_raise_max_connections(url, needed))
+    embedded.stop()  # stops it unless another process uses it
+    if running_url(settings.postgres_dir, EMBEDDED_DATABASE) is not None:
+        log.warning(
+            "the embedded PostgreSQL allows fewer connections than %d workers may hold; it will allow "
+            "%d from its next start (another process uses it now)",
+            count,
+            needed,
+        )
+    else:
+        log.info(
+            "embedded PostgreSQL: max_connections raised for the workers", extra={"max_connections": needed}
+        )
+    embedded = EmbeddedPostgres(settings.postgres_dir)
+    embedded.start()
+    return embedded
+
+
+def _check_connections(settings: Settings, count: int) -> None:
+    """Warn when an external database allows fewer connections than the workers may hold."""
+    import asyncio
+
+    assert settings.database_url is not None
+    try:
+        allowed = asyncio.run(_max_connections(settings.database_url))
+    except Exception:  # the workers report an unreachable database themselves
+        return
+    if allowed < connections_needed(count):
+        log.warning(
+            "the database allows %d connections; %d workers may hold %d (%d each) and tools need more: "
+            "raise max_connections, or put pgbouncer in front (docs: operations/sizing.md)",
+            allowed,
+            count,
+            CONNECTIONS_PER_WORKER * count,
+            CONNECTIONS_PER_WORKER,
+        )
+
+
 def supervise(settings: Settings, count: int) -> int:
     """Serve with `count` workers until SIGTERM or SIGINT; the exit status of the whole."""
     embedded = None
     if settings.database_url is None:
-        import asyncio
-
-        from catalog.db import EmbeddedPostgres
-        from catalog.runtime import EMBEDDED_DATABASE, ensure_database
-
-        embedded = EmbeddedPostgres(settings.postgres_dir)  # the workers join it
-        asyncio.run(ensure_database(embedded.start(), EMBEDDED_DATABASE))  # made once, not by each
+        embedded = _embedded_database(settings, count)
+    else:
+        _check_connections(settings, count)
     try:
         return Supervisor(settings, count).run()
     finally:

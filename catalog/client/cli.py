@@ -504,7 +504,8 @@ def entries_put(args: argparse.Namespace) -> int:
     )
 
     def written(obj: dict[str, Any]) -> str:
-        return f"wrote {obj.get('path')} in scope {obj.get('scope')} (etag {obj.get('etag')})"
+        held = "; held for review by the store's trust policy" if obj.get("state") == "quarantined" else ""
+        return f"wrote {obj.get('path')} in scope {obj.get('scope')} (etag {obj.get('etag')}){held}"
 
     return show_one(args, call, written)
 

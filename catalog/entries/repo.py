@@ -371,18 +371,28 @@ async def set_state(
 
 
 async def delete_scope(conn: Conn, store_id: str, scope: str) -> int:
-    """Delete a scope's entries from one store, with their history; how many entries."""
+    """Delete a scope's entries from one store, with their history, and take the scope out of the
+    provenance the store's other entries and versions keep; how many entries."""
     await conn.execute("SELECT set_config('catalog.erasing', 'on', true)")  # no deletion is recorded
     status: str = await conn.execute(
         "DELETE FROM entries WHERE store_id = $1 AND scope = $2", store_id, scope
     )
     await conn.execute("DELETE FROM entry_versions WHERE store_id = $1 AND scope = $2", store_id, scope)
+    for table in ("entries", "entry_versions"):
+        await conn.execute(
+            f"UPDATE {table} SET provenance = provenance_without_scope(provenance, $2, false) "
+            "WHERE store_id = $1 AND provenance_names_scope(provenance, $2, false)",
+            store_id,
+            scope,
+        )
     return int(status.split()[-1])
 
 
 async def erase_scope(conn: Conn, scope: str, *, subject: bool = False) -> list[tuple[str, int]]:
     """Delete a scope's entries (with `subject`: also of every scope starting `scope:`), and their
-    history, from every store not under legal hold; (store full name, how many), by name."""
+    history, from every store not under legal hold, and take the scope out of the provenance the
+    entries and versions kept there name it in (their source entries, their end user); (store full
+    name, how many), by name."""
     await conn.execute("SELECT set_config('catalog.erasing', 'on', true)")  # no deletion is recorded
     rows = await conn.fetch(
         "WITH gone AS (DELETE FROM entries WHERE (scope = $1 OR ($2 AND starts_with(scope, $1 || ':'))) "
@@ -399,6 +409,14 @@ async def erase_scope(conn: Conn, scope: str, *, subject: bool = False) -> list[
         scope,
         subject,
     )
+    for table in ("entries", "entry_versions"):  # and the scope out of the provenance kept elsewhere
+        await conn.execute(
+            f"UPDATE {table} SET provenance = provenance_without_scope(provenance, $1, $2) "
+            "WHERE provenance_names_scope(provenance, $1, $2) "
+            "AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold)",
+            scope,
+            subject,
+        )
     return [(row["memory_store"], int(row["deleted"])) for row in rows]
 
 

@@ -179,22 +179,23 @@ async def _ensure_may_read(ctx: Context, principal: Principal, store: Securable,
 
 
 async def _find(
-    ctx: Context, principal: Principal, store: Securable, target: ops.Target, held: Held = NO_HELD
+    ctx: Context, principal: Principal, store: Securable, target: ops.Target, asked: bool = False
 ) -> EntryRow:
     """The entry a target names (its scope held to the binding), or 404; an entry held for review
-    is found only as `held` says (else it is not found, as if it were not there)."""
+    is found only when `asked`, by a MANAGE holder or its author (else it is not found, as if it
+    were not there)."""
     if isinstance(target, ops.ByKey):
         key = _key(store, target)
         await check_binding(ctx, principal, store, [key.scope])
         row = await repo.get(ctx.pool, key)
-        if row is None or not _sees(held, row):
+        if row is None or (row.held and not _sees(_held(ctx, principal, store, asked), row)):
             raise NotFound(f"no entry at {key.path} in scope {key.scope}")
         return row
     row = await repo.get_by_id(ctx.pool, store.node.id, target.entry_id)
     if row is None:
         raise NotFound(f"memory entry {target.entry_id} does not exist")
     await check_binding(ctx, principal, store, [row.scope])
-    if not _sees(held, row):
+    if row.held and not _sees(_held(ctx, principal, store, asked), row):
         raise NotFound(f"memory entry {target.entry_id} does not exist")
     return row
 
@@ -387,10 +388,10 @@ async def get(ctx: Context, principal: Principal, op: ops.Get) -> EntryRow:
     scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
     at = _as_of(op.as_of)
     store = await resolve_store(ctx, principal, op.store, "entries.read", scopes)
-    held = _held(ctx, principal, store, op.include_quarantined)
     if at is None:
-        row = await _find(ctx, principal, store, op.target, held)
+        row = await _find(ctx, principal, store, op.target, op.include_quarantined)
     else:
+        held = _held(ctx, principal, store, op.include_quarantined)
         row = await _found_then(ctx, principal, store, op.target, at, held)
     note_result(1)
     return row
@@ -588,7 +589,7 @@ async def edit(ctx: Context, principal: Principal, op: ops.Edit) -> Written:
     adds_text = isinstance(op.change, ops.Insert | ops.Append) or op.change is None
     if not adds_text or description is not None or op.set_description or metadata is not None:
         await ensure_not_held(ctx, store, "changed except by adding text")
-    found = await _find(ctx, principal, store, op.target, _held(ctx, principal, store, True))
+    found = await _find(ctx, principal, store, op.target, asked=True)
     origin = _origin(op.origin)
     judged: tuple[dict[str, Any], bool] | None = None
     if not renews_only:
@@ -651,7 +652,7 @@ async def _changed(
 async def delete(ctx: Context, principal: Principal, op: ops.Delete) -> None:
     scopes = [validate_scope(op.target.scope)] if isinstance(op.target, ops.ByKey) else None
     store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
-    found = await _find(ctx, principal, store, op.target, _held(ctx, principal, store, True))
+    found = await _find(ctx, principal, store, op.target, asked=True)
     await ensure_not_held(ctx, store, "deleted")
     gone = provenance.of_deletion(principal, op.channel)
     async with audited(ctx.pool) as conn:
@@ -839,7 +840,7 @@ async def set_state(ctx: Context, principal: Principal, op: ops.SetState) -> Ent
         row = await repo.set_state(conn, key, op.state, replacing, principal.name)
         if row is None:
             there = await repo.get(conn, key)
-            if there is not None and _sees(_held(ctx, principal, store, True), there):
+            if there is not None and there.held and _sees(_held(ctx, principal, store, True), there):
                 raise ResourceConflict(
                     f"the entry at {key.path} in scope {key.scope} is held for review: a MANAGE holder "
                     "approves or rejects it (entries:review) before its state can change"

@@ -97,7 +97,7 @@ class Screen(Input, kw_only=True):
     classifier: bool = False
 
 
-class ByVia(Input, kw_only=True):
+class ByVia(Input, kw_only=True, omit_defaults=True):
     """A decision for writes through one channel, over the decision of their class."""
 
     rest: Decision | None = None

@@ -244,11 +244,12 @@ class FullTextIndex:
         self.directory = directory
         self.schema = _schema()
         self.index = tantivy.Index(self.schema, path=str(directory), reuse=True)
-        # the searcher moves only at commit() and reload() (not when a merge ends in the
-        # background), so that a `View` holds for as long as it is current
+        # the searcher moves only when `view()` sees the index changed on disk (a commit, this
+        # process's or another's, or a merge that ended), so that a `View` holds while current
         self.index.config_reader(reload_policy="Manual")
         self.index.register_tokenizer(ANALYZER, _analyzer())
         self._view: View | None = None
+        self._stamp: tuple[int, int, int] | None = None  # meta.json as the current view read it
         self.heap_bytes = heap_bytes
         self.writer: Any = self._open_writer() if write else None
         self.boosts = {"contents": 1.0, "description": 0.5, "path_words": 0.5}
@@ -284,15 +285,26 @@ class FullTextIndex:
 
     def reload(self) -> None:
         """Search what the writer has committed last (another process's commit included)."""
+        self._stamp = self._meta_stamp()
         self.index.reload()
         self._view = None
 
     def view(self) -> View:
-        """The current commit, as searches read it."""
+        """The index as its last commit left it, as searches read it: reloaded first when its
+        `meta.json` (which each commit and each finished merge replaces) is not the one the
+        current view was read from."""
         view = self._view
-        if view is None:
+        if view is None or self._meta_stamp() != self._stamp:
+            self.reload()
             view = self._view = View(self.index.searcher())
         return view
+
+    def _meta_stamp(self) -> tuple[int, int, int]:
+        try:
+            meta = os.stat(self.directory / "meta.json")
+        except OSError:
+            return (0, 0, 0)
+        return (meta.st_ino, meta.st_mtime_ns, meta.st_size)
 
     def close(self) -> None:
         """Let the writer finish its merges and let go of the directory's lock."""

@@ -91,6 +91,36 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- A provenance without a scope (with `subject`: also every scope starting `scope:`): the source
+-- entries of that scope left out, and an end user (`on_behalf_of`) of that scope named `[erased]`.
+-- Erasure (catalog/erasure) runs it over what it keeps, as it deletes the lineage edges there.
+CREATE OR REPLACE FUNCTION provenance_without_scope(p jsonb, s text, subject boolean) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    WITH named AS (
+        SELECT CASE WHEN p ->> 'on_behalf_of' = s OR (subject AND starts_with(p ->> 'on_behalf_of', s || ':'))
+                    THEN jsonb_set(p, '{on_behalf_of}', '"[erased]"') ELSE p END AS q
+    ), kept AS (
+        SELECT q, (SELECT jsonb_agg(e ORDER BY n) FROM jsonb_array_elements(q -> 'source' -> 'entries')
+                   WITH ORDINALITY AS t (e, n)
+                   WHERE NOT (e ->> 'scope' = s OR (subject AND starts_with(e ->> 'scope', s || ':')))) AS entries
+        FROM named
+    )
+    SELECT CASE WHEN jsonb_typeof(q -> 'source' -> 'entries') <> 'array' THEN q
+                WHEN entries IS NULL THEN q #- '{source,entries}'
+                ELSE jsonb_set(q, '{source,entries}', entries) END
+    FROM kept
+$$;
+
+-- whether a provenance names the scope (as `provenance_without_scope` takes it out)
+CREATE OR REPLACE FUNCTION provenance_names_scope(p jsonb, s text, subject boolean) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p IS NOT NULL AND (
+        p ->> 'on_behalf_of' = s OR (subject AND starts_with(p ->> 'on_behalf_of', s || ':'))
+        OR (jsonb_typeof(p -> 'source' -> 'entries') = 'array' AND EXISTS (
+            SELECT 1 FROM jsonb_array_elements(p -> 'source' -> 'entries') e
+            WHERE e ->> 'scope' = s OR (subject AND starts_with(e ->> 'scope', s || ':')))))
+$$;
+
 -- For auditors' SQL clients: the provenance of every kept version (no contents), with the store's
 -- name (NULL once the store is deleted), readable by catalog_auditor like the other views of
 -- schema `system`. A version written before provenance was kept names its author alone.

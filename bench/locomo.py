@@ -3,8 +3,9 @@ and what `min_score` at the recommended floor does.
 
 Every dialogue turn becomes one entry in a scope of its own conversation (scope `conv-<file
 number>`, session `session-<N>`, path `/dialog/<dia_id>`, contents `"<speaker>: <text>"`,
-description `"session <N>, <session date>"`), written in order; every question with evidence is a search in that scope. Recall@k is the share
-of a question's evidence turns found in the top k, averaged over questions.
+description `"session <N>, <session date>"`), written in order; every question with evidence
+is a search in that scope. Recall@k is the share of a question's evidence turns found in the top
+k, averaged over questions.
 
 The floor check: every question is searched with `min_score` (default: the recommended floor) in
 each other conversation's scope, where nothing answers it (the share that comes back empty), and

@@ -319,6 +319,8 @@ class Family:
 
 
 AGENTS = "/api/2.0/agents"
+
+
 def _trust(o: Any) -> bool:
     """The routes of trust and provenance: a store's trust policy, its review queue, provenance."""
     return (

@@ -133,6 +133,10 @@ SEMANTIC: dict[str, list[str]] = {
         r"would be limited to more than \d+ scope patterns",
         r"is a scope or a prefix ending in '\*'",
     ],
+    # a rule's name is unique among the policy's rules (items alike but for their phrases), and a
+    # phrase must hold something to match once normalized (a letter, a digit or a marker)
+    "setTrustPolicy": [r"screen\.rules\[\d+\]\.name: .* is given twice", r"holds nothing to match"],
+    "testTrustPolicy": [r"screen\.rules\[\d+\]\.name: .* is given twice", r"holds nothing to match"],
     "getPermissions": [r"full_name must have the form"],
     "getEffectivePermissions": [r"full_name must have the form"],
     "getLineage": [r"scope is required", r"path is required"],  # one entry: both, or neither

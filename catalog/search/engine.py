@@ -12,6 +12,10 @@ them. The keyword leg waits for the indexer's next pass, whose commits take mill
 search waits more than `SEARCH_WAIT` for either, and a leg that may have missed rows is named in
 `degraded`.
 
+The full-text calls of a search run on the event loop while they are short (a small index: a
+hand-off to a thread and back costs more than the call), on a worker thread once they are not
+(`Placement`).
+
 Neither worker ever marks as done what it did not do. An embedding pass claims its rows inside a
 transaction and writes their vectors in it: a model or database error rolls it back and the rows
 stay stale, to be retried with backoff. While a worker fails, searches use what there is instead

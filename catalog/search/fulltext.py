@@ -14,6 +14,10 @@ callers act on (an index slot a server holds, skipped), never the text of tantiv
 processes may read the same directory (`FullTextIndex(directory, write=False)`): they see what
 the writer committed once they `reload()`, and one of them may take the writer's place once it
 is gone (`take_writer`).
+
+A search reads one commit of the index through a `View`, which keeps what searches read from it
+that only a commit changes (an address's entry id, a term's document frequency); the view is
+read again when the index's `meta.json` changed (a commit of any process, a finished merge).
 """
 
 from __future__ import annotations

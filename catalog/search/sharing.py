@@ -189,12 +189,16 @@ class Follower:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append((asked, future))
         try:
-            self._ask()
-        except OSError as exc:  # nothing bound to the writer's name: no writer lives
-            self._forget(future)
-            raise NoWriter(str(exc)) from None
-        try:
-            return await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):
+                while True:
+                    try:
+                        self._ask()
+                        break
+                    except BlockingIOError:  # the writer's queue is full: it is busy, ask again
+                        await asyncio.sleep(0.001)
+                    except OSError as exc:  # nothing bound to the writer's name: no writer lives
+                        raise NoWriter(str(exc)) from None
+                return await future
         finally:
             self._forget(future)
 

@@ -12,6 +12,10 @@ connections each (bench/load.py), the CPU time of the server's processes (every 
 PostgreSQL's measured around them and divided by the requests answered; the clients' own CPU is
 printed beside it. `--workers N` serves with N worker processes.
 
+With --cpu --profile, py-spy samples the server's processes during each case (bench/where.py),
+and a table says where their CPU went, stage by stage (the model, Tantivy, ranking, audit,
+authorization, the token, asyncpg, JSON, Litestar, HTTP, the event loop, socket I/O).
+
 With --tracing, the same on two servers at once, each request of a case sent to one then the
 other: tracing off (no OTEL_ variable), and tracing on, exporting every span over OTLP/HTTP to a
 receiver in this process that reads each batch and discards it (on the same machine, so its CPU
@@ -38,6 +42,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import where
 from bench.live import BenchServer
 from bench.load import cpu_of_postgres, cpu_of_server, load, load_average
 
@@ -218,7 +223,7 @@ def model_cpu_ms(texts: list[str]) -> float:
     return (time.thread_time() - started) * 1000 / (10 * len(texts))
 
 
-async def cpu(count: int, workers: int, processes: int, connections: int) -> None:
+async def cpu(count: int, workers: int, processes: int, connections: int, profile: bool = False) -> None:
     """Server-side CPU per request (the server's processes and PostgreSQL's) for each case."""
     import json
 
@@ -248,6 +253,7 @@ async def cpu(count: int, workers: int, processes: int, connections: int) -> Non
             ("search, hybrid mode", searches("hybrid"), max(1, count * 2 // 5)),
         ]
         model = model_cpu_ms(queries())
+        profiles: dict[str, tuple[float, dict[str, float]]] = {}
         print(
             f"{processes} client processes x {connections} keep-alive connections; {workers} worker(s); "
             f"{os.cpu_count()} cores; load average {load_average()} at the start\n"
@@ -262,10 +268,15 @@ async def cpu(count: int, workers: int, processes: int, connections: int) -> Non
             await load([server.url], token, requests, processes=processes, connections=connections, count=100)
             pgdata = server.data_dir / "postgres"
             served, postgres = cpu_of_server(server.process.pid), cpu_of_postgres(pgdata)
+            recording = where.Recording(server.process.pid) if profile else None
+            if recording is not None:
+                recording.start()
             report = await load(
                 [server.url], token, requests, processes=processes, connections=connections, count=n
             )
             served, postgres = cpu_of_server(server.process.pid) - served, cpu_of_postgres(pgdata) - postgres
+            if recording is not None:
+                profiles[label] = (served * 1000 / report.requests, recording.stop())
             assert report.errors == 0, report.first_error
             per = 1000 / report.requests
             print(
@@ -275,6 +286,19 @@ async def cpu(count: int, workers: int, processes: int, connections: int) -> Non
                 flush=True,
             )
         print(f"\nthe model alone on a query (one thread): {model:.2f} ms of CPU")
+        if profiles:
+            labels = list(profiles)
+            names = sorted(
+                {n for _, shares in profiles.values() for n in shares},
+                key=lambda n: -max(profiles[k][1].get(n, 0.0) for k in labels),
+            )
+            print("\nwhere the server's CPU goes (py-spy samples; ms of CPU per request, and share):\n")
+            print("| stage | " + " | ".join(labels) + " |")
+            print("|---|" + "---:|" * len(labels))
+            for name in names:
+                shares = [(profiles[k][0], profiles[k][1].get(name, 0.0)) for k in labels]
+                cells = [f"{ms * share:.2f} ({share:.0%})" for ms, share in shares]
+                print(f"| {name} | " + " | ".join(cells) + " |")
         print(f"load average {load_average()} at the end")
     finally:
         server.stop()
@@ -293,9 +317,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="with --cpu: the server's worker processes")
     parser.add_argument("--processes", type=int, default=2, help="with --cpu: client processes")
     parser.add_argument("--connections", type=int, default=2, help="with --cpu: connections per client")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="with --cpu: where the server's CPU goes (py-spy, bench/where.py)",
+    )
     args = parser.parse_args()
     if args.cpu:
-        asyncio.run(cpu(args.count, args.workers, args.processes, args.connections))
+        asyncio.run(cpu(args.count, args.workers, args.processes, args.connections, args.profile))
         return
     asyncio.run(run(args.n, args.tracing))
 

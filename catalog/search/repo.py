@@ -2,8 +2,10 @@
 worker's claims and vectors, and what hybrid ranking reads about its candidates. The change logs'
 SQL is in `change_log_repo`, the large scopes' own indexes' in `scope_index_repo`.
 
-Vector search is exact where the filter is selective. pgvector 0.6 has no iterative index scans:
-an HNSW scan filtered by store and scope can return fewer rows than asked, silently. So: inside
+Vector search is exact where the filter is selective. An HNSW scan filtered by store and scope
+can return fewer rows than asked, silently (pgvector 0.8's iterative scans, `hnsw.iterative_scan`,
+continue the scan instead, but measured at 1M entries they found fewer of the exact answer's rows
+than these choices, at no better latency: docs/benchmarks.md, bench/vector_filter.py). So: inside
 scopes of at most `EXACT_LIMIT` entries, or scopes too small a share of the table for the HNSW
 candidates to hold enough of them, the search is an exact scan (fenced with OFFSET 0 so the
 planner cannot swap in the HNSW index); otherwise the HNSW index is read with oversampling, and
@@ -46,6 +48,10 @@ _WHERE = " AND metadata @> $7::jsonb"
 
 
 class VectorSearch:
+    # the fewest candidates a scope's own index is read for: at 1M entries, 40 found 0.44 of the
+    # exact top 10 in a scope of 100k entries, 200 found 0.89 for 2 ms more (bench/vector_filter.py)
+    own_candidates = 200
+
     def __init__(self, pool: asyncpg.Pool, corpus: Corpus = ENTRIES, *, scope_index_min: int = 0) -> None:
         self.pool = pool
         self.corpus = corpus
@@ -166,7 +172,7 @@ class VectorSearch:
         """The nearest rows of one scope from its own HNSW index: the scan reads only that scope's
         graph, so it takes a few more candidates than asked (more when other filters apply)."""
         self.own_index_searches += 1
-        candidates = min(max(limit * (OVERSAMPLE if filtered else 2), 40), MAX_CANDIDATES)
+        candidates = min(max(limit * (OVERSAMPLE if filtered else 2), self.own_candidates), MAX_CANDIDATES)
         return await self._hnsw(
             self.hnsw_sql(condition, candidates, own_scope=len(args) + 1), candidates, (*args, scope)
         )

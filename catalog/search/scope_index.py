@@ -1,8 +1,9 @@
 """A vector index of its own for each very large scope (a partial HNSW index).
 
-pgvector 0.6 filters an HNSW scan after the fact: to find 30 rows of a scope that holds a tenth of
+pgvector filters an HNSW scan after the fact (unless its iterative scans continue it, which
+measured no better here: bench/vector_filter.py): to find 30 rows of a scope that holds a tenth of
 the entries, the scan of the whole table's graph must take 480 candidates. A scope with an index
-of its own is searched in its own graph, taking only about as many candidates as it needs.
+of its own is searched in its own graph, for a few hundred candidates (`VectorSearch.own_candidates`).
 
 Rules:
 - a scope of at least `min_entries` entries (among the `MAX_INDEXES` largest) gets `CREATE INDEX

@@ -1,0 +1,94 @@
+"""Where a server's CPU goes: py-spy samples of its processes, sorted into the stages of a request.
+
+`Recording(pid)` runs `py-spy record` (the `bench` extra installs it) on a process and its
+children, from `start()` to `stop()`, in py-spy's raw format (one line per distinct stack, with
+its sample count; idle threads are not sampled). `stages(path)` gives each stage's share of the
+samples: a sample belongs to the stage of its innermost frame that a rule of `STAGES` names
+(socket reads and writes first: the kernel's loopback work is charged to the process that
+sends). A share is of the server's busy CPU, not of a request's latency.
+
+Used by bench/request_floor.py (`--cpu --profile`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+# (stage, a substring of a frame's text): the innermost frame that matches one names the stage
+STAGES: list[tuple[str, tuple[str, ...]]] = [
+    ("the model (ONNX Runtime, tokenizer)", ("catalog/search/embedder.py", "onnxruntime", "tokenizers")),
+    ("full-text search (Tantivy)", ("catalog/search/fulltext.py", "tantivy")),
+    ("ranking and fusion", ("catalog/search/",)),
+    ("audit", ("catalog/audit/",)),
+    ("authorization (Casbin, grants)", ("catalog/governance/", "casbin/")),
+    ("token (JWT)", ("catalog/auth", "jwt/", "cryptography/")),
+    ("entries service and repository", ("catalog/entries/",)),
+    ("database protocol (asyncpg)", ("asyncpg/",)),
+    ("JSON", ("msgspec", "json/")),
+    ("Litestar (routing, DI, responses)", ("litestar/",)),
+    ("HTTP (uvicorn, h11)", ("h11/", "uvicorn/", "catalog/web/serving.py")),
+    ("request middleware and telemetry", ("catalog/web/", "catalog/telemetry/", "opentelemetry/")),
+    ("other server code", ("catalog/",)),
+    ("event loop (asyncio)", ("asyncio/", "selectors.py", "concurrent/futures/")),
+]
+SOCKETS = ("_SelectorSocketTransport.write", "_read_ready", "sock_sendall", "sock_recv")
+
+
+def available() -> bool:
+    return (
+        shutil.which("py-spy") is not None or Path(__file__).parents[1].joinpath(".venv/bin/py-spy").exists()
+    )
+
+
+class Recording:
+    def __init__(self, pid: int, rate: int = 200) -> None:
+        self.pid = pid
+        self.rate = rate
+        self.path = Path(tempfile.mkstemp(prefix="catalog-spy-", suffix=".txt")[1])
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = shutil.which("py-spy") or str(Path(__file__).parents[1] / ".venv/bin/py-spy")
+        self.process = subprocess.Popen(
+            [exe, "record", "--pid", str(self.pid), "--subprocesses", "--format", "raw", "--rate",
+             str(self.rate), "--nonblocking", "-o", str(self.path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def stop(self) -> dict[str, float]:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGINT)  # py-spy writes what it sampled, then exits
+            self.process.wait(timeout=60)
+        try:
+            return stages(self.path)
+        finally:
+            self.path.unlink(missing_ok=True)
+
+
+def stage_of(frames: list[str]) -> str:
+    if frames and any(s in frames[-1] for s in SOCKETS):
+        return "socket reads and writes (kernel)"
+    for frame in reversed(frames):
+        for stage, marks in STAGES:
+            if any(mark in frame for mark in marks):
+                return stage
+    return "other"
+
+
+def stages(path: Path) -> dict[str, float]:
+    """Each stage's share of the samples in a raw py-spy recording, largest first."""
+    counts: Counter[str] = Counter()
+    for line in path.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        frames = stack.split(";")[1:]  # the first is the process
+        counts[stage_of(frames)] += int(n)
+    total = sum(counts.values()) or 1
+    return {stage: n / total for stage, n in counts.most_common()}

@@ -19,8 +19,8 @@ wall time on this machine now; the goal of the catalog's ingest is a share of it
 
 Per side, on the same conversations (every turn an entry in its conversation's scope, every
 question with evidence a search in that scope, as `bench/locomo.py`):
-- ingest until searchable: all turns written by `--concurrency` writers (the catalog's: one per
-  conversation, each writing its turns in order, as they happen); the peer's writes are
+- ingest until searchable: all turns written by `--concurrency` writers (the catalog's: each
+  session written in order, as its turns happen, the sessions side by side); the peer's writes are
   searchable when answered; the catalog's once every vector is stored and the full-text index
   has them (a search in each scope after the backlog is gone);
 - search latency, one sequential client, top 10: every question right after the ingest (cold),
@@ -156,14 +156,24 @@ async def run_catalog(server: BenchServer, datasets: list, concurrency: int) -> 
             r.raise_for_status()
             return [x["memory_entry"]["path"] for x in r.json()["results"]]
 
-        async def conversation(scope: str, entries: list[dict]) -> None:
-            for entry in entries:  # in order, as its turns happen: its write order is its dialogue's
-                await put(scope, entry)
+        # each session of each conversation in order, as its turns happen (its write order is its
+        # dialogue's: what the neighbours of a hit are read from); the sessions side by side, as
+        # many users' conversations are, by `concurrency` writers (the peer's writers)
+        sessions: dict[tuple[str, str], list[dict]] = {}
+        for scope, entries, _ in datasets:
+            for entry in entries:
+                sessions.setdefault((scope, entry.get("session_id", "")), []).append(entry)
+        queue = list(sessions.items())
+
+        async def writer() -> None:
+            while queue:
+                (scope, _), entries = queue.pop(0)
+                for entry in entries:
+                    await put(scope, entry)
 
         cpu, pg = process_cpu(server.process.pid), postgres_cpu()
         started = time.perf_counter()
-        # the conversations side by side (at most `concurrency` writers), each in order
-        await asyncio.gather(*(conversation(scope, entries) for scope, entries, _ in datasets))
+        await asyncio.gather(*(writer() for _ in range(concurrency)))
         side.answered_s = time.perf_counter() - started
         # searchable: no vector missing (a search would wait for them, up to its bound), then a
         # keyword search in each scope, which waits for the full-text index to hold every write

@@ -51,7 +51,7 @@ $(MEMNOS_VENV)/.installed:
 	$(MEMNOS_VENV)/bin/pip install --quiet memnos==0.1.45
 	touch $@
 
-.PHONY: help install dev run test bench bench-recall bench-peers soak lint fmt typecheck docs docs-serve clean
+.PHONY: help install dev run test test-fast bench bench-recall bench-peers soak lint fmt typecheck docs docs-serve clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -71,6 +71,10 @@ test: $(VENV)/.installed-dev ## ruff, mypy and the import layers, then the whole
 	$(BIN)/mypy catalog
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.installed-dev ## ruff and the tests without the process-level modules (the `slow` marker): a few minutes
+	$(BIN)/ruff check .
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
 BENCHES := authz locomo beam keyword_statistics peer search request_floor audit audit_chain embedder_memory conversations sessions responses erasure history cluster
 

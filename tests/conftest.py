@@ -32,6 +32,33 @@ from catalog.runtime import with_database
 from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
 
+# The process-level modules: clusters, killed and restarted servers and databases, several
+# workers, a wheel built and installed, the docs site built and its snippets run, the fuzz. They
+# carry the `slow` marker; `make test-fast` leaves them out (`make test` runs everything).
+SLOW_MODULES = frozenset(
+    {
+        "test_cluster",
+        "test_derived_state",
+        "test_docs",
+        "test_drain",
+        "test_durability",
+        "test_fresh_database",
+        "test_fuzz",
+        "test_index_recovery",
+        "test_pgbouncer",
+        "test_upgrade",
+        "test_wheel",
+        "test_workers",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 

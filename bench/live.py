@@ -22,9 +22,16 @@ def free_port() -> int:
 
 class BenchServer:
     def __init__(
-        self, data_dir: Path | None = None, env: dict[str, str] | None = None, argv: list[str] | None = None
+        self,
+        data_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        argv: list[str] | None = None,
+        repo: Path | None = None,
     ) -> None:
-        """`argv`: what to run instead of `-m catalog serve` (it is given `--port`)."""
+        """`argv`: what to run instead of `-m catalog serve` (it is given `--port`); `repo`: the
+        checkout whose `catalog` package to run (this one by default: another checkout's, to
+        compare two versions)."""
+        self.repo = repo or REPO
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="catbench"))
         self.port = free_port()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
@@ -37,7 +44,7 @@ class BenchServer:
             stdout=subprocess.PIPE,
             stderr=self.log,
             text=True,
-            cwd=REPO,
+            cwd=self.repo,
         )
         assert self.process.stdout is not None
         deadline = time.monotonic() + 120
@@ -55,7 +62,7 @@ class BenchServer:
             env=self.env,
             capture_output=True,
             text=True,
-            cwd=REPO,
+            cwd=self.repo,
             check=True,
         )
         return out.stdout.strip()
@@ -66,7 +73,7 @@ class BenchServer:
             env=self.env,
             capture_output=True,
             text=True,
-            cwd=REPO,
+            cwd=self.repo,
             check=True,
         )
         return out.stdout.strip()

@@ -16,12 +16,17 @@ With --cpu --profile, py-spy samples the server's processes during each case (be
 and a table says where their CPU went, stage by stage (the model, Tantivy, ranking, audit,
 authorization, the token, asyncpg, JSON, Litestar, HTTP, the event loop, socket I/O).
 
+With --against DIR, the same on two servers at once, this tree's and another checkout's (a git
+worktree of an earlier commit: `git worktree add /tmp/before <commit>`), each request of a case
+sent to one then the other: what a change did to the floor.
+
 With --tracing, the same on two servers at once, each request of a case sent to one then the
 other: tracing off (no OTEL_ variable), and tracing on, exporting every span over OTLP/HTTP to a
 receiver in this process that reads each batch and discards it (on the same machine, so its CPU
 counts against the floor too).
 
-Run: .venv/bin/python bench/request_floor.py [--n 300] [--tracing] [--cpu [--workers N]]
+Run: .venv/bin/python bench/request_floor.py [--n 300] [--tracing] [--against DIR]
+     [--cpu [--workers N] [--profile]]
 """
 
 from __future__ import annotations
@@ -147,14 +152,16 @@ async def timed(call: Callable[[], Awaitable[None]]) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-async def measure(n: int, envs: list[dict[str, str]]) -> list[list[tuple[str, float, float]]]:
+async def measure(
+    n: int, envs: list[dict[str, str]], repos: list[Path | None] | None = None
+) -> list[list[tuple[str, float, float]]]:
     """(request, p50 ms, p99 ms) of each case on one fresh server per environment, all started
     at once; each case's requests alternate between the servers (so that whatever else runs on
     the machine weighs on each alike)."""
     servers: list[BenchServer] = []
     try:
-        for env in envs:
-            servers.append(BenchServer(env=env))
+        for env, repo in zip(envs, repos or [None] * len(envs), strict=True):
+            servers.append(BenchServer(env=env, repo=repo))
         clients = [
             httpx.AsyncClient(base_url=s.url, headers={"Authorization": f"Bearer {s.token()}"}, timeout=60)
             for s in servers
@@ -183,10 +190,17 @@ async def measure(n: int, envs: list[dict[str, str]]) -> list[list[tuple[str, fl
             server.stop()
 
 
-async def run(n: int, tracing: bool) -> None:
+async def run(n: int, tracing: bool, against: Path | None = None) -> None:
     print(f"{n} requests each, one sequential keep-alive client, after 20 to warm up\n")
     for name in [k for k in os.environ if k.startswith("OTEL_")]:
         del os.environ[name]  # BenchServer passes the environment on: off means no OTEL_ variable
+    if against is not None:
+        other, this = await measure(n, [{}, {}], [against, None])
+        print(f"| request | p50, {against} | p50, this tree | p99, {against} | p99, this tree |")
+        print("|---|---|---|---|---|")
+        for (label, p50_a, p99_a), (_, p50_b, p99_b) in zip(other, this, strict=True):
+            print(f"| {label} | {p50_a:.2f} ms | {p50_b:.2f} ms | {p99_a:.1f} ms | {p99_b:.1f} ms |")
+        return
     if not tracing:
         print("| request | p50 | p99 |")
         print("|---|---|---|")
@@ -312,6 +326,12 @@ def main() -> None:
         action="store_true",
         help="measure with tracing off, then on (spans exported to a local receiver that discards them)",
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another checkout (a git worktree of an earlier commit): its server beside this tree's, "
+        "each request of a case sent to one then the other",
+    )
     parser.add_argument("--cpu", action="store_true", help="server CPU per request instead of latency")
     parser.add_argument("--count", type=int, default=1500, help="with --cpu: requests of each case")
     parser.add_argument("--workers", type=int, default=1, help="with --cpu: the server's worker processes")
@@ -326,7 +346,7 @@ def main() -> None:
     if args.cpu:
         asyncio.run(cpu(args.count, args.workers, args.processes, args.connections, args.profile))
         return
-    asyncio.run(run(args.n, args.tracing))
+    asyncio.run(run(args.n, args.tracing, args.against))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,10 @@ from catalog.runtime import with_database
 from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
 
+# fixtures of their own modules: `store` and `pool` for the indexer tests (a module's own fixture
+# of the same name wins over these)
+pytest_plugins = ["index_entries"]
+
 # The process-level modules: clusters, killed and restarted servers and databases, several
 # workers, a wheel built and installed, the docs site built and its snippets run, the fuzz. They
 # carry the `slow` marker; `make test-fast` leaves them out (`make test` runs everything).

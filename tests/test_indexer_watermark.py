@@ -9,15 +9,13 @@ import asyncio
 import json
 import logging
 import time
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
+from index_entries import insert
 
-from catalog.db import create_pool
 from catalog.search.fulltext import FullTextIndex, IndexDiverged
 from catalog.search.indexer import WATERMARK_FILE, Indexer
 
@@ -80,31 +78,6 @@ class FaultyWriter:
         if self.lose:
             self.real.rollback()
         return int(self.real.commit())
-
-
-@pytest.fixture
-def store(client, token) -> str:  # type: ignore[no-untyped-def]
-    name = f"w{uuid.uuid4().hex[:10]}"
-    body = {"name": name, "catalog_name": "main", "schema_name": "default"}
-    assert client.post(f"{UC}/memory-stores", headers=token(), json=body).status_code == 200
-    return name
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    p = await create_pool(database_url, min_size=1, max_size=4)
-    try:
-        yield p
-    finally:
-        await p.close()
-
-
-async def insert(pool: asyncpg.Pool, store: str, texts: dict[str, str]) -> None:
-    await pool.executemany(
-        "INSERT INTO entries (store_id, scope, path, contents, created_by, updated_by) "
-        "SELECT id, 'u', $2, $3, 'admin', 'admin' FROM memory_stores WHERE name = $1",
-        [(store, path, text) for path, text in texts.items()],
-    )
 
 
 async def head(pool: asyncpg.Pool) -> int:

@@ -18,7 +18,6 @@ import shutil
 import signal
 import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,9 @@ import asyncpg
 import httpx
 import psutil
 import pytest
+from index_entries import insert
 
-from catalog.db import create_pool, running_url
+from catalog.db import running_url
 from catalog.runtime import EMBEDDED_DATABASE
 from catalog.search.indexer import WATERMARK_FILE, Indexer
 from catalog.settings import Settings
@@ -39,31 +39,6 @@ ENOSPC = "An IO error occurred: 'No space left on device (os error 28)'"
 
 
 # --- one slot, two indexers ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def store(client, token) -> str:  # type: ignore[no-untyped-def]
-    name = f"w{uuid.uuid4().hex[:10]}"
-    body = {"name": name, "catalog_name": "main", "schema_name": "default"}
-    assert client.post(f"{UC}/memory-stores", headers=token(), json=body).status_code == 200
-    return name
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    p = await create_pool(database_url, min_size=1, max_size=6)
-    try:
-        yield p
-    finally:
-        await p.close()
-
-
-async def insert(pool: asyncpg.Pool, store: str, texts: dict[str, str]) -> None:
-    await pool.executemany(
-        "INSERT INTO entries (store_id, scope, path, contents, created_by, updated_by) "
-        "SELECT id, 'u', $2, $3, 'admin', 'admin' FROM memory_stores WHERE name = $1",
-        [(store, path, text) for path, text in texts.items()],
-    )
 
 
 async def found(pool: asyncpg.Pool, ix: Indexer, store: str, word: str) -> list[str]:

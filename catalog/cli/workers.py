@@ -72,14 +72,9 @@ class _Worker:
 def shared_slot(index_dir: Path) -> int:
     """The first index slot number free (no writer) under every corpus's index root."""
     from catalog.search.corpus import ENTRIES, TRANSCRIPTS
-    from catalog.search.fulltext import writer_held
-    from catalog.search.indexer import MAX_SLOTS
+    from catalog.search.indexer import free_slot
 
-    roots = [index_dir / corpus.directory for corpus in (ENTRIES, TRANSCRIPTS)]
-    for n in range(MAX_SLOTS):
-        if not any(writer_held(root / f"slot-{n}") for root in roots):
-            return n
-    raise RuntimeError(f"every index slot under {index_dir} is locked by another process")
+    return free_slot([index_dir / corpus.directory for corpus in (ENTRIES, TRANSCRIPTS)])
 
 
 class Supervisor:

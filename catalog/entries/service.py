@@ -225,10 +225,7 @@ def _sees(held: Held, row: EntryRow) -> bool:
 
 def _texts(fields: Fields) -> list[str]:
     """What a write's screen reads: its contents, description and metadata's text values."""
-    texts = [fields.contents or "", fields.description or ""]
-    if fields.metadata:
-        texts.extend(value for value in fields.metadata.values() if isinstance(value, str))
-    return texts
+    return [fields.contents or "", fields.description or "", *_metadata_texts(fields.metadata)]
 
 
 async def _judge(

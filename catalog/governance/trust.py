@@ -34,9 +34,6 @@ from catalog.llm import ChatModel
 from catalog.wire.bodies import Input
 from catalog.wire.inputs import NO_NUL
 
-Via = Literal[
-    "rest", "agents", "console", "mcp", "responses", "extraction", "pipeline", "maintenance", "import"
-]
 VIAS: tuple[str, ...] = (
     "rest",
     "agents",

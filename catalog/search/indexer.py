@@ -136,13 +136,13 @@ def open_shared(directory: Path) -> FullTextIndex:
             return FullTextIndex(directory, write=False)
 
 
-def free_slot(root: Path) -> int:
-    """The first slot number whose writer lock no process holds (what the workers of one
-    `catalog serve` are told to share)."""
+def free_slot(roots: list[Path]) -> int:
+    """The first slot number whose writer lock no process holds under any of `roots` (the index
+    roots of the corpora): what the workers of one `catalog serve` are told to share."""
     for n in range(MAX_SLOTS):
-        if not writer_held(root / f"slot-{n}"):
+        if not any(writer_held(root / f"slot-{n}") for root in roots):
             return n
-    raise RuntimeError(f"every index slot under {root} is locked by another process")
+    raise RuntimeError(f"every index slot under {', '.join(map(str, roots))} is locked by another process")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -152,7 +152,6 @@ class Follower:
         self.sock: socket.socket | None = None
         self.commit: str | None = None  # the writer's commit this process's searcher holds
         self.failing: str | None = None  # the writer's last word when it answered `fail`
-        self.heard = 0.0  # monotonic time of the writer's last answer
         self._waiting: list[tuple[float, asyncio.Future[bool]]] = []
 
     def open(self) -> None:
@@ -218,7 +217,6 @@ class Follower:
                 return
             except OSError:
                 return
-            self.heard = time.monotonic()
             if message.startswith(DONE):
                 _, started_text, commit_text = message.decode(errors="replace").split(" ", 2)
                 self._done(float(started_text), commit_text)

@@ -33,6 +33,7 @@ class BenchServer:
         compare two versions)."""
         self.repo = repo or REPO
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="catbench"))
+        self.data_dir.mkdir(parents=True, exist_ok=True)  # a --data-dir named for a first run
         self.port = free_port()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
         # one process unless the benchmark asks for workers (CATALOG_WORKERS)

@@ -124,3 +124,28 @@ def test_explain_must_be_a_boolean(client, token):
     body = {"scope": "u", "query": "platypus", "explain": "yes"}
     r = client.post(f"{STORE}/entries:search", headers=token(), json=body)
     assert r.status_code == 400 and "explain" in r.text, r.text
+
+
+def test_a_neighbour_that_was_no_candidate_is_explained_by_its_lift_alone(client, token):
+    # more entries holding the query's words than a leg takes: the reply after the question,
+    # holding none of them, is lifted by its neighbour without being a candidate of either leg
+    entries = [
+        {"path": f"/notes/{i}", "contents": f"platypus survey note {i}: counts were low this week"}
+        for i in range(70)
+    ]
+    entries += [
+        {"path": "/chat/1", "contents": "platypus river?", "session_id": "talk"},
+        {"path": "/chat/2", "contents": "ok", "session_id": "talk"},
+    ]
+    r = client.post(
+        f"{STORE}/entries:batchCreate", headers=token(), params={"scope": "many"}, json={"entries": entries}
+    )
+    assert r.status_code == 200, r.text
+    body = {"scope": "many", "query": "platypus river", "top_k": 10, "explain": True}
+    r = client.post(f"{STORE}/entries:search", headers=token(), json=body)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    hits = {x["memory_entry"]["path"]: x["score_details"] for x in answer["results"]}
+    after = hits["/chat/2"]
+    assert after["fused"] == 0 and after["neighbour_lift"] == after["score"] > 0, after
+    assert "coverage" not in after and "bm25" not in after and "cosine" not in after, after

@@ -631,12 +631,12 @@ class SearchEngine:
             return Ranking(scores, degraded)
         bm25 = dict(keyword)
         details = {
-            doc: HitScores(
+            doc: HitScores(  # a neighbour that was no candidate has no score of its own
                 score,
-                own[doc],
-                score - own[doc],
-                keyword=keyword_score(covered[doc], w),
-                coverage=covered[doc],
+                own.get(doc, 0.0),
+                score - own.get(doc, 0.0),
+                keyword=keyword_score(covered[doc], w) if doc in covered else None,
+                coverage=covered.get(doc),
                 bm25=bm25.get(doc),
                 semantic=semantic_score(cosine[doc], w) if doc in cosine else None,
                 cosine=cosine.get(doc),

@@ -26,7 +26,7 @@ receiver in this process that reads each batch and discards it (on the same mach
 counts against the floor too).
 
 Run: .venv/bin/python bench/request_floor.py [--n 300] [--tracing] [--against DIR]
-     [--cpu [--workers N] [--profile]]
+     [--cpu [--workers N] [--profile] [--set CATALOG_NAME=VALUE ...]]
 """
 
 from __future__ import annotations
@@ -237,11 +237,19 @@ def model_cpu_ms(texts: list[str]) -> float:
     return (time.thread_time() - started) * 1000 / (10 * len(texts))
 
 
-async def cpu(count: int, workers: int, processes: int, connections: int, profile: bool = False) -> None:
-    """Server-side CPU per request (the server's processes and PostgreSQL's) for each case."""
+async def cpu(
+    count: int,
+    workers: int,
+    processes: int,
+    connections: int,
+    profile: bool = False,
+    settings: dict[str, str] | None = None,
+) -> None:
+    """Server-side CPU per request (the server's processes and PostgreSQL's) for each case
+    (`settings`: more of the server's CATALOG_ variables)."""
     import json
 
-    server = BenchServer(env={"CATALOG_WORKERS": str(workers)})
+    server = BenchServer(env={"CATALOG_WORKERS": str(workers), **(settings or {})})
     try:
         token = server.token()
         async with httpx.AsyncClient(
@@ -342,9 +350,19 @@ def main() -> None:
         action="store_true",
         help="with --cpu: where the server's CPU goes (py-spy, bench/where.py)",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="CATALOG_NAME=VALUE",
+        help="with --cpu: a setting of the server (e.g. CATALOG_EVENT_LOOP=asyncio); repeatable",
+    )
     args = parser.parse_args()
     if args.cpu:
-        asyncio.run(cpu(args.count, args.workers, args.processes, args.connections, args.profile))
+        given = dict(item.split("=", 1) for item in args.set)
+        if any(not name.startswith("CATALOG_") for name in given):
+            parser.error("--set takes CATALOG_NAME=VALUE")
+        asyncio.run(cpu(args.count, args.workers, args.processes, args.connections, args.profile, given))
         return
     asyncio.run(run(args.n, args.tracing, args.against))
 

@@ -132,6 +132,15 @@ class Settings:
             "before workers were; see [Sizing a machine](operations/sizing.md)",
         ),
     )
+    event_loop: str = field(
+        default="uvloop",
+        metadata=about(
+            "CATALOG_EVENT_LOOP",
+            "the event loop `catalog serve` runs on: `uvloop` (libuv's: less CPU per request; the "
+            "standard library's where uvloop is not installed) or `asyncio` (the standard library's)",
+            fold=True,
+        ),
+    )
     max_body_bytes: int = field(
         default=MAX_BODY_BYTES,
         metadata=about(None, "the largest request body, in bytes (2 MiB); larger is 413 `PAYLOAD_TOO_LARGE`"),
@@ -384,6 +393,8 @@ class Settings:
             raise SettingsError("CATALOG_PIPELINE_INTERVAL must be a positive number of seconds")
         if self.drain_seconds < 0:
             raise SettingsError("CATALOG_DRAIN_SECONDS must not be negative (0: stop at once)")
+        if self.event_loop not in ("uvloop", "asyncio"):
+            raise SettingsError("CATALOG_EVENT_LOOP must be 'uvloop' or 'asyncio'")
         if not 0 <= self.workers <= MAX_WORKERS:
             raise SettingsError(f"CATALOG_WORKERS must be between 0 (one per core) and {MAX_WORKERS}")
         if not self.scope_index_interval > 0:

@@ -48,6 +48,7 @@ def test_settings_from_env_reads_the_contract_variables():
         {"CATALOG_DEFAULT_CONVERSATION_STORE": "main.default"},
         {"CATALOG_DEFAULT_CONVERSATION_STORE": "main.default.a.b"},
         {"CATALOG_DEFAULT_CONVERSATION_STORE": "main.default.no spaces"},
+        {"CATALOG_EVENT_LOOP": "trio"},
     ],
 )
 def test_bad_settings_name_the_variable(env):
@@ -81,6 +82,7 @@ SAMPLES = {
     "llm_base_url": ("http://127.0.0.1:11434/v1", "http://127.0.0.1:11434/v1"),
     "default_conversation_store": ("Main.Default.Chat", "main.default.chat"),
     "trace_scopes": ("Pseudonyms", "pseudonyms"),
+    "event_loop": ("AsyncIO", "asyncio"),
 }
 
 
@@ -101,3 +103,16 @@ def test_configuration_page_lists_every_variable():
             assert f"`{f.metadata['env']}`" in page, (
                 f"{f.metadata['env']}: run .venv/bin/python docs/generate.py"
             )
+
+
+def test_the_server_runs_on_uvloop_unless_told_otherwise():
+    import asyncio
+
+    import uvloop
+
+    from catalog.cli import event_loop_factory
+
+    assert event_loop_factory(Settings.from_env({})) is uvloop.new_event_loop
+    assert event_loop_factory(Settings.from_env({"CATALOG_EVENT_LOOP": "asyncio"})) is None
+    with asyncio.Runner(loop_factory=event_loop_factory(Settings.from_env({}))) as runner:
+        assert isinstance(runner.get_loop(), uvloop.Loop)

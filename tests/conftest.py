@@ -26,6 +26,7 @@ import asyncpg
 import pytest
 from litestar.testing import TestClient
 
+from catalog import event_params
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.runtime import with_database
@@ -64,6 +65,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _audit_parameters_declared() -> Iterator[None]:
+    """Every parameter an audit event of this process carried is declared (catalog.event_params):
+    a new one would be kept as `[redacted]`, which says nothing to auditors, and the declaration
+    is where it is decided what it may hold. (Events are appended in batches: one appended just
+    after a test ends is counted in the next.)"""
+    yield
+    undeclared = event_params.undeclared()
+    assert not undeclared, f"audit parameters not declared in catalog/event_params.py: {sorted(undeclared)}"
 
 
 @pytest.fixture(scope="session")

@@ -327,7 +327,7 @@ def test_a_batch_is_numbered_and_hashed_in_order(client, database_url):
                         "request_id": f"batch-{i}",
                         "action_name": "test.batch",
                         "decision": "allow",
-                        "request_params": {"q": f"ü\"{i}'"},
+                        "request_params": {"name": f"ü\"{i}'"},  # a parameter kept in clear
                     }
                 )
                 for i in range(3)
@@ -341,7 +341,7 @@ def test_a_batch_is_numbered_and_hashed_in_order(client, database_url):
     added = [r for r in rows if r["seq"] > before]
     assert [r["request_id"] for r in added] == ["batch-0", "batch-1", "batch-2"]
     assert [r["seq"] for r in added] == [before + 1, before + 2, before + 3]
-    assert added[2]["request_params"] == {"q": "ü\"2'"}
+    assert added[2]["request_params"] == {"name": "ü\"2'"}
     result = verify(rows)
     assert result.ok and result.checked == len(rows)
 
@@ -372,3 +372,45 @@ def test_an_agents_store_update_is_one_change_with_its_event(client, token, monk
     assert len(transactions) == 1
     event = event_for(client, token, r.headers["x-request-id"])
     assert event["action_name"] == "memory_store.update" and event["status_code"] == 200
+
+
+def test_a_parameter_no_one_declared_is_kept_redacted_and_named(client, database_url):
+    """A new personal field under a new key is never stored in clear: what catalog.event_params
+    does not declare is kept as `[redacted]`, and named for the suite to fail on."""
+    from catalog import event_params
+    from catalog.audit.log.writer import append, complete
+    from catalog.db import create_pool
+
+    async def run():  # type: ignore[no-untyped-def]
+        pool = await create_pool(database_url, min_size=1, max_size=1)
+        try:
+            event = complete(
+                {
+                    "request_id": "undeclared-1",
+                    "action_name": "test.undeclared",
+                    "decision": "allow",
+                    "request_params": {"nickname": "Carol", "name": "kept", "scope": "carol"},
+                }
+            )
+            await append(pool, [event])
+            return await pool.fetchrow("SELECT * FROM audit_events WHERE request_id = 'undeclared-1'")
+        finally:
+            await pool.close()
+
+    row = asyncio.run(run())
+    params = row["request_params"]
+    assert params["nickname"] == "[redacted]" and params["name"] == "kept", params
+    assert params["scope"].startswith("ps_"), params
+    assert event_params.undeclared() == {"nickname"}
+
+
+def test_a_page_token_is_never_kept(client, token, aud):
+    """A page token holds a path, a scope and a session id (base64): the log keeps none of it."""
+    r = client.get(
+        f"{UC}/memory-stores/main.default.aud/entries",
+        headers=token(),
+        params={"scope": "u", "page_token": "ImNhcm9sIg.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"},
+    )
+    assert r.status_code == 400 and "page_token" in r.text, r.text
+    event = event_for(client, token, r.headers["x-request-id"])
+    assert event["request_params"]["page_token"] == "[redacted]", event

@@ -707,3 +707,23 @@ def test_a_refused_grant_is_said_inside_the_page_it_was_sent_from(web, settings,
     assert r.status_code == 400 and "<h1>Catalog main</h1>" in r.text
     refusal = re.search(r'id="grants-refused">(.*?)</div>', r.text, re.S)
     assert refusal is not None and '<code id="error-field">scopes</code>' in refusal[1]
+
+
+def test_a_console_search_keeps_neither_its_words_nor_its_page_token_in_the_log(
+    web, settings, world, database_url
+):
+    sign_in(web, settings)
+    r = web.get(
+        f"/console/stores/{world['forms']}",
+        params={"scope": "carol", "q": "Carol's divorce lawyer", "mode": "keyword", "bogus": "carol"},
+    )
+    assert r.status_code == 200, r.text
+    (event,) = events_of(database_url, r)
+    params = (
+        json.loads(event["request_params"])
+        if isinstance(event["request_params"], str)
+        else event["request_params"]
+    )
+    assert params["q"] == "[redacted]" and params["bogus"] == "[redacted]", params
+    assert params["mode"] == "keyword" and params["scope"].startswith("ps_"), params
+    assert "Carol" not in str(dict(event)) and "carol" not in str(dict(event)), dict(event)

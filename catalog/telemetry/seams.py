@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, StatusCode
 
+from catalog.event_params import Kept, keys_of
 from catalog.telemetry import tracing
 from catalog.telemetry.instruments import Counter, Histogram
 
@@ -418,7 +419,7 @@ def authorization(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]
     return run
 
 
-SCOPE_KEYS = ("scope", "scopes", "actor_id", "actor_ids")  # as catalog.audit.log.pseudonyms names them
+SCOPE_KEYS = keys_of(Kept.SCOPE, Kept.SCOPES)  # the parameters holding scopes and end users
 PSEUDONYMIZED = "_pseudonymized"  # the mark catalog.audit.log.pseudonyms leaves on an event
 
 

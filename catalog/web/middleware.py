@@ -20,6 +20,7 @@ from catalog import telemetry
 from catalog.audit.log.writer import PendingEvent, current, unheld_scope_limit
 from catalog.auth import PROTECTED_RESOURCE_METADATA
 from catalog.errors import RequestTimeout, error_body, is_unavailable, log_unexpected
+from catalog.event_params import PARAMS
 from catalog.settings import Settings
 from catalog.web.deps import ServerParts, server_parts
 
@@ -127,20 +128,26 @@ REDACTED = "[redacted]"
 
 def _params(scope: Scope) -> dict[str, Any]:
     """What the audit event keeps of a request: path and query parameters, never bodies (nor the
-    value of a query parameter named like a credential)."""
+    value of a query parameter named like a credential, or of one no route declares: the audit
+    log's pseudonyms then keep each as `catalog.event_params` says)."""
     params: dict[str, Any] = {
         _storable(str(k)): _storable(str(v)) for k, v in (scope.get("path_params") or {}).items()
     }
+    unknown = set()
     for key, value in _query_pairs(scope):
         if key.lower() in CREDENTIAL_PARAMETERS:
             value = REDACTED
         key, value = _storable(key), _storable(value[:1024])
+        if key not in PARAMS:  # a parameter the client chose that no route declares (event_params)
+            unknown.add(key)
         if key not in params:
             params[key] = value
         elif isinstance(params[key], list):  # a multi-valued parameter: every value was used
             params[key].append(value)
         else:
             params[key] = [params[key], value]
+    for key in unknown:
+        params[key] = REDACTED
     return params
 
 

@@ -8,6 +8,13 @@ from datetime import datetime
 import asyncpg
 
 from catalog.audit.log.writer import COLUMNS
+from catalog.event_params import Kept, keys_of
+
+# an event names a scope where a parameter holding one (catalog.event_params) is it or lists it
+_NAMING_SCOPE = " OR ".join(
+    [f"request_params ->> '{key}' = $10" for key in keys_of(Kept.SCOPE)]
+    + [f"request_params -> '{key}' ? $10" for key in keys_of(Kept.SCOPES)]
+)
 
 
 async def rows_in_order(conn: asyncpg.Connection, batch: int = 5000) -> AsyncIterator[asyncpg.Record]:
@@ -43,9 +50,7 @@ async def list_events(
         "AND ($5::text IS NULL OR securable_full_name = $5) AND ($6::text IS NULL OR decision = $6) "
         "AND ($7::int IS NULL OR status_code = $7) "
         f"AND ($8::bigint IS NULL OR seq {compare} $8) "
-        "AND ($10::text IS NULL OR request_params ->> 'scope' = $10 "
-        "     OR request_params ->> 'actor_id' = $10 OR request_params -> 'scopes' ? $10 "
-        "     OR request_params -> 'actor_ids' ? $10 OR on_behalf_of = $10) "
+        f"AND ($10::text IS NULL OR {_NAMING_SCOPE} OR on_behalf_of = $10) "
         f"ORDER BY seq {order} LIMIT $9",
         start,
         end,

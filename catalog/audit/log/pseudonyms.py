@@ -10,10 +10,11 @@ Rules:
   chain (the auditor role cannot read it). The table holds no clear-text subject: a key is found
   by the subject's keyed hash, sha256(pepper || subject), the pepper being one random value of
   the database (`audit_pepper`, also unreadable to auditors), computed in SQL (`repo`);
-- the request parameters that can hold a scope, a path or a value naming anyone are declared once,
-  here: `SCOPE_KEYS` and `SCOPE_LISTS` (scopes and end users), `PATH_KEYS` (an entry's path, and
-  the paths a tool call names: `by`, `into`, `paths`, `sources`, `written`) and `FILTER_KEYS`; a
-  parameter not declared is kept as it is (names of stores, ids, counts, flags);
+- every parameter an event may carry is declared once, in `catalog.event_params`, with how it is
+  kept: in clear (names of stores, ids, counts, flags), as a scope or end user (`SCOPE_KEYS`,
+  `SCOPE_LISTS`), as a path (`PATH_KEYS`: an entry's path, and the paths a tool call names: `by`,
+  `into`, `paths`, `sources`, `written`) or a filter (`FILTER_KEYS`), or never (`[redacted]`:
+  texts, page tokens); a parameter it does not declare is kept as `[redacted]` and noted;
 - in an event, the values of `SCOPE_KEYS` and `SCOPE_LISTS` (a list, or one string when given
   once) and the `on_behalf_of` column become `ps_<hex>` = HMAC-SHA256(key of their subject, kind,
   value);
@@ -46,14 +47,16 @@ from typing import Any
 import asyncpg
 
 from catalog.audit.log import repo
+from catalog.event_params import UNDECLARED, Kept, keys_of
+from catalog.event_params import kept as kept_as
 
-# Every request parameter that can hold a scope, a path or a value naming anyone: the one list.
-SCOPE_KEYS = ("scope", "actor_id")  # a scope, or an end user (the scope it acts in)
-SCOPE_LISTS = ("scopes", "actor_ids")  # a list of them, or one string (the parameter given once)
-# an entry's path (`path_prefix`: the start of one), and the paths a tool call or a maintenance
-# action names: one path, or a list of them
-PATH_KEYS = ("path", "path_prefix", "by", "into", "paths", "sources", "written")
-FILTER_KEYS = ("filter",)
+# the parameters that hold a scope, a path or a value naming anyone (catalog.event_params declares
+# every parameter an event may carry, and how it is kept)
+SCOPE_KEYS = keys_of(Kept.SCOPE)  # a scope, or an end user (the scope it acts in)
+SCOPE_LISTS = keys_of(Kept.SCOPES)  # a list of them, or one string (the parameter given once)
+PATH_KEYS = keys_of(Kept.PATH)  # an entry's path or the start of one; the paths an action names
+FILTER_KEYS = keys_of(Kept.FILTER)
+PARAMS_REDACTED = frozenset(keys_of(Kept.REDACTED))  # declared, and never kept
 PREFIX = "ps_"
 REDACTED = "[redacted]"
 # actions whose scope parameters look a scope up rather than act on it: they create no key
@@ -200,6 +203,11 @@ def _params(params: dict[str, Any], keys: dict[str, bytes], owner: bytes | None)
     """The request parameters as an event keeps them; `owner`: the key its paths and filter are
     keyed with (None: the event names no subject, and they are kept as `[redacted]`)."""
     kept = dict(params)
+    for key, value in params.items():
+        if kept_as(key) is Kept.REDACTED:
+            if value != REDACTED and key not in PARAMS_REDACTED:
+                UNDECLARED.add(key)  # a new parameter: declare it in catalog.event_params
+            kept[key] = REDACTED
     for key in SCOPE_KEYS:
         if isinstance(kept.get(key), str):
             kept[key] = _hide(keys, "s", kept[key])

@@ -169,11 +169,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any] | None:
         if server is not None:
             server.stop()
 
+    ingested = (
+        "ingest skipped (the data dir's store)"
+        if args.skip_ingest
+        else f"ingested in {ingest_s:.1f} s ({n_entries / max(ingest_s, 1e-9):.0f} entries/s), every "
+        f"vector stored {settle_s:.1f} s later"
+    )
     print(
         f"BEAM: {len(dirs)} conversation(s), {n_entries} messages, {len(questions)} questions with "
-        f"evidence ({len(abstain)} abstention); ingested in {ingest_s:.1f} s "
-        f"({n_entries / max(ingest_s, 1e-9):.0f} entries/s), every vector stored {settle_s:.1f} s later; "
-        f"paths {args.paths}\n"
+        f"evidence ({len(abstain)} abstention); {ingested}; paths {args.paths}\n"
     )
     print("| mode | R@1 | R@5 | R@10 |")
     print("|---|---|---|---|")

@@ -28,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import asyncpg
@@ -80,6 +81,30 @@ def sentence(rng: random.Random) -> str:
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# the columns of `entries` a bulk load fills (the rest keep their defaults)
+ENTRY_COLUMNS = [
+    "store_id",
+    "scope",
+    "session_id",
+    "path",
+    "contents",
+    "description",
+    "created_by",
+    "updated_by",
+    "embedding",
+    "version",
+    "embedded_version",
+]
+
+
+async def copy_entries(conn: object, records: Sequence[tuple[object, ...]], chunk: int = 50_000) -> None:
+    """COPY rows of ENTRY_COLUMNS into `entries`, `chunk` rows at a time."""
+    for start in range(0, len(records), chunk):
+        await conn.copy_records_to_table(  # type: ignore[attr-defined]
+            "entries", records=records[start : start + chunk], columns=ENTRY_COLUMNS
+        )
 
 
 async def ingest(server: BenchServer, n: int) -> tuple[float, float]:
@@ -147,24 +172,7 @@ async def bulk_load(settings: Settings, total: int, have: int, base: np.ndarray)
         async with pool.acquire() as conn:
             await conn.execute("DROP INDEX IF EXISTS entries_embedding_hnsw")
             await conn.execute("SET session_replication_role = replica")  # no change-log rows: rebuilt below
-            for chunk in range(0, len(records), 50_000):
-                await conn.copy_records_to_table(
-                    "entries",
-                    records=records[chunk : chunk + 50_000],
-                    columns=[
-                        "store_id",
-                        "scope",
-                        "session_id",
-                        "path",
-                        "contents",
-                        "description",
-                        "created_by",
-                        "updated_by",
-                        "embedding",
-                        "version",
-                        "embedded_version",
-                    ],
-                )
+            await copy_entries(conn, records)
             timings["copy_s"] = time.perf_counter() - started
             started = time.perf_counter()
             await conn.execute("SET maintenance_work_mem = '2GB'")

@@ -46,7 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.live import BenchServer
-from bench.search import RNG, WORDS, sentence
+from bench.search import RNG, WORDS, copy_entries, sentence
 from catalog.db import EmbeddedPostgres, create_pool
 from catalog.runtime import EMBEDDED_DATABASE, ensure_database, load_encoder
 from catalog.search import scope_index
@@ -93,10 +93,10 @@ async def load(settings: Settings, total: int, base: np.ndarray) -> tuple[str, d
                     batch.append((store_id, scope, "", f"/v/{i}.md", "x", None, "b", "b", vector, 1, 1))
                     i += 1
                     if len(batch) == 50_000:
-                        await _copy(conn, batch)
+                        await copy_entries(conn, batch)
                         batch = []
             if batch:
-                await _copy(conn, batch)
+                await copy_entries(conn, batch)
             timings["copy_s"] = time.perf_counter() - started
             started = time.perf_counter()
             await conn.execute("SET maintenance_work_mem = '2GB'")
@@ -114,26 +114,6 @@ async def load(settings: Settings, total: int, base: np.ndarray) -> tuple[str, d
         await pool.close()
         await asyncio.to_thread(server.stop)
     return store_id, timings
-
-
-async def _copy(conn: object, records: list[tuple[object, ...]]) -> None:
-    await conn.copy_records_to_table(  # type: ignore[attr-defined]
-        "entries",
-        records=records,
-        columns=[
-            "store_id",
-            "scope",
-            "session_id",
-            "path",
-            "contents",
-            "description",
-            "created_by",
-            "updated_by",
-            "embedding",
-            "version",
-            "embedded_version",
-        ],
-    )
 
 
 CONDITION = f"{_FILTER} AND state = 'active'"

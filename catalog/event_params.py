@@ -68,14 +68,11 @@ PARAMS: dict[str, Kept] = {
     **dict.fromkeys(("q", "query", "page_token", "token"), Kept.REDACTED),
 }
 
+REDACTED = "[redacted]"  # what an event holds in place of a value it does not keep
+
 # the keys an event carried that PARAMS does not name, since the last `undeclared()` (kept as
 # `[redacted]`; a request's own unknown query parameters are not noted: the client chose them)
 UNDECLARED: set[str] = set()
-
-
-def kept(key: str) -> Kept:
-    """How a parameter is kept (`REDACTED` when PARAMS does not name it)."""
-    return PARAMS.get(key, Kept.REDACTED)
 
 
 def keys_of(*kinds: Kept) -> tuple[str, ...]:

@@ -20,7 +20,7 @@ from catalog import telemetry
 from catalog.audit.log.writer import PendingEvent, current, unheld_scope_limit
 from catalog.auth import PROTECTED_RESOURCE_METADATA
 from catalog.errors import RequestTimeout, error_body, is_unavailable, log_unexpected
-from catalog.event_params import PARAMS
+from catalog.event_params import PARAMS, REDACTED
 from catalog.settings import Settings
 from catalog.web.deps import ServerParts, server_parts
 
@@ -123,7 +123,6 @@ def _query_pairs(scope: Scope) -> list[tuple[str, str]]:
 # token there (the API takes `Authorization`, the web console a cookie and a form body), and the
 # audit log, which cannot be edited, keeps only that one was sent.
 CREDENTIAL_PARAMETERS = frozenset({"token", "access_token", "id_token", "jwt", "auth", "authorization"})
-REDACTED = "[redacted]"
 
 
 def _params(scope: Scope) -> dict[str, Any]:

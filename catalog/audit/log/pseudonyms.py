@@ -47,8 +47,7 @@ from typing import Any
 import asyncpg
 
 from catalog.audit.log import repo
-from catalog.event_params import UNDECLARED, Kept, keys_of
-from catalog.event_params import kept as kept_as
+from catalog.event_params import PARAMS, REDACTED, UNDECLARED, Kept, keys_of
 
 # the parameters that hold a scope, a path or a value naming anyone (catalog.event_params declares
 # every parameter an event may carry, and how it is kept)
@@ -56,9 +55,7 @@ SCOPE_KEYS = keys_of(Kept.SCOPE)  # a scope, or an end user (the scope it acts i
 SCOPE_LISTS = keys_of(Kept.SCOPES)  # a list of them, or one string (the parameter given once)
 PATH_KEYS = keys_of(Kept.PATH)  # an entry's path or the start of one; the paths an action names
 FILTER_KEYS = keys_of(Kept.FILTER)
-PARAMS_REDACTED = frozenset(keys_of(Kept.REDACTED))  # declared, and never kept
 PREFIX = "ps_"
-REDACTED = "[redacted]"
 # actions whose scope parameters look a scope up rather than act on it: they create no key
 LOOKUPS = frozenset({"audit.read"})
 # around a scope (`s`) or a scope pattern (`p`) a reason names, until `pseudonymize` keys it (a
@@ -204,9 +201,10 @@ def _params(params: dict[str, Any], keys: dict[str, bytes], owner: bytes | None)
     keyed with (None: the event names no subject, and they are kept as `[redacted]`)."""
     kept = dict(params)
     for key, value in params.items():
-        if kept_as(key) is Kept.REDACTED:
-            if value != REDACTED and key not in PARAMS_REDACTED:
-                UNDECLARED.add(key)  # a new parameter: declare it in catalog.event_params
+        declared = PARAMS.get(key)
+        if declared is None and value != REDACTED:
+            UNDECLARED.add(key)  # a new parameter: declare it in catalog.event_params
+        if declared is None or declared is Kept.REDACTED:
             kept[key] = REDACTED
     for key in SCOPE_KEYS:
         if isinstance(kept.get(key), str):

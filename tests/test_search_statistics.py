@@ -83,6 +83,11 @@ def test_a_guessed_word_scores_as_a_control_word_whatever_others_hold(client, to
         f"{url(STORE)}/entries:search", headers=token("eve"), json={"scope": "alice", "query": GUESS}
     )
     assert r.status_code == 403  # eve reads none of it
+    # BM25's length normalization is global (it moves with any text written anywhere, as
+    # `FullTextIndex.search` says), and a search of one store waits only for that store's writes:
+    # the other store's search waits for its own, so that both searches below see one index
+    r = client.post(f"{url(OTHER)}/entries:search", headers=token(), json={"scope": "bob", "query": GUESS})
+    assert r.status_code == 200 and len(r.json()["results"]) == 10, r.text
 
     guess = scores(client, token, f"{GUESS} trip")["/g/1"]["score_details"]
     control = scores(client, token, f"{CONTROL} trip")["/g/2"]["score_details"]

@@ -153,3 +153,63 @@ def test_a_search_does_not_wait_for_a_model_that_is_stuck_on_a_row(settings, dat
             encoder.gate.set()
     finally:
         encoder.gate.set()
+
+
+@pytest.mark.usefixtures("no_worker")
+def test_a_search_learns_from_its_request_what_its_index_and_vectors_must_hold(own_settings, monkeypatch):
+    """The store's change-log head and whether a row of it lacks its vector come with the
+    request's chain: a search whose index and vectors already hold them neither waits for an
+    indexer pass nor looks for rows to embed; one write later it does both, and finds the write.
+    (A database of its own: a gap in the change log that others left, a transaction rolled back,
+    would hold the index's watermark below the head for a while, and the searches would wait.)"""
+    settings = own_settings
+    from catalog.search.indexer import Indexer
+
+    calls = {"wait_fresh": 0, "embed_pending": 0}
+    wait_fresh, embed_pending = Indexer.wait_fresh, engine.SearchEngine.embed_pending
+
+    async def counted_wait(self, timeout):  # type: ignore[no-untyped-def]  # noqa: ASYNC109
+        calls["wait_fresh"] += 1
+        return await wait_fresh(self, timeout)
+
+    async def counted_embed(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["embed_pending"] += 1
+        return await embed_pending(self, *args, **kwargs)
+
+    monkeypatch.setattr(Indexer, "wait_fresh", counted_wait)
+    monkeypatch.setattr(engine.SearchEngine, "embed_pending", counted_embed)
+    headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
+    with _client(settings) as c:
+        store = _setup(c, headers, {"/a.md": "platypus eggs", "/b.md": "echidna spines"})
+        first = _search(c, headers, store, "echidna spines", "hybrid")  # embeds both rows itself
+        assert [h["memory_entry"]["path"] for h in first["results"]][:1] == ["/b.md"], first
+        assert calls["embed_pending"] == 1
+        before = dict(calls)
+        for mode in ("hybrid", "keyword", "hybrid"):
+            again = _search(c, headers, store, "echidna spines", mode)
+            assert again["results"][0]["memory_entry"]["path"] == "/b.md" and "degraded" not in again, again
+        assert calls == before, calls  # nothing to wait for, nothing to embed
+        r = c.post(
+            f"{store.url}/entries",
+            headers=headers,
+            params={"scope": "u"},
+            json={"path": "/c.md", "contents": "wombat burrows"},
+        )
+        assert r.status_code == 200, r.text
+        answer = _search(c, headers, store, "wombat burrows", "hybrid")
+        assert answer["results"][0]["memory_entry"]["path"] == "/c.md" and "degraded" not in answer, answer
+        assert calls["embed_pending"] == before["embed_pending"] + 1  # the new row lacked its vector
+
+
+def test_a_reader_holds_what_the_writers_last_answer_says_its_commit_holds(tmp_path):
+    from catalog.search.sharing import Follower
+
+    reloads: list[int] = []
+    follower = Follower(tmp_path, lambda: reloads.append(1))
+    assert not follower.holds(0)  # no commit of the writer's read yet
+    follower._done(1.0, "41.3", 7)
+    assert reloads == [1] and follower.holds(7) and not follower.holds(8)
+    follower._done(2.0, "41.3", 9)  # the same commit: the watermark passed rows with no work
+    assert reloads == [1] and follower.holds(9)
+    follower.failing = "disk full"
+    assert not follower.holds(1)

@@ -961,6 +961,8 @@ async def _ranked(
             explain=op.explain,
             # held entries are inactive in the indexes too: ranked only when asked for
             include_inactive=op.include_superseded or held.include,
+            changes=store.changes,
+            unembedded=store.unembedded,
         )
     )
     ranked = ranking.hits

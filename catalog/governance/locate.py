@@ -40,4 +40,7 @@ async def locate(
     if store_found and row["m_scope_binding"] is not None:
         rules = (str(row["m_scope_binding"]), tuple(row["m_shared_scopes"] or ()))
         trust = row["m_trust_policy"]
-    return Securable(securable_type, full_name, tuple(chain), row["revision"], rules, trust)
+    changes, unembedded = (row["changes"], row["unembedded"]) if store_found else (None, None)
+    return Securable(
+        securable_type, full_name, tuple(chain), row["revision"], rules, trust, changes, unembedded
+    )

@@ -47,6 +47,11 @@ class Securable:
     scope_rules: tuple[str, tuple[str, ...]] | None = None
     # its trust policy as stored, read with the chain too when `scope_rules` is (None: no policy)
     trust_policy: Mapping[str, Any] | None = None
+    # a memory store's head in the entries' change log, read with the chain (None: not read):
+    # every change to its entries committed before the request is at or below it
+    changes: int | None = None
+    # and whether one of its entries lacked its vector then (None: not read)
+    unembedded: bool | None = None
 
     @property
     def exists(self) -> bool:

@@ -148,6 +148,11 @@ class Query:
     vector: asyncio.Future[np.ndarray] | None = field(default=None, compare=False)
     explain: bool = False  # also say how each hit's score was made and what each leg did
     include_inactive: bool = False  # superseded and merged entries too (consolidation)
+    # the head of the corpus's change log read after the request began (`Securable.changes`, for
+    # entries): an index that already holds it holds every write committed before the request
+    changes: int | None = None
+    # whether a row of the store lacked its vector when the request began (None: not known, look)
+    unembedded: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -201,10 +206,6 @@ class Explained:
     hits: dict[str, HitScores]
     legs: tuple[LegRun, ...]
     fusion_ms: float | None = None
-
-
-async def _none() -> dict[str, float]:
-    return {}
 
 
 # a full-text call whose recent runs took less than this runs on the event loop: handing it to a
@@ -608,17 +609,16 @@ class SearchEngine:
             cosine = dict(semantic)
             candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
             unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
-            covered, more_cosine, near = await asyncio.gather(
+            covered, (near, more_cosine) = await asyncio.gather(
                 self._coverage(query, candidates),
-                repo.similarities(self.pool, query.store_id, unscored, vector, query.corpus)
-                if vector is not None
-                else _none(),
-                neighbours.neighbours(
+                neighbours.context(
                     self.pool,
                     query.store_id,
                     candidates,
                     query.path_prefix,
                     query.corpus,
+                    unscored,
+                    vector,
                     include_inactive=query.include_inactive,
                 ),
             )
@@ -767,6 +767,9 @@ class SearchEngine:
         """The corpus's index once it holds every write committed before the call (True), or as
         it is when it is failing or still behind after the wait (False)."""
         indexer = self.part(query.corpus).indexer
+        if query.changes is not None and indexer.holds(query.changes):
+            assert indexer.index is not None
+            return indexer.index, True  # no pass to wait for: it holds the request's head already
         try:
             fresh = await indexer.wait_fresh(SEARCH_WAIT)
         except TimeoutError:
@@ -802,7 +805,11 @@ class SearchEngine:
         `embed_pending`). A model that fails on the query leaves the leg empty (no vector, not
         complete): the search answers what the other leg found."""
         embedding = query.vector if query.vector is not None else self.embed_query(query.text)
-        pending = asyncio.ensure_future(self.embed_pending(query.store_id, query.scopes, query.corpus))
+        if query.unembedded is False:  # every row committed before the request has its vector
+            pending: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            pending.set_result(True)
+        else:
+            pending = asyncio.ensure_future(self.embed_pending(query.store_id, query.scopes, query.corpus))
         try:
             vector = await embedding
         except Exception as exc:  # the model failed (it is reported by /healthz when it lasts)

@@ -502,6 +502,20 @@ class Indexer:
         await self.passes.wait_next(timeout)
         return True
 
+    def holds(self, head: int) -> bool:
+        """Whether the index already holds every change-log row up to `head` (the log's head
+        read when a request began: then it holds every change committed before the request, and
+        the search need not wait for a pass, `wait_fresh`). False while it is failing or owes a
+        rebuild, and past the watermark: a gap below it may be a transaction still committing."""
+        if self.follower is not None:
+            return self.follower.holds(head)
+        return (
+            self.index is not None
+            and self.health.healthy
+            and not self._needs_rebuild
+            and self.watermark >= head
+        )
+
     def notify(self) -> None:
         """A local write committed: index it soon."""
         if self.follower is not None:
@@ -638,7 +652,7 @@ class Indexer:
             return
         if not self.announcer.open:
             self.announcer.listen()  # the last writer was still letting go of the name
-        self.announcer.done(self._pass_started, f"{os.getpid()}.{self.commits}")
+        self.announcer.done(self._pass_started, f"{os.getpid()}.{self.commits}", self.watermark)
 
     def _advance(self, seen: list[int]) -> bool:
         """Move the watermark over the contiguous applied rows and expired gaps."""

@@ -8,11 +8,13 @@ Rules:
   on a datagram socket named after the slot's directory (`address`: Linux's abstract namespace,
   so nothing is left on disk by a process that dies, and no path is too long);
 - a reader that must hold everything committed before now (a search) sends the writer `wake`
-  and waits for `done <started> <commit>`: the writer ran a pass that *started* at `started`
-  (CLOCK_MONOTONIC, one clock for every process of the machine), so a pass started after the
-  reader asked has applied every change committed before it asked, the rule of one process's
+  and waits for `done <started> <commit> <watermark>`: the writer ran a pass that *started* at
+  `started` (CLOCK_MONOTONIC, one clock for every process of the machine), so a pass started after
+  the reader asked has applied every change committed before it asked, the rule of one process's
   `Indexer.wait_fresh`. `commit` names the writer's last commit: the reader reloads its searcher
-  when it changed, before the search goes on;
+  when it changed, before the search goes on; `watermark` is the change-log row up to which that
+  commit holds everything, so a search that knows the log's head from its request (at or below
+  the watermark its searcher holds) need not ask at all (`holds`);
 - a writer that is failing (a full disk) answers `fail <reason>` at once, and the reader searches
   what the index holds and says so (`degraded`), as one process does;
 - nothing answers when no writer lives (it died; the kernel let go of its lock): the reader
@@ -110,13 +112,13 @@ class Announcer:
             self.asked[reader] = now
             self.wake()
 
-    def done(self, started: float, commit: str) -> None:
+    def done(self, started: float, commit: str, watermark: int = 0) -> None:
         """A pass that began at `started` is committed: every reader that asked learns of it (it
         decides whether the pass is late enough for it); those that asked before it began are
         answered and forgotten, the others wait for the next pass (a wake is pending)."""
         if not self.asked:
             return
-        message = b"%s %.9f %s" % (DONE, started, commit.encode())
+        message = b"%s %.9f %s %d" % (DONE, started, commit.encode(), watermark)
         for reader, asked in list(self.asked.items()):
             self._send(reader, message)
             if asked < started:
@@ -151,6 +153,7 @@ class Follower:
         self.reload = reload
         self.sock: socket.socket | None = None
         self.commit: str | None = None  # the writer's commit this process's searcher holds
+        self.watermark = 0  # every change-log row up to here is in what this searcher holds
         self.failing: str | None = None  # the writer's last word when it answered `fail`
         self._waiting: list[tuple[float, asyncio.Future[bool]]] = []
 
@@ -174,6 +177,11 @@ class Follower:
         for _, future in waiting:
             if not future.done():
                 future.set_result(fresh)
+
+    def holds(self, head: int) -> bool:
+        """Whether this process's searcher already holds every change-log row up to `head`
+        (while the writer last answered that it is well)."""
+        return self.failing is None and self.commit is not None and self.watermark >= head
 
     def poke(self) -> None:
         """Ask for a pass soon without waiting for it (a local write committed)."""
@@ -218,13 +226,13 @@ class Follower:
             except OSError:
                 return
             if message.startswith(DONE):
-                _, started_text, commit_text = message.decode(errors="replace").split(" ", 2)
-                self._done(float(started_text), commit_text)
+                _, started_text, commit_text, watermark_text = message.decode(errors="replace").split(" ", 3)
+                self._done(float(started_text), commit_text, int(watermark_text))
             elif message.startswith(FAIL):
                 self.failing = message[len(FAIL) + 1 :].decode(errors="replace") or "failing"
                 self.give_up(False)
 
-    def _done(self, started: float, commit: str) -> None:
+    def _done(self, started: float, commit: str, watermark: int) -> None:
         self.failing = None
         if commit != self.commit:
             try:
@@ -233,6 +241,8 @@ class Follower:
                 log.warning("full-text index: reloading what the writer committed failed: %s", exc)
                 return
             self.commit = commit
+        # the same commit holds more once the writer's watermark passed rows it had no work for
+        self.watermark = watermark
         ready = [(asked, f) for asked, f in self._waiting if asked < started]
         if not ready:
             return

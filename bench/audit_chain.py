@@ -5,7 +5,7 @@ Every audited request appends its event through `audit_append()` (migration 0009
 chain's advisory lock, reads the head, numbers and hashes the events and inserts them; the lock is
 held until the transaction ends. The server gathers the events of concurrent requests into one
 call (a batch) and lets the lock go before the WAL flush (a commit with synchronous_commit off,
-then a synchronous flush marker: `catalog.audit.log.repo.append`). This benchmark drives that
+then a synchronous flush marker: `catalog.recorder.repo.append`). This benchmark drives that
 statement directly, from C connections (as C server processes or nodes would), in batches of B
 events, for each way of committing:
 
@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import asyncpg
 
 from bench.live import REPO, BenchServer
-from catalog.audit.log import repo
-from catalog.audit.log.chain import canonical_parts, plain_body
+from catalog.recorder import repo
+from catalog.recorder.chain import canonical_parts, plain_body
 
 
 def event(n: int) -> dict[str, object]:

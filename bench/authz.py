@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import asyncpg
 
+from catalog.access import Authorizer, Node, Securable, SecurableType, action
+from catalog.access.actions import GRANTABLE
 from catalog.auth import Principal
 from catalog.db import apply_migrations, create_pool
-from catalog.governance import Authorizer, Node, Securable, SecurableType, action
-from catalog.governance.actions import GRANTABLE
 from catalog.governance.namespace import bootstrap, get_metastore
 from catalog.governance.permissions.repo import change_grants
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from catalog.governance import Access, Authorizer, Node
+from catalog.access import Access, Authorizer, Node
 from catalog.llm import ChatModel
 from catalog.search import SearchEngine
 from catalog.settings import Settings
@@ -17,7 +17,7 @@ from catalog.settings import Settings
 class Context:
     settings: Settings
     pool: asyncpg.Pool
-    access: Access  # the one access seam (catalog.governance.access)
+    access: Access  # the one access seam (catalog.access.seam)
     search: SearchEngine | None = None  # None only in tools that never touch entries
     llm: ChatModel | None = None  # the upstream model (catalog.llm), None when not configured
     expiry_wake: Callable[[], None] | None = None  # an entry with an expiry was written

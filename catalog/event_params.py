@@ -1,14 +1,14 @@
 """The parameters an audit event may carry, each declared once with what the log keeps of it.
 
 An event's `request_params` are a request's path and query parameters (catalog.web.middleware)
-and what the code adds (`audit.log.writer.note_params`, an operation's own parameters: a tool
+and what the code adds (`recorder.writer.note_params`, an operation's own parameters: a tool
 call's, a pipeline run's, a maintenance action's). The audit log is append-only and kept for
 years, so what a parameter may hold decides how it is kept, here and nowhere else:
 
 - `CLEAR`: names of securables and principals, ids the server made, counts, flags, modes, times:
   kept as they are;
 - `SCOPE` / `SCOPES`: a scope or an end user (one, or a list or one string): their pseudonyms
-  (catalog.audit.log.pseudonyms), which erasing the subject unlinks;
+  (catalog.recorder.pseudonyms), which erasing the subject unlinks;
 - `PATH`: an entry's path, or the paths an action names (one, or a list), and `FILTER`, a metadata
   filter whose values may name anyone: keyed with the subject of the event's scope;
 - `REDACTED`: never kept (`[redacted]`): texts (a console search's words), page tokens (they
@@ -17,7 +17,7 @@ years, so what a parameter may hold decides how it is kept, here and nowhere els
 A parameter this table does not name is kept as `[redacted]`, and noted (`UNDECLARED`: the test
 suite fails a test whose events carried one), so that a new personal field under a new key is
 never stored in clear. The three uses derive from this table: the pseudonyms at write time
-(`catalog.audit.log.pseudonyms`), the auditors' search for a scope
+(`catalog.recorder.pseudonyms`), the auditors' search for a scope
 (`catalog.audit.auditors.repo`), and the pseudonyms a trace's spans carry (`catalog.telemetry`).
 """
 

@@ -14,16 +14,16 @@ from dataclasses import dataclass
 import asyncpg
 
 from catalog import llm
-from catalog.audit.log.writer import AuditWriter, early_unlock_supported, record_system_events
+from catalog.access import Access, Authorizer, Node, SecurableType
 from catalog.auth import TokenVerifier
 from catalog.context import Context
 from catalog.db import DatabaseMonitor, EmbeddedPostgres, apply_migrations, create_pool
 from catalog.db.databases import create_database
 from catalog.dialects.pipelines import PipelineWorker
 from catalog.entries.expiry import ExpirySweeper
-from catalog.governance import Access, Authorizer, Node, SecurableType
 from catalog.governance.namespace import bootstrap, get_metastore
 from catalog.governance.principals import SeenPrincipals
+from catalog.recorder.writer import AuditWriter, early_unlock_supported, record_system_events
 from catalog.search import SearchEngine
 from catalog.search.embedder import (
     DIMENSIONS,

@@ -10,7 +10,7 @@ What each page is made of:
 | docs/configuration.md                 | the fields of `catalog.settings.Settings` (env, doc)     |
 | docs/reference/index.md               | the app's OpenAPI document (families, base paths)        |
 | docs/reference/api/<family>.md        | the OpenAPI document, and the actions each route checks  |
-| docs/reference/actions.md             | `catalog.governance.actions.ACTIONS`, and their routes   |
+| docs/reference/actions.md             | `catalog.access.actions.ACTIONS`, and their routes   |
 | docs/reference/cli.md                 | the `catalog` command's argparse parser                  |
 | docs/reference/errors.md              | the error classes of `catalog.errors`, and the codes the |
 |                                       | HTTP layer (`catalog/web/`) answers by itself            |
@@ -592,7 +592,7 @@ def on_what(action: Any) -> str:
 
 def needs(action: Any) -> str:
     """What a principal must hold for the action, in words."""
-    from catalog.governance.actions import METASTORE_ADMIN
+    from catalog.access.actions import METASTORE_ADMIN
 
     where = "the securable" if action.on is None else on_what(action)
     if action.any_privilege:
@@ -728,7 +728,7 @@ def route_label(route: Route, families: dict[str, Family], base: str) -> str:
 
 
 def actions_page(routes: list[Route], families: dict[str, Family]) -> str:
-    from catalog.governance.actions import ACTIONS, GRANTABLE, METASTORE_ADMIN
+    from catalog.access.actions import ACTIONS, GRANTABLE, METASTORE_ADMIN
 
     by_action: dict[str, list[Route]] = {name: [] for name in ACTIONS}
     for route in routes:
@@ -771,7 +771,7 @@ def actions_page(routes: list[Route], families: dict[str, Family]) -> str:
         "Actions",
         f"""
 Every request the server authorizes is an *action*, declared once in
-`catalog/governance/actions.py` with the privilege it needs and on which securable. A route
+`catalog/access/actions.py` with the privilege it needs and on which securable. A route
 names its action; the authorizer decides it, and the decision (allowed or denied, and why) is
 recorded in the request's audit event. `catalog audit events --action NAME` lists the events of
 one action.
@@ -858,7 +858,7 @@ def _answers(operation: Operation) -> str:
 
 
 def _needs(operation: Operation, route: Route | None) -> str:
-    from catalog.governance.actions import ACTIONS
+    from catalog.access.actions import ACTIONS
 
     if operation.open:
         return "Needs no token."
@@ -953,8 +953,8 @@ def _type_section(name: str, schema: dict[str, Any]) -> str:
 
 
 def mcp_page(routes: list[Route], finder: ActionFinder) -> str:
+    from catalog.access.actions import ACTIONS
     from catalog.dialects.mcp.routes import ALLOW, TEMPLATE
-    from catalog.governance.actions import ACTIONS
     from catalog.toolkit.tools import TOOLS
 
     mount = [r for r in routes if r.path == TEMPLATE]
@@ -1427,7 +1427,7 @@ status 0. The `catalog` command prints `error: CODE: message` and exits 1, with 
 
 def pages() -> dict[str, str]:
     """Every generated page: its path under docs/ and its text."""
-    from catalog.governance.actions import ACTIONS
+    from catalog.access.actions import ACTIONS
 
     app = build_app()
     document = app.openapi_schema.to_schema()

@@ -250,7 +250,7 @@ def test_one_chain_across_two_processes_and_a_restart(client, token, database_ur
 
 
 def test_a_change_commits_with_its_event_or_not_at_all(client, token, aud, monkeypatch):
-    import catalog.audit.log.writer as writer
+    import catalog.recorder.writer as writer
 
     original = writer.append_on
 
@@ -313,9 +313,9 @@ def test_nul_characters_are_refused_and_still_audited(client, token, aud):
 def test_a_batch_is_numbered_and_hashed_in_order(client, database_url):
     """The writer's batches go through `audit_append()` as one statement: consecutive seqs in the
     given order, and the database's hashes are the ones `verify` recomputes."""
-    from catalog.audit.log.chain import verify
-    from catalog.audit.log.writer import append, complete
     from catalog.db import create_pool
+    from catalog.recorder.chain import verify
+    from catalog.recorder.writer import append, complete
 
     async def run():  # type: ignore[no-untyped-def]
         pool = await create_pool(database_url, min_size=1, max_size=1)
@@ -378,8 +378,8 @@ def test_a_parameter_no_one_declared_is_kept_redacted_and_named(client, database
     """A new personal field under a new key is never stored in clear: what catalog.event_params
     does not declare is kept as `[redacted]`, and named for the suite to fail on."""
     from catalog import event_params
-    from catalog.audit.log.writer import append, complete
     from catalog.db import create_pool
+    from catalog.recorder.writer import append, complete
 
     async def run():  # type: ignore[no-untyped-def]
         pool = await create_pool(database_url, min_size=1, max_size=1)

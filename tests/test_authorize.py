@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from catalog.access import ACTIONS, Authorizer, Node, Securable, SecurableType, action
+from catalog.access.actions import EFFECTIVE, GRANTABLE, METASTORE_ADMIN
+from catalog.access.policy import ACCOUNT_USERS
 from catalog.auth import Principal
-from catalog.governance import ACTIONS, Authorizer, Node, Securable, SecurableType, action
-from catalog.governance.actions import EFFECTIVE, GRANTABLE, METASTORE_ADMIN
-from catalog.governance.policy import ACCOUNT_USERS
 
 M, C, S, T = SecurableType.METASTORE, SecurableType.CATALOG, SecurableType.SCHEMA, SecurableType.MEMORY_STORE
 DATA = {"READ_MEMORY_STORE", "WRITE_MEMORY_STORE"}

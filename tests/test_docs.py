@@ -27,8 +27,8 @@ from typing import Any
 import doc_snippets as snippets
 import pytest
 
+from catalog.access.actions import ACTIONS
 from catalog.cli import build_parser
-from catalog.governance.actions import ACTIONS
 from catalog.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]

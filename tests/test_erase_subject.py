@@ -24,8 +24,8 @@ import pytest
 from scripted_llm import Call, Fail, Reply, ScriptedLLM
 from stores import make_store
 
-from catalog.governance import repo as policy_repo
-from catalog.governance.policy import PolicyState
+from catalog.access import repo as policy_repo
+from catalog.access.policy import PolicyState
 from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"

@@ -1,6 +1,7 @@
 """The import layers (pyproject.toml, checked by import-linter in `make test`) name every module
-of the package: a new module must be given its place there, and the groups of the tree (web/,
-wire/, dialects/, audit/, governance/) are only folders whose modules sit on the layers."""
+of the package: a new module must be given its place there, and the groups of the tree (access/,
+audit/, dialects/, governance/, web/, wire/) are only folders whose modules sit on the layers. No
+two top-level parts of the package import each other."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from pathlib import Path
 import grimp
 
 REPO = Path(__file__).resolve().parents[1]
-GROUPS = {"catalog", "catalog.web", "catalog.wire", "catalog.dialects", "catalog.audit", "catalog.governance"}
+GROUPS = {
+    "catalog",
+    "catalog.access",
+    "catalog.audit",
+    "catalog.dialects",
+    "catalog.governance",
+    "catalog.web",
+    "catalog.wire",
+}
 
 
 def _layers() -> list[str]:
@@ -43,3 +52,28 @@ def test_a_group_package_imports_only_its_own_modules():
     for group in GROUPS - {"catalog"}:
         imported = graph.find_modules_directly_imported_by(group)
         assert all(m.startswith(group + ".") for m in imported), (group, imported)
+
+
+def test_no_two_parts_of_the_package_import_each_other():
+    """The top-level folders and modules of catalog/ import one way: where one imports another,
+    that one imports nothing of it. A folder whose modules sat on layers far apart (the audit
+    recorder low, the auditors' slice high) imported and was imported by the same folders; each
+    such part has a package of its own (catalog.recorder, catalog.access, catalog.lineage)."""
+    graph = grimp.build_graph("catalog", include_external_packages=False)
+
+    def part(module: str) -> str | None:
+        return module.split(".")[1] if module.count(".") >= 1 else None
+
+    edges: dict[str, dict[str, tuple[str, str]]] = {}
+    for module in graph.modules:
+        source = part(module)
+        if source is None:
+            continue
+        for imported in graph.find_modules_directly_imported_by(module):
+            target = part(imported)
+            if target is not None and target != source:
+                edges.setdefault(source, {}).setdefault(target, (module, imported))
+    both_ways = sorted(
+        (a, b, edges[a][b], edges[b][a]) for a in edges for b in edges[a] if a < b and a in edges.get(b, {})
+    )
+    assert both_ways == [], both_ways

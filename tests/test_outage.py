@@ -257,7 +257,7 @@ def test_the_plain_format_is_one_readable_line():
 
 
 def test_a_deferred_event_whose_append_committed_unseen_is_not_appended_twice(client, token, monkeypatch):
-    import catalog.audit.log.writer as writer
+    import catalog.recorder.writer as writer
 
     runtime = client.app.state.runtime
     original = writer.append_on

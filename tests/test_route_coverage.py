@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from catalog.governance.authorize import Authorizer
+from catalog.access.authorize import Authorizer
 
 UC = "/api/2.1/unity-catalog"
 SCIM = "/api/2.0/preview/scim/v2/Groups"
@@ -250,7 +250,7 @@ def test_open_lists_show_a_stranger_nothing_private(client, token, walk):
 def test_every_registered_action_is_used_by_a_route(client, token, walk, monkeypatch):
     """Walking every route (as a stranger and as the admin, who gets past every check) asks the
     authorizer about every action of the registry: none is dead, none is bypassed."""
-    from catalog.governance import ACTIONS
+    from catalog.access import ACTIONS
 
     asked: set[str] = set()
     original = Authorizer.authorize

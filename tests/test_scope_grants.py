@@ -360,7 +360,7 @@ def test_a_list_of_sessions_shows_only_the_scopes_of_the_limit(client, token, se
 def test_the_backstop_refuses_an_answer_whose_scopes_were_not_held(client, token, monkeypatch):
     """Were a route to answer without holding its scopes to a limit, the answer would be refused
     (403, audited) rather than sent."""
-    from catalog.governance.access import Access
+    from catalog.access.seam import Access
 
     monkeypatch.setattr(Access, "hold_scopes", lambda self, principal, securable, scopes: None)
     r = get(client, token, "ann", "team-b")

@@ -28,7 +28,6 @@ import asyncpg
 import numpy as np
 import pytest
 
-from catalog.audit.lineage import repo as lineage
 from catalog.db import create_pool, sharding
 from catalog.dialects.conversations import repo as conversations
 from catalog.dialects.conversations.items import Item
@@ -36,6 +35,7 @@ from catalog.dialects.extraction import repo as extraction
 from catalog.dialects.sessions import repo as sessions
 from catalog.dialects.transcripts import repo as transcripts
 from catalog.entries import repo as entries
+from catalog.lineage import repo as lineage
 from catalog.search import repo as search
 from catalog.search.corpus import TRANSCRIPTS
 

@@ -14,12 +14,12 @@ from typing import Any
 import asyncpg
 import pytest
 
+from catalog.access import SecurableType
 from catalog.auth import Principal
 from catalog.cli import with_role
 from catalog.entries import operations as ops
 from catalog.entries import service
 from catalog.errors import InvalidParameter
-from catalog.governance import SecurableType
 
 UC = "/api/2.1/unity-catalog"
 LINEAGE = f"{UC}/system/lineage"

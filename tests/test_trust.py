@@ -27,8 +27,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from scripted_llm import Call, Fail, Reply, ScriptedLLM
 
+from catalog.access import trust
 from catalog.auth import mint_dev_token
-from catalog.governance import trust
 from catalog.settings import Settings
 from catalog.toolkit import EXTRACTION_INSTRUCTIONS, MEMORY_INSTRUCTIONS
 

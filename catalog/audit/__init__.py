@@ -1,7 +1,3 @@
-"""The audit trail:
-
-- `log`: appending every request's event to the hash chain, durable before the answer, with
-  scopes and paths as pseudonyms (used by every layer above it);
-- `lineage`: what each entry was derived from, and which request read or wrote what;
-- `auditors`: what auditors read (events, chain verification, lineage) over HTTP.
-"""
+"""What auditors read over HTTP (`auditors`: events, the chain's verification, lineage). The
+recorder that appends every request's event is `catalog.recorder`, below every slice; lineage
+is `catalog.lineage`."""

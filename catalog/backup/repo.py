@@ -8,7 +8,7 @@ cannot restore one; what they can do is used instead (the store's row: `catalog.
 namespace.repo`). The statements here name the store in every row, as every slice's do.
 
 An export reads in one REPEATABLE READ transaction (`snapshot`): the archive is the store at one
-instant. An import writes in the caller's transaction (`catalog.audit.log.audited`): all of it, or
+instant. An import writes in the caller's transaction (`catalog.recorder.audited`): all of it, or
 nothing.
 """
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from catalog.governance.trust import TrustPolicy
+from catalog.access.trust import TrustPolicy
 from catalog.wire import Output
 
 FORMAT = "memory-catalog-store-archive"

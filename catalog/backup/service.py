@@ -51,7 +51,9 @@ import msgspec
 import numpy as np
 
 from catalog import __version__
-from catalog.audit.log import audited, note_params, note_result
+from catalog.access import Securable, SecurableType, trust
+from catalog.access.actions import GRANTABLE, SCOPABLE
+from catalog.access.scoping import MAX_PATTERNS, validate_pattern
 from catalog.auth import Principal
 from catalog.backup import repo
 from catalog.backup.schemas import (
@@ -79,8 +81,6 @@ from catalog.context import Context
 from catalog.dialects.conversations.items import new_conversation_id
 from catalog.entries.schemas import Provenance
 from catalog.errors import InvalidParameter, PermissionDenied
-from catalog.governance import Securable, SecurableType, trust
-from catalog.governance.actions import GRANTABLE, SCOPABLE
 from catalog.governance.namespace import repo as namespace
 from catalog.governance.namespace.schemas import (
     MAX_COMMENT,
@@ -88,7 +88,7 @@ from catalog.governance.namespace.schemas import (
     MAX_PROPERTY_KEY,
     MAX_PROPERTY_VALUE,
 )
-from catalog.governance.scoping import MAX_PATTERNS, validate_pattern
+from catalog.recorder import audited, note_params, note_result
 from catalog.search.embedder import DIMENSIONS
 from catalog.search.passages import is_short
 from catalog.wire.entry_keys import validate_path, validate_scope, validate_session

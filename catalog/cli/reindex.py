@@ -18,8 +18,8 @@ import time
 
 import asyncpg
 
-from catalog.audit.log.writer import record_system_events
 from catalog.db import create_pool
+from catalog.recorder.writer import record_system_events
 from catalog.runtime import database_url_for_tools, load_encoder, prepare_database
 from catalog.search import SearchEngine, repo
 from catalog.search.corpus import CORPORA

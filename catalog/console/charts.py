@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from catalog.audit.auditors.service import Timeline
-from catalog.audit.lineage.schemas import Lineage, LineageEnd, TranscriptEnd
+from catalog.lineage.schemas import Lineage, LineageEnd, TranscriptEnd
 
 # --- events over time -------------------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from litestar import MediaType, Request, Response
 from litestar.response import Redirect
 
-from catalog.audit.log import note_refusal
 from catalog.auth import Principal
 from catalog.console.session import COOKIE, COOKIE_PATH, CsrfRefused, SignInRequired, csrf_token
+from catalog.recorder import note_refusal
 from catalog.web.errors import handle_exception
 
 _templates = Environment(

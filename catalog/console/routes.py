@@ -19,7 +19,7 @@ from litestar.middleware import DefineMiddleware
 from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.static_files import create_static_files_router
 
-from catalog.audit.log import note_success_status
+from catalog.access import SecurableType
 from catalog.auth import Principal, authenticate
 from catalog.console import service
 from catalog.console.render import console_error, page, redirect
@@ -35,8 +35,8 @@ from catalog.console.session import (
     same_origin,
 )
 from catalog.errors import CatalogError, FieldError, InvalidParameter, Unauthenticated
-from catalog.governance import SecurableType
 from catalog.governance.permissions import service as permissions
+from catalog.recorder import note_success_status
 from catalog.web.deps import Ctx
 
 Req = Request[Principal, str, Any]

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import cast
 
+from catalog.access import Securable, SecurableType
+from catalog.access.actions import GRANTABLE, SCOPABLE
+from catalog.access.trust import TrustPolicy
 from catalog.audit.auditors import service as audit
-from catalog.audit.lineage import service as lineage
 from catalog.auth import Principal
 from catalog.console.charts import LineageGraph, TimelineChart, lineage_graph, timeline_chart
 from catalog.context import Context
@@ -27,13 +29,11 @@ from catalog.entries import operations as ops
 from catalog.entries import service as entries
 from catalog.entries.repo import EntryRow
 from catalog.errors import CatalogError, FieldError, InvalidParameter
-from catalog.governance import Securable, SecurableType
-from catalog.governance.actions import GRANTABLE, SCOPABLE
 from catalog.governance.namespace import service as namespace
 from catalog.governance.namespace.schemas import CatalogInfo, MemoryStoreInfo, SchemaInfo
 from catalog.governance.permissions import service as permissions
 from catalog.governance.permissions.schemas import PermissionsChange, PrivilegeAssignment, UpdatePermissions
-from catalog.governance.trust import TrustPolicy
+from catalog.lineage import service as lineage
 from catalog.wire.inputs import MAX_PRINCIPAL, blank
 
 LIST_PAGE = 50  # rows of a listing page (the server's page cap lowers it)

@@ -35,7 +35,7 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 # Every answer waits for its commit to be flushed, whatever the database's own default says
-# (a change may turn this off for its own commit only: see catalog.audit.log.repo.FLUSH_TAIL).
+# (a change may turn this off for its own commit only: see catalog.recorder.repo.FLUSH_TAIL).
 SESSION_SETTINGS = {"synchronous_commit": "on"}
 CONNECT_TIMEOUT = 5.0  # an unreachable database fails a request quickly (503) rather than hang it
 

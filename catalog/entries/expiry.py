@@ -19,9 +19,9 @@ import uuid
 
 import asyncpg
 
-from catalog.audit.log.writer import append_on, complete
 from catalog.entries import repo
 from catalog.errors import is_unavailable
+from catalog.recorder.writer import append_on, complete
 
 log = logging.getLogger("catalog.expiry")
 

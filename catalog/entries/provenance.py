@@ -6,7 +6,7 @@ Rules:
   change came through and the model that wrote it (`ops.Channel`, set by the route, the MCP server
   or the tool-calling loop the change entered through), what it was derived from (the
   conversation or session and its items, the source entries: the lineage recorded with it), the
-  coarse class of its source (`catalog.governance.trust.class_of`) and, for a store with a trust
+  coarse class of its source (`catalog.access.trust.class_of`) and, for a store with a trust
   policy, what the policy decided (`trust`);
 - each version keeps the provenance of its change (the history trigger copies it); a state change
   (superseded, merged) and a redaction keep the text's; a review adds its decision (`review`);
@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from catalog.access.trust import Verdict, class_of
 from catalog.auth import Principal
 from catalog.entries import operations as ops
-from catalog.governance.trust import Verdict, class_of
 
 MAX_ITEMS = 20  # item ids a provenance names (the lineage keeps them all); `items_total` counts them
 

@@ -13,7 +13,7 @@ Rules:
 - a search ranks in the engine (`catalog.search`) and every hit is re-read here, so a deleted
   entry or an old version is never answered;
 - every change records its provenance (`catalog.entries.provenance`: who, through what channel,
-  from what, with which model), and a store's trust policy (`catalog.governance.trust`) judges
+  from what, with which model), and a store's trust policy (`catalog.access.trust`) judges
   every write and edit: a write it holds is kept `quarantined`, and stays so (with any later
   change to it) until a MANAGE holder approves or rejects it (`review`). A held entry is read
   (get, list, search, as-of, history's text) only by MANAGE holders and its author, and only when
@@ -33,9 +33,7 @@ import asyncpg
 import msgspec
 
 from catalog import telemetry
-from catalog.audit.lineage import EntryRef, TranscriptRef, check_origin
-from catalog.audit.lineage import record as record_lineage
-from catalog.audit.log import audited, note_params, note_result
+from catalog.access import Securable, SecurableType, trust
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import operations as ops
@@ -63,7 +61,6 @@ from catalog.errors import (
     PermissionDenied,
     ResourceConflict,
 )
-from catalog.governance import Securable, SecurableType, trust
 from catalog.governance.namespace.service import (
     ensure_not_held,
     held_conflict,
@@ -72,6 +69,9 @@ from catalog.governance.namespace.service import (
     scope_binding,
     trust_policy,
 )
+from catalog.lineage import EntryRef, TranscriptRef, check_origin
+from catalog.lineage import record as record_lineage
+from catalog.recorder import audited, note_params, note_result
 from catalog.search import Found, Given, Query, log_changed
 from catalog.search.corpus import ENTRIES
 from catalog.wire.entry_keys import (

@@ -3,7 +3,7 @@
 Rules:
 - one transaction, with the request's audit event, erases a scope from each slice that keeps it,
   through that slice's own functions: entries with their history (`catalog.entries`), the
-  lineage edges with the scope at either end (`catalog.audit.lineage`), conversations with their
+  lineage edges with the scope at either end (`catalog.lineage`), conversations with their
   items (`catalog.dialects.conversations`) and the sessions of the actor the scope is
   (`catalog.dialects.sessions`); all of it or nothing. This slice sits above them all and none of
   them knows of it;
@@ -13,7 +13,7 @@ Rules:
   it holds of the scope and is named in the answer (`held`);
 - a data subject is the scope `subject` and every scope starting `subject:`; once they are
   erased, unless a held store keeps some of them, the subject's audit key is destroyed
-  (`catalog.audit.log.pseudonyms.forget`), so its events (which hold pseudonyms) can no longer be
+  (`catalog.recorder.pseudonyms.forget`), so its events (which hold pseudonyms) can no longer be
   tied to it;
 - erasing a subject also takes it out of what names its scopes without being their data, in the
   same transaction, in every store (a legal hold keeps a store's data, not who may reach it nor
@@ -21,7 +21,7 @@ Rules:
   (a grant keeps its other patterns; one left with none is revoked, never widened to every scope)
   and the policy log's history of them (`catalog.governance.permissions`), the stores' shared
   scopes (`catalog.governance.namespace`), and the reports and errors of memory pipelines' runs
-  (`catalog.dialects.pipelines`, which sits above this slice and registers with `registry`).
+  (`catalog.dialects.pipelines`, which sits above this slice and registers with `catalog.erasers`).
 """
 
 from __future__ import annotations
@@ -30,19 +30,18 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from catalog import telemetry
-from catalog.audit.lineage import erase_scope as erase_lineage
-from catalog.audit.log import audited, note_result
-from catalog.audit.log.pseudonyms import forget as forget_subject
+from catalog import erasers, telemetry
+from catalog.access import SecurableType
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects import conversations, sessions
 from catalog.entries import service as entries
-from catalog.erasure import registry
 from catalog.errors import InvalidParameter
-from catalog.governance import SecurableType
 from catalog.governance.namespace.service import ensure_not_held, erase_shared_scopes
 from catalog.governance.permissions import service as permissions
+from catalog.lineage import erase_scope as erase_lineage
+from catalog.recorder import audited, note_result
+from catalog.recorder.pseudonyms import forget as forget_subject
 from catalog.wire.entry_keys import validate_scope
 
 
@@ -134,7 +133,7 @@ async def erase_subject(ctx: Context, principal: Principal, subject: str) -> Era
         others = await _others(conn, None, subject, subject=True)
         await permissions.erase_subject(conn, subject)
         await erase_shared_scopes(conn, subject)
-        for _, eraser in registry.subject_erasers():
+        for _, eraser in erasers.subject_erasers():
             await eraser(conn, subject)
         destroyed = False if held else await forget_subject(conn, subject)
         note_result(sum(count for _, count in erased))

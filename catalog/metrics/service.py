@@ -18,9 +18,9 @@ from pathlib import Path
 import asyncpg
 
 from catalog import telemetry
+from catalog.access import SecurableType
 from catalog.auth import Principal
 from catalog.context import Context
-from catalog.governance import SecurableType
 from catalog.search.corpus import ENTRIES, Corpus
 from catalog.search.health import WorkerStatus
 from catalog.search.indexer import Indexer

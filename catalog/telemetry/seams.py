@@ -420,7 +420,7 @@ def authorization(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]
 
 
 SCOPE_KEYS = keys_of(Kept.SCOPE, Kept.SCOPES)  # the parameters holding scopes and end users
-PSEUDONYMIZED = "_pseudonymized"  # the mark catalog.audit.log.pseudonyms leaves on an event
+PSEUDONYMIZED = "_pseudonymized"  # the mark catalog.recorder.pseudonyms leaves on an event
 
 
 def _pseudonyms(events: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -17,7 +17,7 @@ Rules:
 - no attribute holds a query, contents, a path, a scope or an exception message (a message may
   quote any of them): a failure is named by its class (`error.type`). With
   `CATALOG_TRACE_SCOPES=pseudonyms`, the audit append spans carry the scopes' pseudonyms, as the
-  audit log holds them (`catalog.audit.log.pseudonyms`).
+  audit log holds them (`catalog.recorder.pseudonyms`).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.audit.log import note_outcome, operation
 from catalog.context import Context
+from catalog.recorder import note_outcome, operation
 from catalog.toolkit.tools import BY_NAME, TOOLS, Bound, ToolError, call
 
 MAX_KEPT = 1024  # characters of a path kept in the audit event

@@ -16,9 +16,9 @@ from typing import Any
 from litestar import Litestar, Request
 from litestar.di import NamedDependency
 
-from catalog.audit.log import AuditWriter
 from catalog.context import Context
 from catalog.db import DatabaseMonitor
+from catalog.recorder import AuditWriter
 from catalog.settings import Settings
 
 Req = Request[Any, Any, Any]
@@ -31,7 +31,7 @@ class ServerParts:
 
     context: Context
     database: DatabaseMonitor  # whether a request may reach the database (catalog.db.health)
-    audit: AuditWriter  # where each request's event is written (catalog.audit.log)
+    audit: AuditWriter  # where each request's event is written (catalog.recorder)
 
     @property
     def settings(self) -> Settings:

@@ -17,10 +17,11 @@ from urllib.parse import unquote_plus
 from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
 
 from catalog import telemetry
-from catalog.audit.log.writer import PendingEvent, current, unheld_scope_limit
+from catalog.access import limits
 from catalog.auth import PROTECTED_RESOURCE_METADATA
 from catalog.errors import RequestTimeout, error_body, is_unavailable, log_unexpected
 from catalog.event_params import PARAMS, REDACTED
+from catalog.recorder.writer import PendingEvent, current
 from catalog.settings import Settings
 from catalog.web.deps import ServerParts, server_parts
 
@@ -229,7 +230,7 @@ class RequestMiddleware:
                 return  # the application's response was replaced by an error: drop the rest
             if message["type"] == "http.response.start":
                 status = message["status"]
-                unheld = unheld_scope_limit(audit) if status < 300 and not audit.committed else None
+                unheld = limits.unheld(audit) if status < 300 and not audit.committed else None
                 if unheld is not None:
                     # an action allowed only in some scopes answered without holding the scopes it
                     # reached to them: refused rather than answered (no route should come here)

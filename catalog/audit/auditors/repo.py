@@ -7,8 +7,8 @@ from datetime import datetime
 
 import asyncpg
 
-from catalog.audit.log.writer import COLUMNS
 from catalog.event_params import Kept, keys_of
+from catalog.recorder.writer import COLUMNS
 
 # an event names a scope where a parameter holding one (catalog.event_params) is it or lists it
 _NAMING_SCOPE = " OR ".join(

@@ -8,8 +8,8 @@ from litestar import get
 from litestar.params import FromQuery, Parameter, QueryParameter
 
 from catalog.audit.auditors import service
-from catalog.audit.lineage import service as lineage_service
-from catalog.audit.lineage.schemas import Direction, Lineage, OpenLineageEvents
+from catalog.lineage import service as lineage_service
+from catalog.lineage.schemas import Direction, Lineage, OpenLineageEvents
 from catalog.web import routing
 from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import errors

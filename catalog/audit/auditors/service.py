@@ -10,17 +10,17 @@ from typing import Any, Literal
 import asyncpg
 import msgspec
 
+from catalog.access import SecurableType
 from catalog.audit.auditors import repo
-from catalog.audit.lineage.service import epoch_ms
-from catalog.audit.log import note_result
-from catalog.audit.log.chain import Verification, verify
-from catalog.audit.log.pseudonyms import scope_pseudonym
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries.provenance import answer
 from catalog.entries.schemas import Provenance
 from catalog.errors import InvalidParameter, NotFound
-from catalog.governance import SecurableType
+from catalog.lineage.service import epoch_ms
+from catalog.recorder import note_result
+from catalog.recorder.chain import Verification, verify
+from catalog.recorder.pseudonyms import scope_pseudonym
 from catalog.wire.entry_keys import validate_path, validate_scope, validate_session
 from catalog.wire.names import split_full_name
 from catalog.wire.pagination import Pages, page_size
@@ -94,7 +94,7 @@ async def list_events(
     scope: str | None = None,
 ) -> AuditEvents:
     """A page of events, newest first unless `order=asc`. Events hold scopes, entry paths and end
-    users as pseudonyms (`catalog.audit.log.pseudonyms`): `scope` finds a scope's events while its
+    users as pseudonyms (`catalog.recorder.pseudonyms`): `scope` finds a scope's events while its
     subject has not been erased, and none after."""
     if decision is not None and decision not in DECISIONS:
         raise InvalidParameter("decision must be allow, deny, unauthenticated or system", "decision")

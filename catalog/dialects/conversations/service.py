@@ -29,7 +29,7 @@ from typing import Any
 
 import asyncpg
 
-from catalog.audit.log import audited, note_result
+from catalog.access import Securable
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects.conversations import repo
@@ -49,8 +49,8 @@ from catalog.dialects.conversations.schemas import (
 )
 from catalog.entries.service import resolve_store
 from catalog.errors import InvalidParameter, NotFound
-from catalog.governance import Securable
 from catalog.governance.namespace.service import ensure_not_held, held_stores_keeping
+from catalog.recorder import audited, note_result
 from catalog.wire.entry_keys import validate_scope
 
 erase_scope = repo.erase_scope  # a scope's conversations, for `catalog.erasure`

@@ -29,6 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from catalog.access import Securable
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects.agents.schemas import AgentEntry
@@ -41,7 +42,6 @@ from catalog.entries import operations as ops
 from catalog.entries import service as entries
 from catalog.entries.service import check_binding, resolve_store
 from catalog.errors import NotFound, PermissionDenied
-from catalog.governance import Securable
 from catalog.llm import assistant_message, content_text, require
 from catalog.toolkit import EXTRACTION_INSTRUCTIONS, Bound, function_tools, run_call
 

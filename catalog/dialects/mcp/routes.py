@@ -29,13 +29,13 @@ from litestar import Litestar, asgi
 from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
 
-from catalog.audit.log import current
 from catalog.auth import PROTECTED_RESOURCE, Principal
 from catalog.context import Context
 from catalog.dialects.mcp.server import STATE_KEY, Binding, serving
 from catalog.entries.service import resolve_store
 from catalog.errors import MEMORY_STORE_ROUTE, InvalidParameter, NotFound, PayloadTooLarge, PermissionDenied
 from catalog.governance.namespace.service import scope_binding
+from catalog.recorder import current
 from catalog.toolkit.tools import Bound
 from catalog.web.deps import ServerParts, server_parts
 from catalog.wire.entry_keys import validate_scope

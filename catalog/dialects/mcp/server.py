@@ -33,9 +33,9 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
 from catalog import __version__
-from catalog.audit.log import PendingEvent, begin_operation, current, note_outcome, note_params
 from catalog.context import Context
 from catalog.errors import InvalidParameter, RetryLater, is_unavailable, log_unexpected
+from catalog.recorder import PendingEvent, begin_operation, current, note_outcome, note_params
 from catalog.toolkit.instructions import MEMORY_INSTRUCTIONS
 from catalog.toolkit.tools import TOOLS, Bound, ToolError, call
 

@@ -5,7 +5,7 @@ out of the runs' reports and errors (`repo.erase_subject`, registered with `cata
 
 from catalog.dialects.pipelines import repo
 from catalog.dialects.pipelines.worker import PipelineWorker
-from catalog.erasure.registry import on_erase_subject
+from catalog.erasers import on_erase_subject
 
 on_erase_subject("pipeline_runs", repo.erase_subject)
 

@@ -24,7 +24,7 @@ Rules:
 - a scope whose review fails (the upstream model, a refusal) is counted in `failed_scopes` with the
   first error, and the step goes on with the next; what a tool call wrote stays (each write is a
   whole, audited change). The step's audit event keeps the error as its reason, with the scope it
-  names as `scope` (so that both are kept as its pseudonym: `catalog.audit.log.pseudonyms`).
+  names as `scope` (so that both are kept as its pseudonym: `catalog.recorder.pseudonyms`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from typing import Annotated, Any
 
 import msgspec
 
-from catalog.audit.log import note_outcome, operation
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.entries import operations as ops
@@ -44,6 +43,7 @@ from catalog.entries.repo import EntryRow
 from catalog.errors import AlreadyExists, CatalogError, NotFound
 from catalog.governance.namespace.service import is_held
 from catalog.llm import assistant_message, require
+from catalog.recorder import note_outcome, operation
 from catalog.toolkit.tools import ToolError, input_schema
 from catalog.wire import Input
 from catalog.wire.inputs import NO_NUL

@@ -40,7 +40,8 @@ from typing import Any
 
 import msgspec
 
-from catalog.audit.log import audited
+from catalog.access import Node, Securable, SecurableType
+from catalog.access.seam import Refusal
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects.extraction.service import memory_store_name
@@ -65,9 +66,8 @@ from catalog.dialects.pipelines.schemas import (
 from catalog.dialects.sessions.service import store_name
 from catalog.entries.service import resolve_store
 from catalog.errors import Aborted, InvalidParameter, NotFound
-from catalog.governance import Node, Securable, SecurableType
-from catalog.governance.access import Refusal
 from catalog.llm import require
+from catalog.recorder import audited
 from catalog.wire import rfc3339
 from catalog.wire.pagination import Pages, collect_page
 from catalog.wire.pagination import page_size as page_size_of

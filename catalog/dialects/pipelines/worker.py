@@ -34,7 +34,7 @@ Rules:
   next run reads it again (it is not marked). The run is FAILED when sessions were attempted
   (not skipped) and every one of them failed, with `error` saying how many and the first reason;
   else it SUCCEEDED (the failures are in its counts and the audit log);
-- audit (`catalog.audit.log.background`): the events of a run carry the request id `run-<uuid>`
+- audit (`catalog.recorder.background`): the events of a run carry the request id `run-<uuid>`
   (the same after a takeover), the creator as principal, and the pipeline, the run, who asked for
   it (`requested_by`: a principal, or `schedule`) and who last changed what it does
   (`configured_by`) in their parameters: a `pipelines.run` event (decision `system`) when a
@@ -60,7 +60,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from catalog.audit.log import AuditWriter, background, mark, note_outcome, operation, record_background
+from catalog.access.seam import Refusal
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects.extraction import service as extraction
@@ -77,7 +77,7 @@ from catalog.dialects.sessions import repo as sessions_repo
 from catalog.dialects.sessions import service as sessions
 from catalog.entries.service import resolve_store
 from catalog.errors import CatalogError, NotFound, is_unavailable, log_unexpected
-from catalog.governance.access import Refusal
+from catalog.recorder import AuditWriter, background, mark, note_outcome, operation, record_background
 
 log = logging.getLogger("catalog.pipelines")
 

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from catalog.access import SecurableType
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects.conversations import service as conversations
@@ -41,7 +42,6 @@ from catalog.dialects.responses.chat import history_messages
 from catalog.dialects.responses.schemas import MAX_INPUT_CHARS, ConversationRef, ResponseCreate
 from catalog.entries import operations as ops
 from catalog.errors import InvalidParameter
-from catalog.governance import SecurableType
 from catalog.llm import ChatModel, TextDelta, ToolCall, Turn, Usage, assistant_message, require
 from catalog.toolkit import MEMORY_INSTRUCTIONS, Bound, function_tools, run_call
 

@@ -17,7 +17,7 @@ import uuid
 import msgspec
 from asyncpg import Connection
 
-from catalog.audit.log import audited, note_result
+from catalog.access import Securable, SecurableType
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects.sessions import repo
@@ -50,7 +50,6 @@ from catalog.dialects.sessions.schemas import (
 )
 from catalog.entries.service import check_binding
 from catalog.errors import InvalidParameter, NotFound, PayloadTooLarge
-from catalog.governance import Securable, SecurableType
 from catalog.governance.namespace import service as namespace
 from catalog.governance.namespace.schemas import (
     MAX_PROPERTY_KEY,
@@ -61,6 +60,7 @@ from catalog.governance.namespace.schemas import (
 )
 from catalog.governance.namespace.service import scope_binding
 from catalog.governance.permissions import service as permissions
+from catalog.recorder import audited, note_result
 from catalog.wire import rfc3339
 from catalog.wire.entry_keys import validate_scope
 from catalog.wire.inputs import within

@@ -15,7 +15,7 @@ Rules:
 
 from __future__ import annotations
 
-from catalog.audit.log import note_result
+from catalog.access import Securable, SecurableType
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects.sessions.service import store_full_name
@@ -23,7 +23,7 @@ from catalog.dialects.transcripts import repo
 from catalog.dialects.transcripts.repo import TranscriptRow
 from catalog.dialects.transcripts.schemas import ConversationSearch, SessionItemSearch
 from catalog.entries.service import check_binding, resolve_store, search_input
-from catalog.governance import Securable, SecurableType
+from catalog.recorder import note_result
 from catalog.search import Found, Query
 from catalog.search.corpus import TRANSCRIPTS
 from catalog.wire.entry_keys import validate_scopes

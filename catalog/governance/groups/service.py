@@ -12,11 +12,11 @@ import re
 import uuid
 from collections import defaultdict
 
-from catalog.audit.log.writer import audited
+from catalog.access import Securable, SecurableType
+from catalog.access.policy import ACCOUNT_USERS, PolicyState
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound
-from catalog.governance import Securable, SecurableType
 from catalog.governance.groups import repo
 from catalog.governance.groups.schemas import (
     MAX_MEMBERS_PER_REQUEST,
@@ -27,7 +27,7 @@ from catalog.governance.groups.schemas import (
     Member,
     MemberRef,
 )
-from catalog.governance.policy import ACCOUNT_USERS, PolicyState
+from catalog.recorder.writer import audited
 from catalog.wire.inputs import blank
 from catalog.wire.pagination import scim_window
 

@@ -10,10 +10,10 @@ from typing import Any, TypeAlias
 
 import asyncpg
 
+from catalog.access.securables import SecurableType
 from catalog.db import atomic
 from catalog.db.locks import POLICY_LOG
 from catalog.errors import AlreadyExists, NotFound
-from catalog.governance.securables import SecurableType
 
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 

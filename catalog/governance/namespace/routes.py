@@ -8,6 +8,7 @@ from typing import Annotated
 from litestar import delete, get, patch, post, put
 from litestar.params import JSONBody, Parameter
 
+from catalog.access.trust import TrustPolicy
 from catalog.governance.namespace import service
 from catalog.governance.namespace.schemas import (
     CatalogCreate,
@@ -27,7 +28,6 @@ from catalog.governance.namespace.schemas import (
     TrustTest,
     TrustVerdict,
 )
-from catalog.governance.trust import TrustPolicy
 from catalog.web import routing
 from catalog.web.deps import Ctx, Req
 from catalog.web.openapi import Empty, errors

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from catalog.governance.trust import TrustPolicy
+from catalog.access.trust import TrustPolicy
 from catalog.wire import Input, Output
 from catalog.wire.inputs import NO_NUL, PrincipalName, Scope
 from catalog.wire.names import NAME_PATTERN, Name
@@ -169,7 +169,7 @@ class MetastoreSummary(Output, kw_only=True):
     global_metastore_id: str
 
 
-# --- a store's trust policy (catalog.governance.trust) -----------------------------------------------
+# --- a store's trust policy (catalog.access.trust) -----------------------------------------------
 
 TestVia = Literal["rest", "agents", "console", "mcp", "responses", "extraction", "pipeline", "maintenance"]
 MAX_TEST_TEXT = 64 * 1024

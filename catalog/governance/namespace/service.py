@@ -17,11 +17,10 @@ from typing import TypeVar
 import asyncpg
 
 from catalog import telemetry
-from catalog.audit.log.writer import audited, note_params
+from catalog.access import Access, Securable, SecurableType, trust
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound, ResourceConflict
-from catalog.governance import Access, Securable, SecurableType, trust
 from catalog.governance.namespace import repo
 from catalog.governance.namespace.repo import CatalogRow, SchemaRow, StoreRow
 from catalog.governance.namespace.schemas import (
@@ -48,6 +47,7 @@ from catalog.governance.namespace.schemas import (
     TrustTest,
     TrustVerdict,
 )
+from catalog.recorder.writer import audited, note_params
 from catalog.wire.inputs import MAX_SCOPE, blank, has_control, within
 from catalog.wire.names import split_full_name, validate_name
 from catalog.wire.pagination import Pages, collect_page, page_size
@@ -591,7 +591,7 @@ async def scope_binding(ctx: Context, store: Securable) -> tuple[str, list[str]]
     return await repo.store_binding(ctx.pool, store.node.id)
 
 
-# --- a store's trust policy (catalog.governance.trust) -----------------------------------------------
+# --- a store's trust policy (catalog.access.trust) -----------------------------------------------
 
 
 async def trust_policy(ctx: Context, store: Securable) -> trust.TrustPolicy | None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncpg
 
+from catalog.access.securables import Securable
 from catalog.db.locks import POLICY_LOG
-from catalog.governance.securables import Securable
 
 Grant = tuple[str, list[str] | None]  # a privilege and its scope patterns (None: every scope)
 
@@ -73,7 +73,7 @@ async def change_grants(
 # --- erasing a data subject ------------------------------------------------------------------------
 
 # a pattern is the subject's when the subject's scopes are all it matches (`subject`,
-# `subject:...`, `subject:...*`: governance.scoping.subject_of_pattern); $1 is the subject
+# `subject:...`, `subject:...*`: access.scoping.subject_of_pattern); $1 is the subject
 _OF_SUBJECT = "(p = $1 OR starts_with(p, $1 || ':'))"
 
 

@@ -6,8 +6,8 @@ from typing import Annotated
 
 import msgspec
 
-from catalog.governance.actions import Privilege
-from catalog.governance.scoping import MAX_PATTERNS
+from catalog.access.actions import Privilege
+from catalog.access.scoping import MAX_PATTERNS
 from catalog.wire import Input
 from catalog.wire.inputs import MAX_SCOPE, NO_CONTROL, PrincipalName
 

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from catalog.audit.log.writer import audited
+from catalog.access.actions import GRANTABLE, SCOPABLE, Privilege
+from catalog.access.scoping import MAX_PATTERNS, subject_of_pattern, validate_pattern
+from catalog.access.securables import DEPTH, Securable, SecurableType
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound
-from catalog.governance.actions import GRANTABLE, SCOPABLE, Privilege
 from catalog.governance.permissions import repo
 from catalog.governance.permissions.schemas import (
     MAX_CHANGES,
@@ -27,8 +28,7 @@ from catalog.governance.permissions.schemas import (
     PrivilegeAssignment,
     UpdatePermissions,
 )
-from catalog.governance.scoping import MAX_PATTERNS, subject_of_pattern, validate_pattern
-from catalog.governance.securables import DEPTH, Securable, SecurableType
+from catalog.recorder.writer import audited
 from catalog.wire.inputs import MAX_PRINCIPAL, blank
 from catalog.wire.names import split_full_name
 from catalog.wire.pagination import Pages, page_size

@@ -19,11 +19,11 @@ import re
 
 import asyncpg
 
+from catalog.access import SecurableType
+from catalog.access.policy import PolicyState
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.errors import InvalidParameter, NotFound
-from catalog.governance import SecurableType
-from catalog.governance.policy import PolicyState
 from catalog.governance.principals import repo
 from catalog.governance.principals.schemas import User, UserGroup, UserList
 from catalog.wire.pagination import scim_window

@@ -22,20 +22,21 @@ from typing import NoReturn
 
 import asyncpg
 
-from catalog.audit.log.writer import note_decision, scope_limits, scopes_reached
+from catalog.access import limits
+from catalog.access.actions import action
+from catalog.access.authorize import Authorizer, Decision
+from catalog.access.locate import locate
+from catalog.access.scoping import first_outside
+from catalog.access.securables import Node, Securable, SecurableType
 from catalog.auth.principal import Principal
 from catalog.errors import NotFound, PermissionDenied
-from catalog.governance.actions import action
-from catalog.governance.authorize import Authorizer, Decision
-from catalog.governance.locate import locate
-from catalog.governance.scoping import first_outside
-from catalog.governance.securables import Node, Securable, SecurableType
+from catalog.recorder.writer import note_decision
 
 
 @dataclass(frozen=True)
 class Refusal:
     """Why an action would be refused, and the scope patterns that text names (an audit event
-    keeps them as pseudonyms: `catalog.audit.log.mark`)."""
+    keeps them as pseudonyms: `catalog.recorder.mark`)."""
 
     reason: str
     named: tuple[str, ...] = ()
@@ -82,7 +83,8 @@ class Access:
     def refuse(self, principal: Principal, action_name: str, securable: Securable, reason: str) -> NoReturn:
         """Deny `action_name` for a reason the privilege model does not state (e.g. "members only"),
         recorded like any denial."""
-        note_decision(action_name, securable, Decision(False, reason))
+        patterns, scopes = limits.named()
+        note_decision(action_name, securable, Decision(False, reason), patterns=patterns, scopes=scopes)
         raise PermissionDenied(f"{principal.name} may not {action(action_name).description}: {reason}")
 
     def visible(
@@ -103,10 +105,10 @@ class Access:
         """For an answer that gathers rows of every scope (a list of a store's sessions): whether a
         row's scope may be shown under the request's scope limits on the securable, which are then
         held (the rows outside are left out)."""
-        limits = scope_limits(securable.node.id)
-        for limit in limits:
+        held = limits.on(securable.node.id)
+        for limit in held:
             limit.held = True
-        patterns = [limit.patterns for limit in limits]
+        patterns = [limit.patterns for limit in held]
         return lambda scope: all(first_outside(p, [scope]) is None for p in patterns)
 
     async def refusal(self, principal: Principal, action_name: str, securable: Securable) -> Refusal | None:
@@ -129,13 +131,15 @@ class Access:
         """Hold the scopes a request reaches on a store to every action of the request allowed
         there only in some scopes (grants limited to scopes); 403, recorded, for a scope outside.
         Actions checked later are held to these scopes as well (`Authorizer.check`)."""
-        scopes_reached(securable.node.id).update(scopes)
-        for limit in scope_limits(securable.node.id):
+        limits.reached(securable.node.id).update(scopes)
+        for limit in limits.on(securable.node.id):
             outside = first_outside(limit.patterns, scopes)
             if outside is not None:
                 limit.held = True  # held, and refused: nothing of the scope is answered
                 reason = f"{limit.reason}, not scope '{outside}'"
-                note_decision(limit.action_name, securable, Decision(False, reason, named=limit.patterns))
+                patterns, reached = limits.named()
+                denial = Decision(False, reason, named=limit.patterns)
+                note_decision(limit.action_name, securable, denial, patterns=patterns, scopes=reached)
                 raise PermissionDenied(
                     f"{principal.name} may not {action(limit.action_name).description} in scope "
                     f"'{outside}': {reason}"

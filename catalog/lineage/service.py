@@ -21,9 +21,13 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from catalog.audit.lineage import repo
-from catalog.audit.lineage.repo import EntryRef, TranscriptRef
-from catalog.audit.lineage.schemas import (
+from catalog.access import SecurableType
+from catalog.auth import Principal
+from catalog.context import Context
+from catalog.errors import InvalidParameter, NotFound
+from catalog.lineage import repo
+from catalog.lineage.repo import EntryRef, TranscriptRef
+from catalog.lineage.schemas import (
     CatalogRunFacet,
     Dataset,
     Job,
@@ -37,10 +41,6 @@ from catalog.audit.lineage.schemas import (
     RunFacets,
     TranscriptEnd,
 )
-from catalog.auth import Principal
-from catalog.context import Context
-from catalog.errors import InvalidParameter, NotFound
-from catalog.governance import SecurableType
 from catalog.wire.entry_keys import validate_path, validate_scope, validate_session
 from catalog.wire.inputs import has_control
 from catalog.wire.names import split_full_name

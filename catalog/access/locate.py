@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncpg
 
-from catalog.governance import repo
-from catalog.governance.securables import Node, Securable, SecurableType
+from catalog.access import repo
+from catalog.access.securables import Node, Securable, SecurableType
 
 
 async def locate(

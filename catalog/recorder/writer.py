@@ -28,20 +28,20 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 
 from catalog import telemetry
-from catalog.audit.log import repo
-from catalog.audit.log.chain import HASHED_COLUMNS, canonical_parts, plain_body
-from catalog.audit.log.pseudonyms import mark, pseudonymize
 from catalog.errors import is_unavailable
+from catalog.recorder import repo
+from catalog.recorder.chain import HASHED_COLUMNS, canonical_parts, plain_body
+from catalog.recorder.pseudonyms import mark, pseudonymize
 
 log = logging.getLogger("catalog.audit")
 
@@ -64,7 +64,7 @@ async def early_unlock_supported(conn: asyncpg.Connection) -> bool:
 _WAKE: tuple[dict[str, Any], None] = ({}, None)  # a queue item that only wakes the writer
 
 
-@dataclass
+@dataclass(eq=False)  # one object per request or operation: what others keep for it is keyed by it
 class PendingEvent:
     """What a request learns about itself on the way (filled by the authorizer and services), which
     becomes its audit event; one per request, per operation inside it, or per piece of background
@@ -94,33 +94,24 @@ class PendingEvent:
     # request answers once the change is made (a web console form answers 303 See Other)
     success_status: int = 200
     early_unlock: bool = True  # see repo.FLUSH_TAIL
-    # actions allowed only in some scopes (grants limited to scopes), each to be held to the scopes
-    # the request reaches (`governance.Access.hold_scopes`); one never held refuses the answer
-    scope_limits: list[ScopeLimit] = field(default_factory=list)
-    scopes_reached: dict[str, set[str]] = field(default_factory=dict)  # securable id → scopes held so far
-
-
-@dataclass
-class ScopeLimit:
-    """An action allowed on a store only in the scopes `patterns` match, and whether the request
-    has held the scopes it reaches to them."""
-
-    action_name: str
-    securable_id: str
-    full_name: str
-    patterns: tuple[str, ...]
-    reason: str
-    held: bool = False
 
 
 current: ContextVar[PendingEvent | None] = ContextVar("pending_event", default=None)
 
 
-def note_decision(action_name: str, securable: Any, decision: Any) -> None:
+def note_decision(
+    action_name: str,
+    securable: Any,
+    decision: Any,
+    *,
+    patterns: Sequence[str] = (),
+    scopes: Sequence[str] = (),
+) -> None:
     """Called by the authorizer: the request's action, securable and decision (first one wins the
     action; a later denial replaces an earlier allow). The scope patterns and scopes the reason
-    names (those of grants limited to scopes, and the scopes held to them) are marked in it, to be
-    kept as pseudonyms (`pseudonyms.mark`)."""
+    names (the decision's own, and `patterns` and `scopes`: those of the request's grants limited
+    to scopes and the scopes held to them) are marked in it, to be kept as pseudonyms
+    (`pseudonyms.mark`)."""
     pending = current.get()
     if pending is None:
         return
@@ -131,48 +122,9 @@ def note_decision(action_name: str, securable: Any, decision: Any) -> None:
         pending.securable_id = securable.node.id if securable.exists else None
         pending.privilege = decision.privilege
         pending.decision = "allow" if decision.allowed else "deny"
-        limits = [p for limit in pending.scope_limits for p in limit.patterns]
-        patterns = [*decision.named, *(decision.scopes or ()), *limits]
-        reached = [scope for scopes in pending.scopes_reached.values() for scope in scopes]
-        pending.reason = mark(decision.reason, scopes=reached, patterns=patterns)
+        named = [*decision.named, *(decision.scopes or ()), *patterns]
+        pending.reason = mark(decision.reason, scopes=list(scopes), patterns=named)
         pending.policy_revision = securable.revision
-
-
-def note_scope_limit(action_name: str, securable: Any, decision: Any) -> ScopeLimit | None:
-    """Called by the authorizer for an action allowed only in some scopes: kept for the scopes the
-    request reaches to be held to it. None when there is no request to keep it in (the caller
-    then refuses: a limit nobody would check is no limit)."""
-    pending = current.get()
-    if pending is None:
-        return None
-    for limit in pending.scope_limits:
-        if limit.action_name == action_name and limit.securable_id == securable.node.id:
-            return limit
-    limit = ScopeLimit(action_name, securable.node.id, securable.full_name, decision.scopes, decision.reason)
-    pending.scope_limits.append(limit)
-    return limit
-
-
-def scope_limits(securable_id: str) -> list[ScopeLimit]:
-    """The current request's scope limits on a securable."""
-    pending = current.get()
-    if pending is None:
-        return []
-    return [limit for limit in pending.scope_limits if limit.securable_id == securable_id]
-
-
-def scopes_reached(securable_id: str) -> set[str]:
-    """The scopes of a securable the current request has reached so far (held to its limits);
-    the set is the request's own, to add to."""
-    pending = current.get()
-    if pending is None:
-        return set()
-    return pending.scopes_reached.setdefault(securable_id, set())
-
-
-def unheld_scope_limit(pending: PendingEvent) -> ScopeLimit | None:
-    """A scope limit the request never held its scopes to (its answer must not go out)."""
-    return next((limit for limit in pending.scope_limits if not limit.held), None)
 
 
 def begin_operation(params: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from catalog.governance.securables import SecurableType
+from catalog.access.securables import SecurableType
 
 
 class Privilege(StrEnum):
@@ -194,7 +194,7 @@ ACTIONS: dict[str, Action] = {
             (_P.MANAGE,),
             "redact a version of an entry: its contents and description, in the history and in the entry",
         ),
-        # trust and provenance (catalog/governance/trust.py, docs/governance/trust.md)
+        # trust and provenance (catalog/access/trust.py, docs/governance/trust.md)
         _a(
             "entries.review",
             _S.MEMORY_STORE,

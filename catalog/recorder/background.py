@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from catalog.audit.log.writer import AuditWriter, PendingEvent, current
+from catalog.recorder.writer import AuditWriter, PendingEvent, current
 
 USER_AGENT = "memory-catalog background worker"
 

@@ -2,10 +2,10 @@
 operation of background work: `background`), appended durably before the request is answered.
 Its SQL is in `repo`. Reading and verifying it is the `auditors` slice's."""
 
-from catalog.audit.log.background import background
-from catalog.audit.log.background import record as record_background
-from catalog.audit.log.pseudonyms import mark
-from catalog.audit.log.writer import (
+from catalog.recorder.background import background
+from catalog.recorder.background import record as record_background
+from catalog.recorder.pseudonyms import mark
+from catalog.recorder.writer import (
     AuditWriter,
     PendingEvent,
     audited,

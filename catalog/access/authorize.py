@@ -32,15 +32,15 @@ from typing import Any
 import asyncpg
 
 from catalog import telemetry
-from catalog.audit.log.writer import note_decision, note_scope_limit, scopes_reached
+from catalog.access import limits, repo
+from catalog.access.actions import EFFECTIVE, METASTORE_ADMIN, SCOPABLE, Action, Privilege
+from catalog.access.engine import CasbinEngine
+from catalog.access.policy import ACCOUNT_USERS, PolicyState
+from catalog.access.scoping import first_outside
+from catalog.access.securables import DEPTH, Node, Securable, SecurableType
 from catalog.auth.principal import Principal
 from catalog.errors import PermissionDenied
-from catalog.governance import repo
-from catalog.governance.actions import EFFECTIVE, METASTORE_ADMIN, SCOPABLE, Action, Privilege
-from catalog.governance.engine import CasbinEngine
-from catalog.governance.policy import ACCOUNT_USERS, PolicyState
-from catalog.governance.scoping import first_outside
-from catalog.governance.securables import DEPTH, Node, Securable, SecurableType
+from catalog.recorder.writer import note_decision
 
 _USE = {1: (SecurableType.CATALOG, Privilege.USE_CATALOG), 2: (SecurableType.SCHEMA, Privilege.USE_SCHEMA)}
 ADMIN, OWNER = "ADMIN", "OWNER"
@@ -270,7 +270,8 @@ class Authorizer:
         # are known (and refused where there is no request to keep it in)
         if decision.scopes is not None:
             decision = self._limit(action, securable, decision)
-        note_decision(action.name, securable, decision)  # for the request's audit event
+        patterns, scopes = limits.named()
+        note_decision(action.name, securable, decision, patterns=patterns, scopes=scopes)  # its audit event
         return decision
 
     @staticmethod
@@ -279,11 +280,11 @@ class Authorizer:
         where they are known: `Access.hold_scopes`); the scopes the request already reached on
         the securable are held to it now."""
         assert decision.scopes is not None
-        limit = note_scope_limit(action.name, securable, decision)
+        limit = limits.note(action.name, securable, decision)
         if limit is None:
             reason = f"{decision.reason}, and no scope can be checked here"
             return Decision(False, reason, decision.privilege, named=decision.named)
-        reached = scopes_reached(securable.node.id)
+        reached = limits.reached(securable.node.id)
         outside = first_outside(decision.scopes, reached)
         if outside is not None:
             reason = f"{decision.reason}, not scope '{outside}'"

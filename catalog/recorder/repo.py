@@ -1,6 +1,6 @@
 """SQL of the audit log's recorder: appending events through `audit_append()` (migration 0009),
 the transaction of an audited change, and the subjects' pseudonym keys (`subject_keys`). The only
-module of `catalog.audit.log` that talks to PostgreSQL.
+module of `catalog.recorder` that talks to PostgreSQL.
 
 Values are bound, except in the statement that appends a change's event and commits it in one
 message (`append(commit=True)`): a message of several statements takes no parameters, so the

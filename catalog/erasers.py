@@ -1,6 +1,6 @@
 """The erase functions of slices above erasure, which it cannot import (the layers: a slice imports
 only those below it): a memory pipeline's runs (`catalog.dialects.pipelines`). Each registers here
-when its package is imported (the application imports every slice) and `service.erase_subject`
+when its package is imported (the application imports every slice) and `erasure.service.erase_subject`
 runs it in its transaction, after the slices below."""
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from catalog.audit.log import pseudonyms
 from catalog.errors import InvalidParameter
+from catalog.recorder import pseudonyms
 from catalog.wire.entry_keys import validate_scope
 
 MAX_PATTERNS = 20  # per grant (the grants table holds to it too)
@@ -33,7 +33,7 @@ def subject_of_pattern(pattern: str) -> str | None:
     comes before its first `:`): the subject of an exact scope (`alice`, `alice:x`) or of a prefix
     holding a `:` (`alice:*`, `alice:x*`); None for a prefix that matches several subjects' scopes
     (`ali*`, `alice*`, `*`). Erasing a subject takes its patterns out of grants; the audit log
-    keys a reason's patterns by the same rule (`catalog.audit.log.pseudonyms`)."""
+    keys a reason's patterns by the same rule (`catalog.recorder.pseudonyms`)."""
     return pseudonyms.subject_of_pattern(pattern)
 
 

@@ -46,8 +46,8 @@ from typing import Any
 
 import asyncpg
 
-from catalog.audit.log import repo
 from catalog.event_params import PARAMS, REDACTED, UNDECLARED, Kept, keys_of
+from catalog.recorder import repo
 
 # the parameters that hold a scope, a path or a value naming anyone (catalog.event_params declares
 # every parameter an event may carry, and how it is kept)
@@ -73,7 +73,7 @@ def subject_of_pattern(pattern: str) -> str | None:
     """The one subject whose scopes are all a scope pattern of a grant matches: a scope's (`alice`,
     `alice:x`), or a prefix's ending in `*` that holds a `:` (`alice:*`, `alice:x*`); None for a
     prefix that matches several subjects' scopes (`ali*`, `alice*`, `*`). Grants use the same rule
-    (`governance.scoping.subject_of_pattern`): erasing a subject takes its patterns out of them."""
+    (`access.scoping.subject_of_pattern`): erasing a subject takes its patterns out of them."""
     if pattern.endswith("*"):
         prefix = pattern[:-1]
         return subject_of(prefix) if ":" in prefix else None

@@ -28,14 +28,16 @@ import asyncpg
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fake embedder
 
+from fake_embedder import HashEncoder
 from litestar.testing import TestClient
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.db import EmbeddedPostgres
 from catalog.runtime import with_database
-from catalog.search.embedder import DIMENSIONS, HashEncoder
+from catalog.search.embedder import DIMENSIONS
 from catalog.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -89,10 +89,15 @@ def anchor(text: str) -> str:
 def build_app() -> Any:
     """The application as tests build it (no database is touched until it starts)."""
     from catalog.app import create_app
-    from catalog.search.embedder import HashEncoder
     from catalog.settings import Settings
 
-    return create_app(Settings(data_dir=Path("/nonexistent")), encoder=HashEncoder())
+    class NoModel:  # the document needs no model: nothing is embedded
+        model_id = "none"
+
+        def encode(self, texts: Any) -> Any:
+            raise NotImplementedError
+
+    return create_app(Settings(data_dir=Path("/nonexistent")), encoder=NoModel())
 
 
 @dataclass(frozen=True)

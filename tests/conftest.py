@@ -24,13 +24,14 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from fake_embedder import HashEncoder
 from litestar.testing import TestClient
+from scripted_llm import ScriptedLLM
 
 from catalog import event_params
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.runtime import with_database
-from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
 
 # fixtures of their own modules: `store` and `pool` for the indexer tests (a module's own fixture
@@ -326,3 +327,24 @@ def live(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def llm(request: pytest.FixtureRequest) -> Iterator[ScriptedLLM]:
+    """The scripted OpenAI-compatible upstream of a module's tests, started by the tests (a module
+    sets its options in `UPSTREAM`, e.g. the API key the upstream expects)."""
+    with ScriptedLLM(**getattr(request.module, "UPSTREAM", {})) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _fresh_upstream(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that uses the scripted upstream (itself or through a server started with it)
+    starts and ends with nothing scripted and no request recorded."""
+    if "llm" not in request.fixturenames:
+        yield
+        return
+    upstream: ScriptedLLM = request.getfixturevalue("llm")
+    upstream.reset()
+    yield
+    upstream.reset()

@@ -364,11 +364,11 @@ def test_an_identity_providers_issuer_is_named_as_the_authorization_server(own_s
     `iss` must be), in a document the MCP SDK's own model accepts."""
     import dataclasses
 
+    from fake_embedder import HashEncoder
     from litestar.testing import TestClient
     from mcp.shared.auth import ProtectedResourceMetadata
 
     from catalog.app import create_app
-    from catalog.search.embedder import HashEncoder
 
     issuer = "https://idp.example.com/realms/agents"
     settings = dataclasses.replace(own_settings, jwt_issuer=issuer)

@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from fake_embedder import HashEncoder
 
 import catalog.search.engine
 from catalog.db import create_pool
 from catalog.search import SearchEngine
-from catalog.search.embedder import Embedder, HashEncoder
+from catalog.search.embedder import Embedder
 from catalog.search.indexer import Indexer
 from catalog.search.passes import ChangeFeed, Passes
 

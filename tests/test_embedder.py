@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from fake_embedder import HashEncoder
 
 from catalog.runtime import load_encoder
 from catalog.search.embedder import (
@@ -16,7 +17,6 @@ from catalog.search.embedder import (
     RUN_TEXTS,
     TOKENIZER_FILE,
     Embedder,
-    HashEncoder,
     ModelError,
     ModelFiles,
     OnnxEncoder,

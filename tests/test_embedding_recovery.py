@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import asyncpg
 import numpy as np
+from fake_embedder import HashEncoder
 from litestar.testing import TestClient
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
-from catalog.search.embedder import HashEncoder
 
 UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.emb"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from scripted_llm import Call, Fail, Reply, ScriptedLLM
+from scripted_llm import Call, Fail, Reply
 from stores import make_store
 
 from catalog.access import repo as policy_repo
@@ -33,12 +33,6 @@ AGENTS = "/api/2.0/agents"
 SUBJECT = "zqsubj"
 SECRET = "zq-path"
 DEADLINE = 90.0  # seconds a pipeline run may take before the test gives up (no timing is asserted)
-
-
-@pytest.fixture(scope="module")
-def llm():
-    with ScriptedLLM() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

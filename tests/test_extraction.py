@@ -11,7 +11,7 @@ import httpx
 import pytest
 from databricks.sdk import WorkspaceClient
 from databricks_agentkit import AgentKitClient
-from scripted_llm import Call, Fail, Reply, ScriptedLLM
+from scripted_llm import Call, Fail, Reply
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
@@ -20,12 +20,6 @@ from catalog.toolkit import EXTRACTION_INSTRUCTIONS
 UC = "/api/2.1/unity-catalog"
 SESSIONS = "/api/2.0/agents/session-stores"
 DREAMER = "MANAGED_MEMORY_ENTRY_SOURCE_TYPE_DREAMER"
-
-
-@pytest.fixture(scope="module")
-def llm():
-    with ScriptedLLM() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +37,6 @@ def live(database_url, tmp_path_factory, live_server, llm):
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_script(llm):
-    llm.reset()
-    yield
-    llm.reset()
 
 
 def kit(live, sub: str = "admin") -> AgentKitClient:

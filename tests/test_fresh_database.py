@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import asyncpg
+from fake_embedder import HashEncoder
 from litestar.testing import TestClient
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
-from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -34,6 +34,7 @@ import httpx
 import pytest
 import schemathesis
 import uvicorn
+from fake_embedder import HashEncoder
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from schemathesis.checks import CheckContext
@@ -46,7 +47,6 @@ from scripted_llm import Reply, ScriptedLLM
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
-from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"

@@ -13,11 +13,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 import tantivy
+from fake_embedder import HashEncoder
 from litestar.testing import TestClient
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
-from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"

@@ -7,10 +7,10 @@ import base64
 import json
 
 import pytest
+from fake_embedder import HashEncoder
 from litestar.testing import TestClient
 
 from catalog.app import create_app
-from catalog.search.embedder import HashEncoder
 from catalog.wire.inputs import MAX_JSON_DEPTH
 
 UC = "/api/2.1/unity-catalog"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fake_embedder import HashEncoder
 from litestar.testing import TestClient
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
-from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings, SettingsError
 from catalog.web.limits import RateLimiter
 

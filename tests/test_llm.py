@@ -20,15 +20,7 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {"name": "save_memory", "parameters": {"type": "object"}}}]
 
 
-@pytest.fixture(scope="module")
-def llm():
-    with ScriptedLLM(api_key="k") as server:
-        yield server
-
-
-@pytest.fixture(autouse=True)
-def fresh(llm):
-    llm.reset()
+UPSTREAM = {"api_key": "k"}  # what the scripted upstream expects (the `llm` fixture)
 
 
 def run(make: Callable[[ChatModel], Awaitable[Any]], config: LLMConfig) -> Any:

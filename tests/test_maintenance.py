@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from scripted_llm import Call, Reply, ScriptedLLM
+from scripted_llm import Call, Reply
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
@@ -19,12 +19,6 @@ from catalog.settings import Settings
 UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents"
 DEADLINE = 90.0  # seconds a run may take before a test gives up (no timing is asserted)
-
-
-@pytest.fixture(scope="module")
-def llm():
-    with ScriptedLLM() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +35,6 @@ def live(database_url, tmp_path_factory, live_server, llm):
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_script(llm):
-    llm.reset()
-    yield
-    llm.reset()
 
 
 def headers(live, sub: str = "admin") -> dict[str, str]:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from fake_embedder import HashEncoder
 from litestar.testing import TestClient
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.db import MIGRATIONS_DIR, apply_migrations, load_migrations, locks, sharding
 from catalog.governance.namespace import bootstrap
-from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]

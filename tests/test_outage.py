@@ -14,6 +14,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from fake_embedder import HashEncoder
 from litestar.testing import TestClient
 from pg_gate import PgGate
 
@@ -21,7 +22,6 @@ from catalog import errors
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.errors import TemporarilyUnavailable, is_unavailable
-from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
 from catalog.web.errors import to_catalog_error
 from catalog.web.middleware import JsonFormatter, PlainFormatter, configure_logging

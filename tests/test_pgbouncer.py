@@ -22,13 +22,13 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
+from fake_embedder import HashEncoder
 from litestar.testing import TestClient
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.db import create_pool
 from catalog.db.embedded import system_user
-from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
 
 UC = "/api/2.1/unity-catalog"

@@ -34,12 +34,6 @@ DEADLINE = 90.0  # seconds a run may take to finish before a test gives up (no t
 ACTIVE_RUN = re.compile(r"memory-pipelines/[^/\s]+/runs/[0-9]+")
 
 
-@pytest.fixture(scope="module")
-def llm():
-    with ScriptedLLM() as server:
-        yield server
-
-
 def _server(live_server, data_dir, database_url: str, llm_url: str) -> Any:
     # no CATALOG_LLM_MODEL: each pipeline names its model (dreamer_policy.model)
     return live_server(
@@ -59,13 +53,6 @@ def live(database_url, tmp_path_factory, live_server, llm):
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_script(llm):
-    llm.reset()
-    yield
-    llm.reset()
 
 
 def token(live, sub: str) -> str:

@@ -438,10 +438,10 @@ def test_the_openapi_document_shows_new_name(client):
 
 
 def test_the_default_conversation_store_and_what_holds_it_are_not_renamed(database_url, tmp_path):
+    from fake_embedder import HashEncoder
     from litestar.testing import TestClient
 
     from catalog.app import create_app
-    from catalog.search.embedder import HashEncoder
 
     settings = Settings(
         data_dir=tmp_path / "data",

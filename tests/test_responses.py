@@ -11,7 +11,7 @@ import uuid
 import httpx
 import openai
 import pytest
-from scripted_llm import Call, Fail, Reply, ScriptedLLM
+from scripted_llm import Call, Fail, Reply
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
@@ -22,10 +22,7 @@ BASE = "/ai-gateway/mlflow/v1"
 STORE = "main.default.assistant"
 
 
-@pytest.fixture(scope="module")
-def llm():
-    with ScriptedLLM(api_key="upstream-key") as server:
-        yield server
+UPSTREAM = {"api_key": "upstream-key"}  # what the scripted upstream expects (the `llm` fixture)
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +59,6 @@ def live(database_url, tmp_path_factory, live_server, llm):
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_script(llm):
-    llm.reset()
-    yield
-    llm.reset()
 
 
 def headers(live, sub: str = "admin") -> dict[str, str]:

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 import asyncpg
 import numpy as np
 import pytest
+from fake_embedder import HashEncoder
 from litestar.testing import TestClient
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.search import engine
 from catalog.search.corpus import Corpus
-from catalog.search.embedder import HashEncoder
 
 UC = "/api/2.1/unity-catalog"
 _names = itertools.count()

@@ -28,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
-from scripted_llm import Reply, ScriptedLLM, prompt_words
+from scripted_llm import Reply, prompt_words
 
 from catalog import telemetry
 from catalog.auth import mint_dev_token
@@ -166,12 +166,6 @@ def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
     r.close()
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[ScriptedLLM]:
-    with ScriptedLLM() as server:
-        yield server
 
 
 def _otel_variables() -> dict[str, str]:

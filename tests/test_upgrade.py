@@ -29,6 +29,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+from fake_embedder import HashEncoder
 from litestar.testing import TestClient
 
 from catalog.app import create_app
@@ -36,7 +37,6 @@ from catalog.auth import mint_dev_token
 from catalog.db.embedded import UPGRADING_SUFFIX, bundled_major, running_url
 from catalog.db.upgrade import DONE_MARKER, old_binaries
 from catalog.runtime import with_database
-from catalog.search.embedder import HashEncoder
 from catalog.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -146,6 +146,19 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     return Installed(wheel, venv, site_packages, outside)
 
 
+def test_the_package_holds_no_stand_in_for_a_component():
+    """The fast fake embedder is the tests' (tests/fake_embedder.py): nothing of the package the
+    wheel installs embeds with anything but the model."""
+    fake = (REPO / "tests" / "fake_embedder.py").read_text()
+    assert "class HashEncoder" in fake
+    holding = [
+        str(path.relative_to(REPO))
+        for path in (REPO / "catalog").rglob("*.py")
+        if "HashEncoder" in path.read_text() or '"hash:' in path.read_text()  # its class, its model id
+    ]
+    assert holding == []
+
+
 def test_the_wheel_holds_every_data_file_the_package_reads(installed):
     expected = _package_data_files()
     # the ones the package is known to read, so that the scan above cannot silently come up empty

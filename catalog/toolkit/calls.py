@@ -1,7 +1,7 @@
 """Running a model's tool call on the server, as the caller: what responses and memory extraction
 do with the tool calls an upstream model makes (the MCP server has its own transport).
 
-Each call is an operation with an audit event of its own (`auditlog.operation`), recorded like an
+Each call is an operation with an audit event of its own (`recorder.operation`), recorded like an
 MCP tool call: the tool, the scope and the entry's key in `request_params`, never the text. A call
 that fails in a way the model can act on (bad JSON, an unknown tool, a missing memory, a refusal)
 answers the model an error message and records the status its REST twin would have answered."""
@@ -9,14 +9,16 @@ answers the model an error message and records the status its REST twin would ha
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from catalog.context import Context
 from catalog.recorder import note_outcome, operation
-from catalog.toolkit.tools import BY_NAME, TOOLS, Bound, ToolError, call
+from catalog.toolkit.tools import BY_NAME, TOOLS, Tool, ToolError, call
 
 MAX_KEPT = 1024  # characters of a path kept in the audit event
+KEPT = ("path", "path_prefix", "top_k")  # the memory tools' arguments an audit event keeps
 
 
 @dataclass(frozen=True)
@@ -32,21 +34,29 @@ class Outcome:
         return json.dumps(self.result, ensure_ascii=False)
 
 
-def function_tools() -> list[dict[str, Any]]:
-    """The memory tools as Chat Completions function tools."""
+def function_tools(tools: Iterable[Tool] = TOOLS) -> list[dict[str, Any]]:
+    """Tools (the memory tools unless given) as Chat Completions function tools."""
     return [
         {
             "type": "function",
             "function": {"name": tool.name, "description": tool.description, "parameters": tool.input_schema},
         }
-        for tool in TOOLS
+        for tool in tools
     ]
 
 
 async def run_call(
-    ctx: Context, bound: Bound, name: str, arguments: str, audit: dict[str, Any] | None = None
+    ctx: Context,
+    bound: Any,
+    name: str,
+    arguments: str,
+    audit: dict[str, Any] | None = None,
+    *,
+    tools: Mapping[str, Tool] = BY_NAME,
+    kept: Sequence[str] = KEPT,
 ) -> Outcome:
-    """Run one tool call (its arguments as the model wrote them, JSON text)."""
+    """Run one call of a tool of `tools` bound to `bound` (which has the `scope` it acts in), its
+    arguments as the model wrote them (JSON text); the audit event keeps the arguments `kept`."""
     params: dict[str, Any] = {"tool": name[:64], "scope": bound.scope, **(audit or {})}
     async with operation(params):
         try:
@@ -56,15 +66,11 @@ async def run_call(
                 raise ToolError("the arguments are not valid JSON; send a JSON object") from None
             if not isinstance(parsed, dict):
                 raise ToolError("the arguments must be a JSON object")
-            for key in ("path", "path_prefix", "top_k"):
+            for key in kept:
                 value = parsed.get(key)
                 if isinstance(value, str | int) and not isinstance(value, bool):
                     params[key] = value[:MAX_KEPT] if isinstance(value, str) else value
-            if name not in BY_NAME:
-                raise ToolError(
-                    f"no tool named {name!r}; the tools are {', '.join(BY_NAME)}", 404, "NOT_FOUND"
-                )
-            result = await call(ctx, bound, name, parsed)
+            result = await call(ctx, bound, name, parsed, tools)
         except ToolError as exc:
             note_outcome(exc.status, exc.error_code)
             return Outcome(None, exc.message)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -384,7 +384,10 @@ async def _forget(ctx: Context, bound: Bound, query: str) -> dict[str, Any]:
     return answer
 
 
-Run = Callable[[Context, Bound, Any], Awaitable[dict[str, Any]]]
+# (the request's context, what the call is bound to, the arguments): a `Bound` store and scope for
+# the memory tools; whatever a caller with tools of its own binds them to (the maintenance step:
+# the scope under review)
+Run = Callable[[Context, Any, Any], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -485,12 +488,16 @@ def _argument_error(exc: msgspec.ValidationError) -> ToolError:
     return ToolError(f"invalid arguments{f' ({field})' if field else ''}: {text}")
 
 
-def _explain(exc: CatalogError, tool: Tool, arguments: dict[str, Any]) -> ToolError:
+def _explain(
+    exc: CatalogError, tool: Tool, arguments: dict[str, Any], tools: Mapping[str, Tool]
+) -> ToolError:
     """A service error as the model should read it."""
     path = arguments.get("path")
     message = exc.message
     if isinstance(exc, NotFound) and path is not None:
-        message = f"no memory at {path}; use list_memories or search_memory to find the right path"
+        message = f"no memory at {path}"
+        if "list_memories" in tools and "search_memory" in tools:
+            message += "; use list_memories or search_memory to find the right path"
     elif isinstance(exc, NotFound):
         message = f"{message}; the memory store may have been deleted"
     elif isinstance(exc, Aborted):
@@ -516,13 +523,20 @@ def _nul(value: Any, where: str = "") -> str | None:
     return None
 
 
-async def call(ctx: Context, bound: Bound, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
-    """Run one tool call; a `ToolError` when it fails in a way the model can act on (anything
-    else is a fault of the server and propagates)."""
-    tool = BY_NAME.get(name)
+async def call(
+    ctx: Context,
+    bound: Any,
+    name: str,
+    arguments: dict[str, Any] | None,
+    tools: Mapping[str, Tool] = BY_NAME,
+) -> dict[str, Any]:
+    """Run one call of a tool of `tools` (the memory tools unless given), bound to `bound` (a
+    `Bound` for the memory tools); a `ToolError` when it fails in a way the model can act on
+    (anything else is a fault of the server and propagates)."""
+    tool = tools.get(name)
     if tool is None:
         raise ToolError(
-            f"no tool named {name!r}; the tools are {', '.join(BY_NAME)}", 404, NotFound.error_code
+            f"no tool named {name[:64]!r}; the tools are {', '.join(tools)}", 404, NotFound.error_code
         )
     arguments = arguments or {}
     field = _nul(arguments)
@@ -537,7 +551,7 @@ async def call(ctx: Context, bound: Bound, name: str, arguments: dict[str, Any] 
     except CatalogError as exc:
         if exc.status_code >= 500:
             raise
-        raise _explain(exc, tool, arguments) from None
+        raise _explain(exc, tool, arguments, tools) from None
 
 
 # --- schemas -------------------------------------------------------------------------------------------

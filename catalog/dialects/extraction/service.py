@@ -42,8 +42,8 @@ from catalog.entries import operations as ops
 from catalog.entries import service as entries
 from catalog.entries.service import check_binding, resolve_store
 from catalog.errors import NotFound, PermissionDenied
-from catalog.llm import assistant_message, content_text, require
-from catalog.toolkit import EXTRACTION_INSTRUCTIONS, Bound, function_tools, run_call
+from catalog.llm import ToolCall, Turn, content_text, require
+from catalog.toolkit import EXTRACTION_INSTRUCTIONS, Bound, Outcome, Ran, converse, function_tools, run_call
 
 TRANSCRIPT_ITEMS = 1000  # the last items of a session read for one extraction
 TRANSCRIPT_CHARS = 60_000  # of which the newest are kept, within this many characters
@@ -193,41 +193,42 @@ async def _converse(
         {"role": "system", "content": system},
         {"role": "user", "content": f"Transcript of session {session_id}:\n\n{transcript}"},
     ]
-    tools = function_tools()
+
+    async def run(tool_call: ToolCall) -> Outcome:
+        return await run_call(ctx, bound, tool_call.name, tool_call.arguments, {"session_id": session_id})
+
     steps = ctx.settings.llm_max_steps
-    for step in range(steps):
-        offered = tools if step < steps - 1 else []
-        turn = await model.complete(messages, offered, model=requested)
-        outcome.steps += 1
-        calls = list(turn.tool_calls) if offered else []
-        if not calls:
-            return
-        messages.append(assistant_message(turn.text, calls))
-        for tool_call in calls:
-            done = await run_call(ctx, bound, tool_call.name, tool_call.arguments, {"session_id": session_id})
-            messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": done.answer})
-            if done.result is None:
-                continue
-            # a caller who may write but not read is answered the path alone
-            memory = done.result.get("memory") or (
-                {"path": done.result["path"]} if isinstance(done.result.get("path"), str) else None
-            )
-            if tool_call.name in WRITES and isinstance(memory, dict):
-                path = str(memory["path"])
-                outcome.written[path] = _dry_entry(memory_sid, bound.scope, memory, len(outcome.written))
-                if path in outcome.deleted:
-                    outcome.deleted.remove(path)
-            elif tool_call.name == "delete_memory":
-                # by path, or by query: the paths it deleted (or would, in a dry run)
-                deleted = done.result.get("deleted")
-                paths = (
-                    [str(p) for p in deleted]
-                    if isinstance(deleted, list)
-                    else [str(json.loads(tool_call.arguments).get("path", ""))]
-                )
-                for path in paths:
-                    outcome.written.pop(path, None)
-                    outcome.deleted.append(path)
+    async for event in converse(model, messages, function_tools(), run, steps, model=requested):
+        if isinstance(event, Turn):
+            outcome.steps += 1
+        elif isinstance(event, Ran) and event.outcome.result is not None:
+            _note(outcome, memory_sid, bound.scope, event.call, event.outcome.result)
+
+
+def _note(
+    outcome: Extraction, memory_sid: str, actor: str, tool_call: ToolCall, result: dict[str, Any]
+) -> None:
+    """What a tool call wrote or deleted, in the extraction's report."""
+    # a caller who may write but not read is answered the path alone
+    memory = result.get("memory") or (
+        {"path": result["path"]} if isinstance(result.get("path"), str) else None
+    )
+    if tool_call.name in WRITES and isinstance(memory, dict):
+        path = str(memory["path"])
+        outcome.written[path] = _dry_entry(memory_sid, actor, memory, len(outcome.written))
+        if path in outcome.deleted:
+            outcome.deleted.remove(path)
+    elif tool_call.name == "delete_memory":
+        # by path, or by query: the paths it deleted (or would, in a dry run)
+        deleted = result.get("deleted")
+        paths = (
+            [str(p) for p in deleted]
+            if isinstance(deleted, list)
+            else [str(json.loads(tool_call.arguments).get("path", ""))]
+        )
+        for path in paths:
+            outcome.written.pop(path, None)
+            outcome.deleted.append(path)
 
 
 def _dry_entry(memory_sid: str, actor: str, memory: dict[str, Any], n: int) -> AgentEntry:

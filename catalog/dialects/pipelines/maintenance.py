@@ -29,7 +29,7 @@ Rules:
 
 from __future__ import annotations
 
-import json
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
 
@@ -42,9 +42,9 @@ from catalog.entries import service as entries
 from catalog.entries.repo import EntryRow
 from catalog.errors import AlreadyExists, CatalogError, NotFound
 from catalog.governance.namespace.service import is_held
-from catalog.llm import assistant_message, require
-from catalog.recorder import note_outcome, operation
-from catalog.toolkit.tools import ToolError, input_schema
+from catalog.llm import ToolCall, require
+from catalog.toolkit import Outcome, Tool, ToolError, converse, function_tools, run_call
+from catalog.toolkit.tools import Run
 from catalog.wire import Input
 from catalog.wire.inputs import NO_NUL
 
@@ -100,35 +100,6 @@ class SplitArgs(Input, kw_only=True):
 class SupersedeArgs(Input, kw_only=True):
     path: Path
     by: Path
-
-
-TOOLS: dict[str, tuple[str, type[Input]]] = {
-    "get_memory": ("Read one memory in full by its path.", GetArgs),
-    "merge_memories": (
-        "Merge overlapping memories (their paths) into one memory `into` (at one of those paths or "
-        "a new one) holding everything still true; the others are marked merged into it.",
-        MergeArgs,
-    ),
-    "split_memory": (
-        "Split one memory mixing topics into parts at new paths, one topic each; the original is "
-        "marked superseded by the first part.",
-        SplitArgs,
-    ),
-    "supersede_memory": (
-        "Mark a stale memory (path) superseded by the memory that replaced it (by).",
-        SupersedeArgs,
-    ),
-}
-
-
-def function_tools() -> list[dict[str, Any]]:
-    return [
-        {
-            "type": "function",
-            "function": {"name": name, "description": text, "parameters": input_schema(args)},
-        }
-        for name, (text, args) in TOOLS.items()
-    ]
 
 
 @dataclass
@@ -242,44 +213,17 @@ async def _review(place: _Scope, instructions: str | None, model: str | None) ->
         {"role": "system", "content": system},
         {"role": "user", "content": f"The memories ({len(page.rows)}):\n\n{_listing(page.rows)}"},
     ]
-    tools = function_tools()
-    steps = ctx.settings.llm_max_steps
-    for step in range(steps):
-        offered = tools if step < steps - 1 else []
-        turn = await chat.complete(messages, offered, model=model)
-        calls = list(turn.tool_calls) if offered else []
-        if not calls:
-            return
-        messages.append(assistant_message(turn.text, calls))
-        for tool_call in calls:
-            answer = await _call(place, tool_call.name, tool_call.arguments)
-            messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": answer})
 
+    async def run(tool_call: ToolCall) -> Outcome:
+        audit = {"step": "maintenance"}
+        return await run_call(
+            ctx, place, tool_call.name, tool_call.arguments, audit, tools=BY_NAME, kept=KEPT
+        )
 
-async def _call(place: _Scope, name: str, arguments: str) -> str:
-    """Run one tool call as an operation with its own audit event; the text the model reads."""
-    params: dict[str, Any] = {"tool": name[:64], "scope": place.scope, "step": "maintenance"}
-    async with operation(params):
-        try:
-            if name not in TOOLS:
-                raise ToolError(
-                    f"no tool named {name[:64]!r}; the tools are {', '.join(TOOLS)}", 404, "NOT_FOUND"
-                )
-            try:
-                args = msgspec.json.decode(arguments or "{}", type=TOOLS[name][1])
-            except msgspec.DecodeError as exc:
-                raise ToolError(f"bad arguments: {exc}") from None
-            for key in ("path", "by"):
-                if isinstance(getattr(args, key, None), str):
-                    params[key] = getattr(args, key)[:MAX_KEPT]
-            result = await _RUN[name](place, args)
-        except ToolError as exc:
-            note_outcome(exc.status, exc.error_code)
-            return json.dumps({"error": exc.message}, ensure_ascii=False)
-        except CatalogError as exc:
-            note_outcome(exc.status_code, exc.error_code)
-            return json.dumps({"error": exc.message}, ensure_ascii=False)
-    return json.dumps(result, ensure_ascii=False)
+    async for _ in converse(
+        chat, messages, function_tools(TOOLS), run, ctx.settings.llm_max_steps, model=model
+    ):
+        pass  # what the tools did is in the report
 
 
 async def _active(place: _Scope, path: str) -> EntryRow:
@@ -407,9 +351,43 @@ async def _supersede(place: _Scope, args: SupersedeArgs) -> dict[str, Any]:
     return _done(place, f"marked {args.path} superseded by {args.by}", action)
 
 
-_RUN: dict[str, Any] = {
-    "get_memory": _get,
-    "merge_memories": _merge,
-    "split_memory": _split,
-    "supersede_memory": _supersede,
-}
+def _bound(run: Callable[[_Scope, Any], Awaitable[dict[str, Any]]]) -> Run:
+    """A step's tool run as every tool is (`Run`): bound to the scope under review."""
+
+    async def tool(_ctx: Context, place: _Scope, args: Any) -> dict[str, Any]:
+        return await run(place, args)
+
+    return tool
+
+
+TOOLS: tuple[Tool, ...] = (
+    Tool("get_memory", "Read a memory", "Read one memory in full by its path.", GetArgs, _bound(_get), True),
+    Tool(
+        "merge_memories",
+        "Merge memories",
+        "Merge overlapping memories (their paths) into one memory `into` (at one of those paths or "
+        "a new one) holding everything still true; the others are marked merged into it.",
+        MergeArgs,
+        _bound(_merge),
+        read_only=False,
+    ),
+    Tool(
+        "split_memory",
+        "Split a memory",
+        "Split one memory mixing topics into parts at new paths, one topic each; the original is "
+        "marked superseded by the first part.",
+        SplitArgs,
+        _bound(_split),
+        read_only=False,
+    ),
+    Tool(
+        "supersede_memory",
+        "Supersede a memory",
+        "Mark a stale memory (path) superseded by the memory that replaced it (by).",
+        SupersedeArgs,
+        _bound(_supersede),
+        read_only=False,
+    ),
+)
+BY_NAME = {tool.name: tool for tool in TOOLS}
+KEPT = ("path", "by")  # the arguments a tool call's audit event keeps (as path pseudonyms)

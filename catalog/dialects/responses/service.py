@@ -42,8 +42,8 @@ from catalog.dialects.responses.chat import history_messages
 from catalog.dialects.responses.schemas import MAX_INPUT_CHARS, ConversationRef, ResponseCreate
 from catalog.entries import operations as ops
 from catalog.errors import InvalidParameter
-from catalog.llm import ChatModel, TextDelta, ToolCall, Turn, Usage, assistant_message, require
-from catalog.toolkit import MEMORY_INSTRUCTIONS, Bound, function_tools, run_call
+from catalog.llm import ChatModel, TextDelta, ToolCall, Turn, Usage, require
+from catalog.toolkit import MEMORY_INSTRUCTIONS, Bound, Outcome, converse, function_tools, run_call
 
 HISTORY_ITEMS = 50  # conversation items read for the model's context (then trimmed to the budget)
 SERVER_LABEL = "memory"  # the `server_label` of the tool calls the server runs
@@ -174,41 +174,41 @@ async def run(
     messages = list(prepared.messages)
     output: list[dict[str, Any]] = []
     usage = Usage()
-    steps = ctx.settings.llm_max_steps
     message: dict[str, Any] | None = None
-    options = _options(request.request)
-    for step in range(steps):
-        offered = tools if step < steps - 1 else []  # the last call must answer
-        message_id = new_id("msg")
-        turn: Turn | None = None
-        if stream:
-            async for part in model.stream(messages, offered, model=request.request.model, **options):
-                if isinstance(part, TextDelta):
-                    yield Text(message_id, part.text)
-                else:
-                    turn = part
+    message_id = new_id("msg")
+
+    async def run_tool(tool_call: ToolCall) -> Outcome:
+        assert prepared.bound is not None
+        audit = {"conversation_id": prepared.conversation_id} if prepared.conversation_id is not None else {}
+        return await run_call(ctx, prepared.bound, tool_call.name, tool_call.arguments, audit)
+
+    async for event in converse(
+        model,
+        messages,
+        tools,
+        run_tool,
+        ctx.settings.llm_max_steps,
+        model=request.request.model,
+        stream=stream,
+        extra=_options(request.request),
+    ):
+        if isinstance(event, TextDelta):
+            yield Text(message_id, event.text)
+        elif isinstance(event, Turn):
+            if event.usage is not None:
+                usage = Usage(
+                    usage.prompt_tokens + event.usage.prompt_tokens,
+                    usage.completion_tokens + event.usage.completion_tokens,
+                )
+            if event.text:
+                message = _message(event.text, message_id)
+                output.append(message)
+                yield MessageDone(message)
+            message_id = new_id("msg")  # the next turn's text is a message of its own
         else:
-            turn = await model.complete(messages, offered, model=request.request.model, **options)
-        assert turn is not None
-        if turn.usage is not None:
-            usage = Usage(
-                usage.prompt_tokens + turn.usage.prompt_tokens,
-                usage.completion_tokens + turn.usage.completion_tokens,
-            )
-        calls = [c for c in turn.tool_calls if offered]
-        if turn.text:
-            message = _message(turn.text, message_id)
-            output.append(message)
-            yield MessageDone(message)
-        if not calls:
-            break
-        messages.append(assistant_message(turn.text, calls))
-        for tool_call in calls:
-            assert prepared.bound is not None
-            item, answer = await _run_tool(ctx, prepared.bound, prepared.conversation_id, tool_call)
+            item = _tool_item(event.call, event.outcome)
             output.append(item)
             yield ToolRan(item)
-            messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": answer})
     if message is None:  # the model answered with nothing: an empty message, as OpenAI would
         message = _message("", new_id("msg"))
         output.append(message)
@@ -230,7 +230,7 @@ def _options(request: ResponseCreate) -> dict[str, Any]:
         extra["top_p"] = request.top_p
     if request.max_output_tokens is not None:
         extra["max_tokens"] = request.max_output_tokens
-    return {"extra": extra} if extra else {}
+    return extra
 
 
 def _message(text: str, message_id: str) -> dict[str, Any]:
@@ -243,13 +243,8 @@ def _message(text: str, message_id: str) -> dict[str, Any]:
     }
 
 
-async def _run_tool(
-    ctx: Context, bound: Bound, conversation_id: str | None, tool_call: ToolCall
-) -> tuple[dict[str, Any], str]:
-    """Run one tool call as the caller, with an audit event of its own; the `mcp_call` item for
-    the conversation and the answer for the model."""
-    audit = {"conversation_id": conversation_id} if conversation_id is not None else {}
-    outcome = await run_call(ctx, bound, tool_call.name, tool_call.arguments, audit)
+def _tool_item(tool_call: ToolCall, outcome: Outcome) -> dict[str, Any]:
+    """The `mcp_call` item of a tool call the model made, for the response and its conversation."""
     item: dict[str, Any] = {
         "type": "mcp_call",
         "id": new_id("mcp"),
@@ -267,7 +262,7 @@ async def _run_tool(
         item["status"] = "failed"
     else:
         item["output"] = outcome.answer[:MAX_TOOL_OUTPUT]
-    return item, outcome.answer
+    return item
 
 
 def response_object(

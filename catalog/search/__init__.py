@@ -12,7 +12,9 @@ Rules of the slice:
   indexer tails and prunes) and `scope_index_repo` (large scopes' own vector indexes). Values
   are always bound; identifiers are written into SQL only from the code's constants (the
   `Corpus` table names) or quoted by PostgreSQL (`format('%I')`).
-- The modules: `engine` (the `SearchEngine`: ranking and the embedding worker), `indexer` (the
+- The modules: `engine` (the `SearchEngine`: ranking and the embedding worker), `query` (what a
+  search is asked and answers), `embedding` (what is embedded of an entry), `placement` (where a
+  blocking call runs), `indexer` (the
   full-text index kept in step with the change log), `fulltext` (the Tantivy index itself),
   `fusion` (the scores), `neighbours` (numbered neighbours), `scope_index` (which scopes get a
   vector index of their own), `embedder` (the local model), `passes` (waiting for a worker's
@@ -21,9 +23,9 @@ Rules of the slice:
 """
 
 from catalog.search.change_log_repo import log_changed
-from catalog.search.engine import (
-    SEARCH_WAIT,
-    CorpusSearch,
+from catalog.search.embedding import embedding_text
+from catalog.search.engine import SEARCH_WAIT, CorpusSearch, SearchEngine
+from catalog.search.query import (
     Explained,
     Found,
     Given,
@@ -31,9 +33,7 @@ from catalog.search.engine import (
     LegRun,
     Query,
     Ranking,
-    SearchEngine,
     SearchStatus,
-    embedding_text,
 )
 
 __all__ = [

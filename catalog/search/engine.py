@@ -30,10 +30,10 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TypeVar
 
 import asyncpg
 import numpy as np
@@ -42,6 +42,7 @@ from catalog import telemetry
 from catalog.search import neighbours, repo, scope_index
 from catalog.search.corpus import ENTRIES, TRANSCRIPTS, Corpus
 from catalog.search.embedder import Embedder
+from catalog.search.embedding import embed_rows
 from catalog.search.fulltext import FullTextIndex, prefix_fits
 from catalog.search.fusion import (
     FusionWeights,
@@ -52,189 +53,53 @@ from catalog.search.fusion import (
     term_weight,
     with_context,
 )
-from catalog.search.health import Health, WorkerStatus
+from catalog.search.health import Health
 from catalog.search.indexer import Indexer
 from catalog.search.passages import VECTOR, passages, penalty
 from catalog.search.passes import ChangeFeed, Passes
+from catalog.search.placement import Placement
+from catalog.search.query import Explained, Given, HitScores, LegRun, Query, Ranking, SearchStatus
 from catalog.search.repo import VectorSearch
 from catalog.wire import SearchLeg
 
 log = logging.getLogger("catalog.search")
 
+
 EMBED_BATCH = 256
+
+
 # two passes at once: while one writes its vectors (PostgreSQL maintains the HNSW graph), the
 # other keeps the model busy
 EMBED_LANES = 2
+
+
 # the longest a search waits for background work (the full-text index's next pass); past it the
 # leg is searched as it is and named in `degraded`
 SEARCH_WAIT = 1.0
+
+
 # old versions an as-of search embeds itself, at most (past it its semantic leg is `degraded`)
 GIVEN_EMBED = 256
+
+
 # rows of the searched scopes still without their vector that a search embeds itself, at most
 # (past it the semantic leg is `degraded`); a search waits at most SEARCH_WAIT for the model
 ON_DEMAND = 64
+
+
 # how long a stopping server lets an embedding pass finish before abandoning it (a pass of 256
 # long entries can take many seconds on a small machine; an abandoned one is redone later)
 EMBED_STOP_GRACE = 2.0
+
+
 # how often the embedding worker looks for work while the change feed is not listening (while it
 # listens, the worker sleeps until a change commits, a local write or a search wakes it)
 EMBED_POLL = 1.0
+
+
 # how long an embedding pass's claim on its rows lasts: a process that dies mid-pass leaves them
 # to the others after this (a pass of 256 long texts takes seconds)
 EMBED_LEASE = 60.0
-
-
-def embedding_text(contents: str | None, description: str | None) -> str:
-    """What a vector is computed from: the description, then the contents (or one passage)."""
-    parts = [p.strip() for p in (description, contents) if p and p.strip()]
-    return "\n".join(parts) if parts else ""
-
-
-def passage_texts(contents: str | None, description: str | None) -> list[str]:
-    """What a row's vector is the mean of: each of its contents' vector passages
-    (`passages.VECTOR`), after its description; one text for a short row."""
-    return [embedding_text(part, description) for part in passages(contents or "", VECTOR)]
-
-
-async def embed_rows(
-    embedder: Embedder, rows: Sequence[tuple[str | None, str | None]], *, background: bool = False
-) -> list[tuple[np.ndarray, int]]:
-    """Each (contents, description)'s vector, the mean of its passages' (normalised), and how
-    many passages it has; one model call for every passage of every row."""
-    texts = [passage_texts(contents, description) for contents, description in rows]
-    flat = [t for parts in texts for t in parts]
-    vectors = await embedder.embed(flat, background=background)
-    if len(vectors) != len(flat):
-        raise RuntimeError(f"the model gave {len(vectors)} vectors for {len(flat)} texts")
-    out: list[tuple[np.ndarray, int]] = []
-    at = 0
-    for parts in texts:
-        chunk = np.asarray(vectors[at : at + len(parts)], dtype=np.float32)
-        at += len(parts)
-        mean = chunk.mean(axis=0)
-        norm = float(np.linalg.norm(mean))
-        out.append((mean / norm if norm else mean, len(parts)))
-    return out
-
-
-@dataclass(frozen=True)
-class SearchStatus:
-    index: WorkerStatus  # the entries' full-text index
-    embeddings: WorkerStatus  # the embedding worker, both corpora
-    other_indexes: tuple[WorkerStatus, ...] = ()  # the transcripts' full-text index
-
-    @property
-    def reasons(self) -> list[str]:
-        """Why derived state is not keeping up; empty when all is well."""
-        workers = (self.index, *self.other_indexes, self.embeddings)
-        return [f"{w.name}: {w.reason}" for w in workers if not w.healthy]
-
-
-@dataclass(frozen=True)
-class Query:
-    """What to rank: a store's entries (or transcript items) in some scopes, optionally one
-    session (for transcripts: `conversation:<id>` or `session:<id>`) and a path prefix (a role)."""
-
-    store_id: str
-    scopes: tuple[str, ...]
-    text: str
-    limit: int  # candidates taken from each mode
-    mode: str = "hybrid"  # hybrid, keyword or semantic
-    session_id: str | None = None
-    path_prefix: str | None = None
-    corpus: Corpus = ENTRIES
-    where: Mapping[str, Any] | None = None  # only entries whose metadata holds each pair (a filter)
-    # the query's vector, when the caller started computing it early (`SearchEngine.embed_query`)
-    vector: asyncio.Future[np.ndarray] | None = field(default=None, compare=False)
-    explain: bool = False  # also say how each hit's score was made and what each leg did
-    include_inactive: bool = False  # superseded and merged entries too (consolidation)
-    # the head of the corpus's change log read after the request began (`Securable.changes`, for
-    # entries): an index that already holds it holds every write committed before the request
-    changes: int | None = None
-    # whether a row of the store lacked its vector when the request began (None: not known, look)
-    unembedded: bool | None = None
-
-
-@dataclass(frozen=True)
-class Given:
-    """A row ranked outside the indexes: an as-of search ranks the versions of entries alive at
-    a time, read from the history (`SearchEngine.rank_given`)."""
-
-    id: str
-    version: int
-    scope: str
-    session_id: str
-    path: str
-    contents: str | None
-    description: str | None
-    created_at: int = 0  # epoch ms: the order neighbours are found in
-
-
-@dataclass(frozen=True)
-class HitScores:
-    """How one hit's score was made (`fusion`): the keyword score (from its share of the query's
-    term weight, `coverage`) and BM25's raw score where BM25 found it, the semantic score (from
-    `cosine`) where it has a vector, the mode's own score of the entry (`fused`), what its
-    numbered neighbours added (`neighbour_lift`), and the `score` answered."""
-
-    score: float
-    fused: float
-    neighbour_lift: float = 0.0
-    keyword: float | None = None
-    coverage: float | None = None
-    bm25: float | None = None
-    semantic: float | None = None
-    cosine: float | None = None
-
-
-@dataclass(frozen=True)
-class LegRun:
-    """One leg of a search: how many candidates it gave, how long it took (ms), and whether it
-    held every write committed before the search (else it is in `degraded`)."""
-
-    leg: SearchLeg
-    candidates: int
-    ms: float
-    complete: bool
-
-
-@dataclass(frozen=True)
-class Explained:
-    """What an explained search (`Query.explain`) reports: each ranked id's `HitScores`, the legs
-    that ran, in order, and the time the hybrid fusion took (ms; None outside hybrid mode)."""
-
-    hits: dict[str, HitScores]
-    legs: tuple[LegRun, ...]
-    fusion_ms: float | None = None
-
-
-# a full-text call whose recent runs took less than this runs on the event loop: handing it to a
-# thread and back costs about 50 µs of CPU (two wake-ups), more than a small index's whole search
-INLINE_BELOW = 0.0005
-
-
-class Placement:
-    """Where a kind of blocking call runs: on the event loop while its recent runs were short
-    (a small index: the hand-off to a thread would cost more than the call), on a worker thread
-    once they are not (a large index: the loop must not wait for it). The estimate follows each
-    run, so a growing index moves its calls to threads by itself."""
-
-    def __init__(self, below: float = INLINE_BELOW) -> None:
-        self.below = below
-        self.estimate = math.inf  # seconds a run takes; unknown: the first run goes to a thread
-
-    def _timed(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        started = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            took = time.perf_counter() - started
-            self.estimate = took if math.isinf(self.estimate) else 0.8 * self.estimate + 0.2 * took
-
-    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        if self.estimate < self.below:
-            return self._timed(fn, *args, **kwargs)
-        return await asyncio.to_thread(self._timed, fn, *args, **kwargs)
 
 
 T = TypeVar("T")
@@ -273,30 +138,6 @@ async def _timed(work: Awaitable[T]) -> tuple[T, float]:
     started = time.perf_counter()
     result = await work
     return result, (time.perf_counter() - started) * 1000
-
-
-@dataclass(frozen=True)
-class Ranking:
-    """What `rank` found: (id, score) best first, and the legs that may have missed rows
-    (`keyword`: the full-text index is failing or behind; `semantic`: vectors are missing), in
-    the order they ran; empty when the answer is complete."""
-
-    hits: list[tuple[str, float]]
-    degraded: tuple[SearchLeg, ...] = ()
-    explained: Explained | None = None  # with `Query.explain`
-
-
-Row = TypeVar("Row")
-
-
-@dataclass(frozen=True)
-class Found(Generic[Row]):
-    """A search's answer: the hits read back from PostgreSQL with their scores, best first, and
-    the legs that may have missed some (`Ranking.degraded`)."""
-
-    hits: list[tuple[Row, float]]
-    degraded: tuple[SearchLeg, ...] = ()
-    explained: Explained | None = None  # with `Query.explain` (`Explained.hits` by row id)
 
 
 @dataclass(frozen=True)

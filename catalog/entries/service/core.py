@@ -1,31 +1,11 @@
-"""Entries: the one owner of entry behaviour. Each operation (`catalog.entries.operations`) is
-validated, authorized on its store through the access seam, held to the store's scope binding,
-and run here; both dialects only build operations and shape the replies.
-
-Rules:
-- an entry's key is (store, scope, session or none, path); every write is one statement (or a
-  row-locked read-modify-write for edits), so concurrent writers never lose an update;
-- versions give optimistic concurrency: every change bumps `version` (the ETag); an expected
-  version that is stale is 409 ABORTED;
-- a caller holding WRITE but not READ learns nothing of what a store holds: its writes are
-  acknowledged without contents, an edit that depends on the text needs READ too, and its APPEND
-  is never deduplicated (whether it changed the entry would say what the entry held);
-- a search ranks in the engine (`catalog.search`) and every hit is re-read here, so a deleted
-  entry or an old version is never answered;
-- every change records its provenance (`catalog.entries.provenance`: who, through what channel,
-  from what, with which model), and a store's trust policy (`catalog.access.trust`) judges
-  every write and edit: a write it holds is kept `quarantined`, and stays so (with any later
-  change to it) until a MANAGE holder approves or rejects it (`review`). A held entry is read
-  (get, list, search, as-of, history's text) only by MANAGE holders and its author, and only when
-  they ask for held entries (`include_quarantined`); a state change, a forget by query and the
-  memory tools never reach it. A store without a policy holds nothing.
-"""
+"""The core of entries: input validation, the store (its authorization and scope binding),
+trust (held entries, the store's policy), the operations on one entry (write, get, list, edit,
+delete) and what erasure runs of entries. The rules are the package's (`catalog.entries.service`)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,22 +20,16 @@ from catalog.entries import operations as ops
 from catalog.entries import provenance, repo
 from catalog.entries.repo import NO_HELD, EntryRow, Fields, Held, Key
 from catalog.entries.schemas import (
-    DELETE_MATCHING_FLOOR,
     MAX_CONTENTS,
     MAX_CREATION_FIELD,
-    MAX_DELETE_MATCHING,
     MAX_DESCRIPTION,
-    MAX_QUERY,
     MAX_SOURCE_TYPE,
     MAX_SOURCES,
-    MAX_TOP_K,
     MAX_TTL_SECONDS,
 )
 from catalog.errors import (
     Aborted,
     AlreadyExists,
-    CatalogError,
-    FieldError,
     InvalidParameter,
     NotFound,
     PermissionDenied,
@@ -65,15 +39,12 @@ from catalog.governance.namespace.service import (
     ensure_not_held,
     held_conflict,
     held_stores_keeping,
-    is_held,
     scope_binding,
     trust_policy,
 )
 from catalog.lineage import EntryRef, TranscriptRef, check_origin
 from catalog.lineage import record as record_lineage
 from catalog.recorder import audited, note_params, note_result
-from catalog.search import Found, Given, Query, log_changed
-from catalog.search.corpus import ENTRIES
 from catalog.wire.entry_keys import (
     validate_path,
     validate_path_prefix,
@@ -85,8 +56,6 @@ from catalog.wire.inputs import within
 from catalog.wire.metadata import validate as validate_metadata
 from catalog.wire.names import split_full_name
 from catalog.wire.pagination import Pages, page_size
-
-MIN_CANDIDATES = 30  # taken from each search mode before fusion (LoCoMo scores the same with more)
 
 
 @dataclass(frozen=True)
@@ -664,223 +633,11 @@ async def delete(ctx: Context, principal: Principal, op: ops.Delete) -> None:
     _written(ctx)
 
 
-MAX_BATCH = 100
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    path: str
-    status: str  # CREATED, UPDATED, UNCHANGED or FAILED
-    error_code: str | None = None
-    message: str | None = None
-    held: bool = False  # written, and held for review by the store's trust policy
-
-
-@telemetry.memory_operation("create_memory")
-async def batch_write(ctx: Context, principal: Principal, op: ops.Batch) -> list[BatchResult]:
-    """Up to `MAX_BATCH` writes into one scope, authorized once, committed together with the
-    request's audit event; each entry succeeds or fails on its own (a savepoint each), so one
-    conflict does not undo the others. Committed at once, they are indexed and embedded as one
-    unit of background work."""
-    scope = validate_scope(op.scope)
-    if not 1 <= len(op.writes) <= MAX_BATCH:
-        raise InvalidParameter(f"entries must hold 1-{MAX_BATCH} entries", "entries")
-    store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
-    readable = ctx.access.visible(principal, "entries.read", store, [scope])
-    held = await is_held(ctx, store)
-    results: list[BatchResult | None] = [None] * len(op.writes)
-    checked: list[tuple[int, Key, Fields, ops.Write]] = []
-    seen: set[Key] = set()
-    for i, write_op in enumerate(op.writes):
-        try:
-            fields = _fields(write_op)
-            if write_op.mode == "APPEND" and not fields.contents:
-                raise InvalidParameter("write_mode APPEND needs contents to append", "contents")
-            key = _key(store, write_op.key)
-            if key in seen:
-                raise InvalidParameter(f"path {key.path} is given twice in this batch", "path")
-            if write_op.derived_from or write_op.origin is not None:
-                raise InvalidParameter(
-                    "derived_from is not taken in a batch: write the entry alone", "derived_from"
-                )
-            seen.add(key)
-            verdict = await _judge(ctx, principal, store, op.channel, _texts(fields))
-            fields = _judged(fields, provenance.of_change(principal, op.channel, verdict=verdict), verdict)
-            checked.append((i, key, fields, write_op))
-        except FieldError as exc:
-            field = f"entries[{i}].{exc.field}" if exc.field else f"entries[{i}]"
-            results[i] = BatchResult(write_op.key.path, "FAILED", exc.error_code, f"{field}: {exc.message}")
-    async with audited(ctx.pool) as conn:
-        for i, key, fields, write_op in checked:
-            try:
-                async with repo.savepoint(conn):  # a failure undoes this entry's write only
-                    results[i] = await _batch_one(conn, principal, key, fields, write_op, readable, held)
-            except CatalogError as exc:
-                results[i] = BatchResult(key.path, "FAILED", exc.error_code, exc.message)
-        note_result(sum(1 for r in results if r is not None and r.status != "FAILED"))
-    _written(ctx)
-    return [r for r in results if r is not None]
-
-
-async def _batch_one(
-    conn: asyncpg.Connection,
-    principal: Principal,
-    key: Key,
-    fields: Fields,
-    op: ops.Write,
-    readable: bool,
-    held: bool,
-) -> BatchResult:
-    ready = await _before_write(conn, key)
-    existing = await repo.get(conn, key)
-    row: EntryRow | None
-    if op.mode == "EXCLUSIVE":
-        row = await repo.insert_exclusive(conn, key, fields, principal.name)
-        if row is None:
-            raise AlreadyExists(f"an entry already exists at {key.path} in scope {key.scope}")
-    elif op.mode == "OVERWRITE":
-        if existing is not None and held:
-            raise ResourceConflict("the memory store is under legal hold: an entry cannot be overwritten")
-        row = await repo.upsert_overwrite(conn, key, fields, principal.name)
-    else:
-        row = await repo.upsert_append(conn, key, fields, principal.name, dedupe=readable)
-        if row is None:
-            return BatchResult(key.path, "UNCHANGED")
-    await _expire(conn, row, op.ttl_seconds, ready.default_ttl)
-    return BatchResult(key.path, "UPDATED" if existing is not None else "CREATED", held=row.held)
-
-
-HISTORY_LIMIT = 1000  # versions one history answer holds at most (newest first)
-
-
-async def history(ctx: Context, principal: Principal, op: ops.History) -> list[repo.VersionRow]:
-    """The versions of an entry's key, newest first (READ): also of a deleted entry. A version
-    held for review keeps its text from everyone but MANAGE holders and its author (`withheld`)."""
-    store = await resolve_store(ctx, principal, op.store, "entries.read", [validate_scope(op.key.scope)])
-    key = _key(store, op.key)
-    versions = await repo.history(ctx.pool, key, HISTORY_LIMIT)
-    if not versions:
-        raise NotFound(f"no entry at {key.path} in scope {key.scope} has a history")
-    note_result(len(versions))
-    if any(v.state == "quarantined" for v in versions) and not may_review(ctx, principal, store):
-        versions = [_withheld(v) if v.changed_by != principal.name else v for v in versions]
-    return versions
-
-
-def _withheld(version: repo.VersionRow) -> repo.VersionRow:
-    """A version as answered to a reader who may not read it: a held one without its text."""
-    if version.state != "quarantined" or version.operation == "delete":
-        return version
-    return msgspec.structs.replace(version, contents=None, description=None, metadata=None, withheld=True)
-
-
-@telemetry.memory_operation("update_memory")
-async def restore(ctx: Context, principal: Principal, op: ops.Restore) -> Written:
-    """Write a kept version of the key as its newest (WRITE; READ too, since it reads the text of
-    that version). The entry is created again if it was deleted."""
-    store = await resolve_store(ctx, principal, op.store, "entries.write", [validate_scope(op.key.scope)])
-    await _ensure_may_read(ctx, principal, store, "restore")
-    key = _key(store, op.key)
-    kept = await repo.version(ctx.pool, key, op.version)
-    if kept is None:
-        raise NotFound(f"no version {op.version} of the entry at {key.path} in scope {key.scope} is kept")
-    if kept.state == "quarantined":  # what was held is released by a review only
-        await ctx.access.ensure(principal, "entries.review", store)
-    verdict = await _judge(ctx, principal, store, op.channel, [kept.contents or "", kept.description or ""])
-    origin = provenance.of_change(
-        principal, op.channel, verdict=verdict, extra_source={"restored_version": op.version}
-    )
-    async with audited(ctx.pool) as conn:
-        kept = await repo.version(conn, key, op.version)
-        if kept is None:
-            raise NotFound(f"no version {op.version} of the entry at {key.path} in scope {key.scope} is kept")
-        if kept.redacted_at is not None:
-            raise ResourceConflict(
-                f"version {op.version} of the entry at {key.path} was redacted: it cannot be restored"
-            )
-        if await repo.get(conn, key) is not None:
-            await ensure_not_held(ctx, store, "replaced")
-        held = verdict is not None and verdict.held
-        row = await repo.restore(conn, key, kept, principal.name, origin, held)
-        note_result(1)
-    _written(ctx)
-    return Written(row, True)
-
-
-async def set_state(ctx: Context, principal: Principal, op: ops.SetState) -> EntryRow:
-    """Mark an entry superseded by another, merged into another, or active again (WRITE): a new
-    version of it, its contents unchanged. The entry replacing it must exist in the same store
-    (in a scope the caller may use) and be another entry; an active entry names none."""
-    scope = validate_scope(op.key.scope)
-    store = await resolve_store(ctx, principal, op.store, "entries.write", [scope])
-    key = _key(store, op.key)
-    if op.state == "active":
-        if op.superseded_by is not None:
-            raise InvalidParameter(
-                "an active entry is superseded by none: leave superseded_by out", "superseded_by"
-            )
-        replacing = None
-    else:
-        if op.superseded_by is None:
-            raise InvalidParameter(f"a {op.state} entry names the entry replacing it", "superseded_by")
-        other = _key(store, op.superseded_by, "superseded_by.")
-        await check_binding(ctx, principal, store, [other.scope])
-        target = await repo.get(ctx.pool, other)
-        if target is None or target.held:  # a held entry replaces nothing until it is approved
-            raise InvalidParameter(
-                f"superseded_by: no entry at {other.path} in scope {other.scope}", "superseded_by"
-            )
-        if other == key:
-            raise InvalidParameter("an entry cannot supersede itself", "superseded_by")
-        replacing = target.id
-    async with audited(ctx.pool) as conn:
-        row = await repo.set_state(conn, key, op.state, replacing, principal.name)
-        if row is None:
-            there = await repo.get(conn, key)
-            if there is not None and there.held and _sees(_held(ctx, principal, store, True), there):
-                raise ResourceConflict(
-                    f"the entry at {key.path} in scope {key.scope} is held for review: a MANAGE holder "
-                    "approves or rejects it (entries:review) before its state can change"
-                )
-            raise NotFound(f"no entry at {key.path} in scope {key.scope}")
-        note_result(1)
-    _written(ctx)
-    return row
-
-
-async def redact(ctx: Context, principal: Principal, op: ops.Redact) -> tuple[repo.VersionRow, bool]:
-    """Redact a kept version (MANAGE): its contents and description in the history are replaced
-    by who redacted it, when and why; when it is the entry's current version, the entry's
-    contents, description and vector go too, at the same version, and the full-text index drops
-    its text. Later versions, the lineage and the audit chain are untouched. Answers the version
-    as now kept and whether it was the current one. A legal hold does not prevent it (redaction
-    is for what should never have been stored; it is audited like any change)."""
-    store = await resolve_store(ctx, principal, op.store, "entries.redact", [validate_scope(op.key.scope)])
-    key = _key(store, op.key)
-    reason = op.reason.strip()
-    async with audited(ctx.pool) as conn:
-        if not await repo.redact(conn, key, op.version, principal.name, reason):
-            kept = await repo.version(conn, key, op.version)
-            if kept is not None and kept.redacted_at is not None:
-                raise ResourceConflict(
-                    f"version {op.version} of the entry at {key.path} in scope {key.scope} was redacted "
-                    f"already, by {kept.redacted_by}"
-                )
-            raise NotFound(f"no version {op.version} of the entry at {key.path} in scope {key.scope} is kept")
-        entry_id = await repo.redact_current(conn, key, op.version)
-        if entry_id is not None:
-            await log_changed(conn, ENTRIES, store.node.id, [entry_id])
-        kept = await repo.version(conn, key, op.version)
-        assert kept is not None
-        note_result(1)
-    if entry_id is not None:
-        _written(ctx)
-    return kept, entry_id is not None
-
-
 # --- erasure: what `catalog.erasure` runs of entries, in its transaction ---------------------------
 
 delete_scope = repo.delete_scope  # a scope's entries, with their history, from one store; how many
+
+
 erase_scope = repo.erase_scope  # a scope (or a subject's scopes) from every store not under legal hold
 
 
@@ -888,307 +645,3 @@ async def held_stores(conn: asyncpg.Connection, scope: str, *, subject: bool = F
     """The stores under legal hold that keep entries of the scope (with `subject`: also of every
     scope starting `scope:`): erasure leaves them alone."""
     return await held_stores_keeping(conn, "entries", "scope", scope, subject=subject)
-
-
-def search_input(text: str, top_k: int) -> str:
-    """A search's query (stripped) and `top_k`, checked: 400 naming the field. Every search of
-    the catalog (entries, transcripts) takes them alike."""
-    query = text.strip()
-    if not query:
-        raise InvalidParameter("query must not be empty", "query")
-    if len(query) > MAX_QUERY:
-        raise InvalidParameter(f"query must be at most {MAX_QUERY} characters", "query")
-    if not 1 <= top_k <= MAX_TOP_K:
-        raise InvalidParameter(f"top_k must be between 1 and {MAX_TOP_K}", "top_k")
-    return query
-
-
-@telemetry.memory_operation("search_memory")
-async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[EntryRow]:
-    """The hits, best first: the current rows from PostgreSQL with their scores, and the legs
-    that may have missed entries (`degraded`)."""
-
-    async def authorize(scopes: list[str]) -> Securable:
-        return await resolve_store(ctx, principal, op.store, "entries.read", scopes)
-
-    _, found = await _ranked(ctx, op, authorize, op.top_k, principal)
-    note_result(len(found.hits))
-    return found
-
-
-async def _ranked(
-    ctx: Context,
-    op: ops.Search,
-    authorize: Callable[[list[str]], Awaitable[Securable]],
-    limit: int,
-    principal: Principal,
-) -> tuple[Securable, Found[EntryRow]]:
-    """A search's ranking: its input checked, the store authorized by `authorize` (handed the
-    searched scopes), and at most `limit` hits, best first (every search of entries runs it).
-    Entries held for review are ranked only when asked for, and answered as `_held` says."""
-    scopes = validate_scopes(None, op.scopes)
-    query = search_input(op.query, op.top_k)
-    prefix = validate_path_prefix(op.path_prefix)
-    session = validate_session(op.session_id) if op.session_id is not None else None
-    where = validate_metadata(op.where, "filter") or None
-    assert ctx.search is not None
-    at = _as_of(op.as_of)
-    # the model embeds the query while the request is authorized (the longest step of a search)
-    vector = ctx.search.embed_query(query) if op.mode != "keyword" else None
-    try:
-        store = await authorize(scopes)
-    except BaseException:
-        if vector is not None:
-            vector.cancel()
-        raise
-    store_id = store.node.id
-    held = _held(ctx, principal, store, op.include_quarantined)
-    candidates = max(MIN_CANDIDATES, limit * 3)
-    if at is not None:
-        parts = (store_id, scopes, query, candidates, session, prefix, where, vector)
-        return store, await _search_then(ctx, op, *parts, at, limit, held)
-    ranking = await ctx.search.rank(
-        Query(
-            store_id,
-            tuple(scopes),
-            query,
-            candidates,
-            op.mode,
-            session,
-            prefix,
-            where=where,
-            vector=vector,
-            explain=op.explain,
-            # held entries are inactive in the indexes too: ranked only when asked for
-            include_inactive=op.include_superseded or held.include,
-            changes=store.changes,
-            unembedded=store.unembedded,
-        )
-    )
-    ranked = ranking.hits
-    if op.min_score is not None:
-        ranked = [(doc, score) for doc, score in ranked if score >= op.min_score]
-    results: list[tuple[EntryRow, float]] = []
-    first, rest = ranked[: limit * 2], ranked[limit * 2 :]
-    for chunk in (first, rest):
-        if len(results) == limit or not chunk:
-            break
-        rows = await repo.by_ids(ctx.pool, store_id, [doc for doc, _ in chunk])
-        for doc, score in chunk:
-            row = rows.get(doc)
-            # a hit deleted or moved since it was indexed is dropped; the entry shown is the current one
-            if row is None or row.store_id != store_id or row.scope not in scopes:
-                continue
-            if row.held:
-                if not _sees(held, row):  # held, and not asked for or not the caller's to read
-                    continue
-            elif not row.active and not op.include_superseded:  # superseded since (or a neighbour)
-                continue
-            results.append((row, round(score, 6)))
-            if len(results) == limit:
-                break
-    return store, Found(results, ranking.degraded, ranking.explained)
-
-
-@dataclass(frozen=True)
-class Forgotten:
-    rows: list[EntryRow]  # the entries deleted, best match first (a dry run: that would be)
-    truncated: bool  # more matched than one request deletes
-
-
-def delete_matching_floor(value: float | None) -> float:
-    """A forget's `min_score`: the recommended floor when none is given, else above 0 and at most
-    1 (a floor of 0 would take whatever the ranking reaches)."""
-    if value is None:
-        return DELETE_MATCHING_FLOOR
-    if not 0 < value <= 1:
-        raise InvalidParameter("min_score must be greater than 0 and at most 1", "min_score")
-    return value
-
-
-@telemetry.memory_operation("delete_memory")
-async def delete_matching(ctx: Context, principal: Principal, op: ops.DeleteMatching) -> Forgotten:
-    """Forget by query: delete the entries of the scopes that the same search as `search` answers
-    at or above the floor, at most `MAX_DELETE_MATCHING` (best first; `truncated` when more
-    matched). It needs WRITE, and READ too, since the answer says what matched; a store under
-    legal hold refuses it (a dry run as well: it answers what the request would do). The entries
-    go together in one transaction with the request's audit event (their versions stay in the
-    history, as for any delete); an entry changed or deleted since it was ranked is left alone
-    and not named. A dry run names the entries and deletes nothing."""
-    floor = delete_matching_floor(op.min_score)
-    query = ops.Search(
-        store=op.store,
-        scopes=op.scopes,
-        query=op.query,
-        top_k=MAX_DELETE_MATCHING,
-        path_prefix=op.path_prefix,
-        session_id=op.session_id,
-        min_score=floor,
-        mode=op.mode,
-    )
-
-    async def authorize(scopes: list[str]) -> Securable:
-        store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
-        await _ensure_may_read(ctx, principal, store, "a delete by query")
-        await ensure_not_held(ctx, store, "deleted")
-        return store
-
-    store, found = await _ranked(ctx, query, authorize, MAX_DELETE_MATCHING + 1, principal)
-    matched = [row for row, _ in found.hits]
-    rows, truncated = matched[:MAX_DELETE_MATCHING], len(matched) > MAX_DELETE_MATCHING
-    note_params(
-        {
-            "mode": op.mode,
-            "min_score": str(floor),
-            "dry_run": str(op.dry_run).lower(),
-            "truncated": str(truncated).lower(),
-        }
-    )
-    if op.dry_run or not rows:
-        note_result(len(rows))
-        return Forgotten(rows, truncated)
-    deleted: list[EntryRow] = []
-    origin = provenance.of_deletion(principal, op.channel)
-    async with audited(ctx.pool) as conn:
-        for row in rows:
-            gone, _ = await repo.delete(conn, store.node.id, row.id, row.version, principal.name, origin)
-            if gone:
-                deleted.append(row)
-        note_result(len(deleted))
-    _written(ctx)
-    return Forgotten(deleted, truncated)
-
-
-AS_OF_SEARCH_MAX = 20_000  # entries of the searched scopes an as-of search ranks, at most
-
-
-async def _search_then(
-    ctx: Context,
-    op: ops.Search,
-    store_id: str,
-    scopes: list[str],
-    query: str,
-    candidates: int,
-    session: str | None,
-    prefix: str | None,
-    where: dict[str, Any] | None,
-    vector: asyncio.Future[Any] | None,
-    at: int,
-    limit: int,
-    held: Held,
-) -> Found[EntryRow]:
-    """A search of the store as it was at `at`: the versions alive then, from the history,
-    ranked exactly (`SearchEngine.rank_given`); the hits are those versions (held for review then
-    only as `held` says)."""
-    assert ctx.search is not None
-    try:
-        rows = await repo.as_of(
-            ctx.pool,
-            store_id,
-            scopes,
-            at,
-            session_id=session,
-            path_prefix=prefix,
-            where=where,
-            limit=AS_OF_SEARCH_MAX + 1,
-            include_inactive=op.include_superseded,  # in their state then
-            held=held,
-        )
-        if len(rows) > AS_OF_SEARCH_MAX:
-            raise InvalidParameter(
-                f"an as-of search ranks at most {AS_OF_SEARCH_MAX:,} entries of its scopes; these held more "
-                "then: narrow it with path_prefix, session_id or fewer scopes",
-                "as_of",
-            )
-        given = [
-            Given(r.id, r.version, r.scope, r.session_id, r.path, r.contents, r.description, r.created_at)
-            for r in rows
-        ]
-        q = Query(store_id, tuple(scopes), query, candidates, op.mode, vector=vector, explain=op.explain)
-        ranking = await ctx.search.rank_given(q, given)
-    except BaseException:
-        if vector is not None:
-            vector.cancel()
-        raise
-    by_id = {r.id: r for r in rows}
-    results = [
-        (by_id[doc], round(score, 6))
-        for doc, score in ranking.hits
-        if op.min_score is None or score >= op.min_score
-    ][:limit]
-    return Found(results, ranking.degraded, ranking.explained)
-
-
-# --- review: the entries a store's trust policy holds ----------------------------------------------
-
-QueueCursor = tuple[str, str, str]  # the (scope, session, path) a page of the review queue ends at
-MAX_REVIEW_REASON = 1000
-
-
-async def quarantined(ctx: Context, principal: Principal, op: ops.Quarantined) -> Page:
-    """A page of the store's review queue (MANAGE: `entries.review`): its held entries, every
-    scope, by (scope, session, path), whatever the store's scope binding (as an export)."""
-    scope = validate_scope(op.scope) if op.scope is not None else None
-    limit = page_size(op.page_size, default=ctx.settings.page_default, cap=ctx.settings.page_cap)
-    store = await resolve_store(ctx, principal, op.store, "entries.review")
-    pages = Pages(ctx.pool, "entries.quarantined", store=store.full_name, scope=scope)
-    after = await pages.after(op.page_token, QueueCursor)
-    rows = await repo.quarantined(ctx.pool, store.node.id, scope, after, limit + 1)
-    page = rows[:limit]
-    note_result(len(page))
-    if len(rows) <= limit:
-        return Page(page, None)
-    last = page[-1]
-    return Page(page, await pages.token([last.scope, last.session_id, last.path]))
-
-
-@dataclass(frozen=True)
-class Reviewed:
-    decision: str  # approve | reject
-    row: EntryRow | None  # the entry now (None: a rejection deleted it, as it had no earlier text)
-
-
-@telemetry.memory_operation("update_memory")
-async def review(ctx: Context, principal: Principal, op: ops.Review) -> Reviewed:
-    """Approve or reject an entry held for review (MANAGE: `entries.review`), whatever the store's
-    scope binding. `approve` makes the held text active, as a new version (`approve`) whose
-    provenance is the held text's with the review added; `reject` puts the entry back as it was
-    before the held writes (its newest kept version not held), as a new version (`reject`), or
-    deletes it when it had none. A precondition (`if_match`) names the held version decided on.
-    Under a legal hold a rejection that would delete the entry is refused (409)."""
-    reason = op.reason.strip() if op.reason else None
-    if reason is not None and not 1 <= len(reason) <= MAX_REVIEW_REASON:
-        raise InvalidParameter(f"reason must be 1-{MAX_REVIEW_REASON} characters", "reason")
-    note_params({"decision": op.decision})
-    store = await resolve_store(ctx, principal, op.store, "entries.review")
-    key = _key(store, op.key)
-    decided = {
-        "decision": "approved" if op.decision == "approve" else "rejected",
-        "by": principal.name,
-        "at": int(time.time() * 1000),
-        "via": op.channel.via,
-        **({"reason": reason} if reason else {}),
-    }
-    async with audited(ctx.pool) as conn:
-        current = await repo.get(conn, key, for_update=True)
-        if current is None or not current.held:
-            raise NotFound(f"no entry held for review at {key.path} in scope {key.scope}")
-        if op.if_match is not None and current.version != op.if_match:
-            raise Aborted(f"the entry is at version {current.version}, not {op.if_match}")
-        note_result(1)
-        if op.decision == "approve":
-            row = await repo.approve(conn, key, current.version, principal.name, decided)
-            assert row is not None  # the row's lock holds its version and state
-            result = Reviewed("approve", row)
-        else:
-            kept = await repo.before_hold(conn, key, current.id)
-            if kept is not None:
-                result = Reviewed("reject", await repo.put_back(conn, current, kept, principal.name, decided))
-            else:
-                if await is_held(ctx, store):
-                    raise held_conflict(store, "deleted")
-                gone = {**provenance.of_deletion(principal, op.channel), "review": decided}
-                await repo.delete(conn, store.node.id, current.id, current.version, principal.name, gone)
-                result = Reviewed("reject", None)
-    _written(ctx)
-    return result

@@ -1,0 +1,40 @@
+"""Where a kind of blocking call of the search runs: on the event loop while its recent runs were
+short, on a worker thread once they are not (`Placement`)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# a full-text call whose recent runs took less than this runs on the event loop: handing it to a
+# thread and back costs about 50 µs of CPU (two wake-ups), more than a small index's whole search
+INLINE_BELOW = 0.0005
+
+
+class Placement:
+    """Where a kind of blocking call runs: on the event loop while its recent runs were short
+    (a small index: the hand-off to a thread would cost more than the call), on a worker thread
+    once they are not (a large index: the loop must not wait for it). The estimate follows each
+    run, so a growing index moves its calls to threads by itself."""
+
+    def __init__(self, below: float = INLINE_BELOW) -> None:
+        self.below = below
+        self.estimate = math.inf  # seconds a run takes; unknown: the first run goes to a thread
+
+    def _timed(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            took = time.perf_counter() - started
+            self.estimate = took if math.isinf(self.estimate) else 0.8 * self.estimate + 0.2 * took
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self.estimate < self.below:
+            return self._timed(fn, *args, **kwargs)
+        return await asyncio.to_thread(self._timed, fn, *args, **kwargs)

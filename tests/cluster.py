@@ -68,7 +68,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from catalog.db.embedded import bin_dir, system_user
 
 REPO = Path(__file__).resolve().parents[1]
-UC = "/api/2.1/unity-catalog"
 DATABASE = "catalog"
 ISSUER = "https://issuer.cluster.test"
 AUDIENCE = "memory-catalog-cluster"

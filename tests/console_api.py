@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import httpx
+from rest import UC
 
 from catalog.client import Client
-
-UC = "/api/2.1/unity-catalog"
 
 
 class Api:

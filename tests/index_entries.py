@@ -10,10 +10,9 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from rest import UC
 
 from catalog.db import create_pool
-
-UC = "/api/2.1/unity-catalog"
 
 
 @pytest.fixture

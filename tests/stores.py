@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-UC = "/api/2.1/unity-catalog"
+from rest import UC
 
 
 def make_store(client, token, name: str, **properties: str) -> str:  # type: ignore[no-untyped-def]

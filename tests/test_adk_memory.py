@@ -22,13 +22,13 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService, Session
 from google.adk.tools import load_memory
 from google.genai import types
+from rest import UC
 
 from catalog.auth import mint_dev_token
 from catalog.client import AsyncClient, CatalogError, Client
 from catalog.client.adk import CatalogMemoryService, scope_of
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 T0 = 1_790_000_000.25  # an event's time (epoch seconds)
 
 

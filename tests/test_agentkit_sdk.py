@@ -7,11 +7,10 @@ import httpx
 import pytest
 from databricks.sdk import WorkspaceClient
 from databricks_agentkit import AgentKitClient
+from rest import UC
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
-
-UC = "/api/2.1/unity-catalog"
 
 
 def token_for(live, sub: str) -> str:

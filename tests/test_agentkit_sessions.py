@@ -15,6 +15,7 @@ from databricks.sdk import WorkspaceClient
 from databricks_agentkit import AgentKitClient
 from databricks_agentkit.langgraph.session_store import DatabricksSessionStoreSaver, thread_config
 from databricks_agentkit.openai.sessions import DatabricksSessionStore
+from rest import bearer
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
@@ -25,10 +26,6 @@ BASE = "/api/2.0/agents/session-stores"
 def workspace(live, sub: str) -> WorkspaceClient:
     token = mint_dev_token(Settings(data_dir=live.data_dir), sub)
     return WorkspaceClient(host=live.url, token=token, auth_type="pat")
-
-
-def headers(live, sub: str = "admin") -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint_dev_token(Settings(data_dir=live.data_dir), sub)}"}
 
 
 def test_agentkit_sdk_sessions_end_to_end(live):
@@ -109,7 +106,7 @@ def test_openai_agents_session_protocol(live):
         assert await session.pop_item() is None
 
     asyncio.run(run())
-    r = httpx.get(f"{live.url}{BASE}/agent-transcripts/sessions/conv-1", headers=headers(live))
+    r = httpx.get(f"{live.url}{BASE}/agent-transcripts/sessions/conv-1", headers=bearer(live))
     assert r.status_code == 200 and r.json()["actor_id"] == "user-7"
 
 
@@ -154,16 +151,16 @@ def test_langgraph_checkpointer_resumes_a_two_step_graph(live):
     done = graph.invoke(None, config)
     assert done["log"] == ["start", "first", "second"] and runs == ["first", "second"]
     assert graph.get_state(config).next == ()
-    r = httpx.get(f"{live.url}{BASE}/graph-checkpoints/sessions/thread-1/items", headers=headers(live))
+    r = httpx.get(f"{live.url}{BASE}/graph-checkpoints/sessions/thread-1/items", headers=bearer(live))
     assert r.status_code == 200 and len(r.json()["session_items"]) > 0
 
 
 def _session(live, store: str, sid: str) -> None:
-    r = httpx.post(f"{live.url}{BASE}", headers=headers(live), params={"session_store_name": store}, json={})
+    r = httpx.post(f"{live.url}{BASE}", headers=bearer(live), params={"session_store_name": store}, json={})
     assert r.status_code in (200, 409), r.text
     r = httpx.post(
         f"{live.url}{BASE}/{store}/sessions",
-        headers=headers(live),
+        headers=bearer(live),
         params={"session_id": sid},
         json={"actor_id": "u"},
     )
@@ -172,7 +169,7 @@ def _session(live, store: str, sid: str) -> None:
 
 def _all_items(live, store: str, sid: str) -> list:
     out, token = [], None
-    with httpx.Client(base_url=live.url, headers=headers(live)) as http:
+    with httpx.Client(base_url=live.url, headers=bearer(live)) as http:
         while True:
             params = {"page_size": 1000, **({"page_token": token} if token else {})}
             body = http.get(f"{BASE}/{store}/sessions/{sid}/items", params=params).json()
@@ -188,7 +185,7 @@ def test_concurrent_appends_never_lose_or_reorder_an_item(live):
     errors: list[str] = []
 
     def write(w: int) -> None:
-        with httpx.Client(base_url=live.url, headers=headers(live), timeout=60) as http:
+        with httpx.Client(base_url=live.url, headers=bearer(live), timeout=60) as http:
             for b in range(batches):
                 items = [{"data": [w, b, k]} for k in range(per_batch)]
                 r = http.post(f"{BASE}/race-appends/sessions/s/items:append", json={"items": items})
@@ -219,14 +216,14 @@ def test_a_pop_racing_appends_is_safe(live):
     _session(live, "race-pops", "s")
     appended = [{"data": ["seed", i]} for i in range(20)]
     r = httpx.post(
-        f"{live.url}{BASE}/race-pops/sessions/s/items:append", headers=headers(live), json={"items": appended}
+        f"{live.url}{BASE}/race-pops/sessions/s/items:append", headers=bearer(live), json={"items": appended}
     )
     assert r.status_code == 200
     popped: list = []
     errors: list[str] = []
 
     def append() -> None:
-        with httpx.Client(base_url=live.url, headers=headers(live), timeout=60) as http:
+        with httpx.Client(base_url=live.url, headers=bearer(live), timeout=60) as http:
             for i in range(20):
                 r = http.post(
                     f"{BASE}/race-pops/sessions/s/items:append", json={"items": [{"data": ["new", i]}]}
@@ -235,7 +232,7 @@ def test_a_pop_racing_appends_is_safe(live):
                     errors.append(r.text)
 
     def pop() -> None:
-        with httpx.Client(base_url=live.url, headers=headers(live), timeout=60) as http:
+        with httpx.Client(base_url=live.url, headers=bearer(live), timeout=60) as http:
             for _ in range(15):
                 r = http.post(f"{BASE}/race-pops/sessions/s/items:pop", json={})
                 if r.status_code != 200:

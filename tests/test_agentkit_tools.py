@@ -17,11 +17,11 @@ from databricks_agentbricks.errors import AgentCliError
 from databricks_agentkit import AgentKitClient
 from databricks_agentkit.langgraph.memory import memory_tools as langgraph_memory_tools
 from databricks_agentkit.openai.memory import memory_tools as openai_memory_tools
+from rest import UC
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 FRAMEWORKS = ["openai", "langgraph"]
 # What the OpenAI Agents SDK hands the model when a tool raises (its default failure_error_function):
 # the error itself stays out of the model's context.

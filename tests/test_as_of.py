@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.asof"
 
 

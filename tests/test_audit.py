@@ -11,8 +11,8 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 AUDIT = f"{UC}/system/audit"
 SECRET = "zanzibar-7781-confidential"
 

@@ -18,14 +18,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from rest import UC, bearer
 
 from catalog.auth import TokenVerifier, ensure_dev_key, mint_dev_token
 from catalog.auth.signing import PRIVATE_KEY_FILE
 from catalog.auth.tokens import LEEWAY_SECONDS
 from catalog.errors import Unauthenticated
 from catalog.settings import DEV_AUDIENCE, DEV_ISSUER, Settings
-
-UC = "/api/2.1/unity-catalog"
 
 
 def claims(**overrides: object) -> dict[str, object]:
@@ -313,12 +312,8 @@ def test_a_401_names_the_bearer_scheme_and_where_to_learn_how_to_sign_in(client,
         f'Bearer resource_metadata="{base}{METADATA}/mcp/memory-stores/main.default.Somewhere"'
     )
     # an answer other than 401 challenges nothing
-    assert "www-authenticate" not in client.get(f"{UC}/catalogs", headers=auth(settings)).headers
-    assert "www-authenticate" not in client.get(f"{UC}/catalogs/nope", headers=auth(settings, "x")).headers
-
-
-def auth(settings: Settings, sub: str = "admin") -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint_dev_token(settings, sub)}"}
+    assert "www-authenticate" not in client.get(f"{UC}/catalogs", headers=bearer(settings)).headers
+    assert "www-authenticate" not in client.get(f"{UC}/catalogs/nope", headers=bearer(settings, "x")).headers
 
 
 def audit_events_on(database_url: str, pattern: str) -> int:

@@ -19,13 +19,13 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+from rest import UC
 
 from catalog.auth import mint_dev_token
 from catalog.client import CatalogError, Client
 from catalog.runtime import with_database
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents"
 CONVERSATIONS = "/ai-gateway/mlflow/v1/conversations"
 STORE = "main.default.notes"

@@ -3,9 +3,8 @@ failing entry (a conflict, a bad field) does not undo the others; the batch is s
 
 from __future__ import annotations
 
+from rest import UC
 from stores import make_store
-
-UC = "/api/2.1/unity-catalog"
 
 
 def test_a_batch_writes_each_entry_on_its_own(client, token):

@@ -7,10 +7,9 @@ import asyncio
 import asyncpg
 import httpx
 import psutil
+from rest import UC
 
 from catalog.db import running_url
-
-UC = "/api/2.1/unity-catalog"
 
 
 def _postmasters(pgdata) -> int:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import httpx
 from conftest import free_port
+from rest import UC
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
-UC = "/api/2.1/unity-catalog"
 
 
 def token_for(live, sub: str) -> str:

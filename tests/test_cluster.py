@@ -40,7 +40,6 @@ from cluster import (
     DRAIN_SECONDS,
     ISSUER,
     REPO,
-    UC,
     Cluster,
     Node,
     etcd_binary,
@@ -48,6 +47,7 @@ from cluster import (
     wait_until,
 )
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from rest import UC
 
 pytestmark = pytest.mark.skipif(
     haproxy_binary() is None or etcd_binary() is None or importlib.util.find_spec("patroni") is None,

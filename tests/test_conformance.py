@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents/memory-stores"
 SCHEMA = "main.default"  # CATALOG_AGENTS_SCHEMA: agent store `x` is `main.default.x`
 

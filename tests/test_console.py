@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from itertools import pairwise
 from pathlib import Path
 
 import httpx
 import pytest
 from console_api import Api
+from rest import UC
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
@@ -25,7 +27,6 @@ from catalog.settings import Settings
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 COOKIE = "catalog_console"
-UC = "/api/2.1/unity-catalog"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -153,6 +154,27 @@ class Web:
             lambda d: d.execute_script("return document.readyState") == "complete"
         )
 
+    def click_through(self, selector: str) -> None:
+        """Click what `selector` finds and wait for the next page. The element is found when it is
+        clicked, and found again when the page replaced it meanwhile (a full run saw a node leave
+        the document between finding and clicking)."""
+        from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+        def click() -> None:
+            for attempt in range(5):
+                try:
+                    self.css(selector).click()
+                    return
+                except WebDriverException as exc:
+                    replaced = isinstance(exc, StaleElementReferenceException) or (
+                        "does not belong to the document" in str(exc)
+                    )
+                    if not replaced or attempt == 4:
+                        raise
+                    time.sleep(0.1)
+
+        self.submit_with(click)
+
     def press_enter(self, element) -> None:  # type: ignore[no-untyped-def]
         from selenium.webdriver.common.keys import Keys
 
@@ -265,10 +287,7 @@ def test_grant_a_group_read_access_and_revoke_it_with_the_forms(web, live, world
     assert "READ_MEMORY_STORE" in grantees(web)["support_team"]
     assert api.grants("memory_store", store)["support_team"] == ["READ_MEMORY_STORE"]
     web.shot("grant-added")
-    # found when clicked: the page the grant led to has settled by then
-    web.submit_with(
-        lambda: web.css("button[aria-label='Revoke READ_MEMORY_STORE from support_team']").click()
-    )
+    web.click_through("button[aria-label='Revoke READ_MEMORY_STORE from support_team']")
     assert web.css("#grants [role=status]").text == "The privilege was revoked."
     assert "support_team" not in grantees(web)
     assert "support_team" not in api.grants("memory_store", store)
@@ -288,7 +307,7 @@ def test_limit_a_grant_to_scopes_and_take_one_away_with_the_forms(web, live, wor
     assert web.css("label[for=grant-scopes]").text == "Only in scopes (optional)"
     scopes.send_keys("team-a", Keys.ENTER, "team-a:*")  # Enter in the box is a new line, not a submit
     assert web.path() == f"/console/stores/{store}"
-    web.submit_with(web.css("#grant-form button[type=submit]").click)
+    web.click_through("#grant-form button[type=submit]")
     assert web.path() == f"/console/stores/{store}?done=limited#grants"
     assert web.css("#grants [role=status]").text == "The privilege was granted in the scopes given."
     patterns = "#grants-table ul[aria-label='Scopes of READ_MEMORY_STORE for scoped_team'] code"
@@ -296,14 +315,13 @@ def test_limit_a_grant_to_scopes_and_take_one_away_with_the_forms(web, live, wor
     (granted,) = api.client().grants.get("memory_store", store, principal="scoped_team")
     assert granted.scopes == {"READ_MEMORY_STORE": ["team-a", "team-a:*"]}
     web.shot("grant-limited")
-    remove = web.css("button[aria-label='Remove scope team-a:* from READ_MEMORY_STORE of scoped_team']")
-    web.submit_with(remove.click)
+    web.click_through("button[aria-label='Remove scope team-a:* from READ_MEMORY_STORE of scoped_team']")
     assert web.css("#grants [role=status]").text == "The scopes were taken from the grant."
     assert [c.text for c in web.all(patterns)] == ["team-a"]
     assert api.client().grants.get("memory_store", store, principal="scoped_team")[0].scopes == {
         "READ_MEMORY_STORE": ["team-a"]
     }
-    web.submit_with(web.css("button[aria-label='Revoke READ_MEMORY_STORE from scoped_team']").click)
+    web.click_through("button[aria-label='Revoke READ_MEMORY_STORE from scoped_team']")
     assert "scoped_team" not in grantees(web)
 
 
@@ -482,7 +500,7 @@ def test_a_non_admin_cannot_see_another_store(web, live, world, api):
 
 def test_sign_out(web, live, world):
     web.sign_in(token_for(live, "admin"))
-    web.submit_with(web.css("#sign-out").click)
+    web.click_through("#sign-out")
     assert web.path() == "/console/sign-in?why=signed-out"
     assert web.css("[role=status]").text == "You are signed out."
     assert web.driver.get_cookie(COOKIE) is None

@@ -14,11 +14,11 @@ import httpx
 import openai
 import pytest
 from agents.memory import OpenAIConversationsSession
+from rest import UC
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 BASE = "/ai-gateway/mlflow/v1"
 STORE = "main.default.conv"
 BOUND = "main.default.conv-bound"

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from databricks.sdk import WorkspaceClient
 from databricks.sdk.errors import DatabricksError, NotFound, PermissionDenied
+from rest import UC
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 STORE = "main.default.agent_memory"
 USER = "user-42@example.com"  # the end user the agent runs for (its token's subject)
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from rest import UC
 
 from catalog.auth import mint_dev_token
 from catalog.search.fulltext import FullTextIndex, IndexedEntry
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.disk"
 
 

@@ -30,12 +30,12 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from rest import UC
 
 from catalog.db import running_url
 from catalog.runtime import EMBEDDED_DATABASE
 from catalog.search.indexer import WATERMARK_FILE
 
-UC = "/api/2.1/unity-catalog"
 STORE = "main.default.drain"
 ENTRIES = f"{UC}/memory-stores/{STORE}/entries"
 WRITERS = 4

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 STORE = "main.default.durable"
 WRITERS = 8  # acknowledged writes are counted in tens: enough to be in flight when killed
 RECOVERY_DEADLINE = 120.0  # a bound for the test, not a speed claim (figures: docs/operations/durability.md)

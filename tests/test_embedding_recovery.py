@@ -13,11 +13,11 @@ import asyncpg
 import numpy as np
 from fake_embedder import HashEncoder
 from litestar.testing import TestClient
+from rest import UC
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 
-UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.emb"
 
 

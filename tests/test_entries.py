@@ -6,8 +6,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.mem"
 ENTRIES = f"{STORE}/entries"
 

@@ -5,8 +5,8 @@ answers its state, and lists and searches leave superseded and merged entries ou
 from __future__ import annotations
 
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 NAME = "main.default.states"
 STORE = f"{UC}/memory-stores/{NAME}"
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from rest import UC
 from scripted_llm import Call, Fail, Reply
 from stores import make_store
 
@@ -28,7 +29,6 @@ from catalog.access import repo as policy_repo
 from catalog.access.policy import PolicyState
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents"
 SUBJECT = "zqsubj"
 SECRET = "zq-path"

@@ -9,9 +9,8 @@ import asyncio
 import time
 
 import asyncpg
+from rest import UC
 from stores import make_store
-
-UC = "/api/2.1/unity-catalog"
 
 
 def wait_until(condition, seconds: float = 30.0) -> None:  # type: ignore[no-untyped-def]

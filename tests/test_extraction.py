@@ -11,13 +11,13 @@ import httpx
 import pytest
 from databricks.sdk import WorkspaceClient
 from databricks_agentkit import AgentKitClient
+from rest import UC, bearer
 from scripted_llm import Call, Fail, Reply
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 from catalog.toolkit import EXTRACTION_INSTRUCTIONS
 
-UC = "/api/2.1/unity-catalog"
 SESSIONS = "/api/2.0/agents/session-stores"
 DREAMER = "MANAGED_MEMORY_ENTRY_SOURCE_TYPE_DREAMER"
 
@@ -44,14 +44,10 @@ def kit(live, sub: str = "admin") -> AgentKitClient:
     return AgentKitClient(WorkspaceClient(host=live.url, token=token, auth_type="pat"))
 
 
-def headers(live, sub: str = "admin") -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint_dev_token(Settings(data_dir=live.data_dir), sub)}"}
-
-
 def memories(live, store: str, actor: str) -> dict[str, dict]:
     r = httpx.get(
         f"{live.url}/api/2.0/agents/memory-stores/{store}/entries",
-        headers=headers(live),
+        headers=bearer(live),
         params={"actor_id": actor},
     )
     assert r.status_code == 200, r.text
@@ -102,7 +98,7 @@ def test_a_transcript_becomes_memories_updated_not_duplicated(live, llm):
     # derived from the session's items (lineage)
     found = httpx.get(
         f"{live.url}{UC}/system/lineage",
-        headers=headers(live),
+        headers=bearer(live),
         params={
             "securable_full_name": f"main.default.{memory}",
             "scope": "vera",
@@ -155,7 +151,7 @@ def test_a_transcript_becomes_memories_updated_not_duplicated(live, llm):
     # every tool call of the model is in the audit log as its entry operation
     events = httpx.get(
         f"{live.url}{UC}/system/audit",
-        headers=headers(live),
+        headers=bearer(live),
         params={"securable_full_name": f"main.default.{memory}", "page_size": 100},
     ).json()["events"]
     tools = [e["request_params"].get("tool") for e in events if e["action_name"].startswith("entries.")]
@@ -199,7 +195,7 @@ def test_an_upstream_failure_is_502_and_the_session_is_read_again(live, llm):
     llm.script(Fail(status=500, message="model crashed"))
     r = httpx.post(
         f"{live.url}{SESSIONS}/flaky-sessions/sessions/s/extractions",
-        headers=headers(live),
+        headers=bearer(live),
         json={"memory_store": f"memory-stores/{memory}"},
     )
     assert r.status_code == 502 and r.json()["error_code"] == "BAD_GATEWAY"
@@ -223,13 +219,13 @@ def test_extraction_needs_read_on_the_session_and_write_on_the_memory(live, llm)
     assert getattr(stranger.value, "error_code", None) == "PERMISSION_DENIED"
     r = httpx.post(
         f"{live.url}{SESSIONS}/acl-sessions/sessions/s/extractions",
-        headers=headers(live),
+        headers=bearer(live),
         json={"memory_store": "memory-stores/Not_An_Id"},
     )
     assert r.status_code == 400 and "memory_store" in r.json()["message"]
     r = httpx.post(
         f"{live.url}{SESSIONS}/acl-sessions/sessions/s/extractions",
-        headers=headers(live),
+        headers=bearer(live),
         json={"memory_store": "no-such-store"},
     )
     assert r.status_code == 404 and r.json()["error_code"] == "NOT_FOUND"
@@ -258,14 +254,14 @@ def test_a_write_only_extractor_reads_nothing_of_the_memory_store_to_the_model(l
     session.append_items([{"role": "user", "content": "I moved to Lyon."}])
     r = httpx.post(
         f"{live.url}/api/2.0/agents/memory-stores/{memory}/entries",
-        headers=headers(live),
+        headers=bearer(live),
         json={"actor_id": "quinn", "path": "/memories/secret.md", "content": "Vault code 4711"},
     )
     assert r.status_code == 200, r.text
     sessions.grant_permission("dropper", permission="READ")
     r = httpx.patch(
         f"{live.url}{UC}/permissions/memory_store/main.default.{memory}",
-        headers=headers(live),
+        headers=bearer(live),
         json={"changes": [{"principal": "dropper", "add": ["WRITE_MEMORY_STORE"]}]},
     )
     assert r.status_code == 200, r.text

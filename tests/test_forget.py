@@ -9,11 +9,11 @@ import uuid
 from typing import Any
 
 import pytest
+from rest import UC
 from stores import make_store
 
 from catalog.entries.schemas import DELETE_MATCHING_FLOOR, MAX_DELETE_MATCHING
 
-UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents/memory-stores"
 TEXTS = {
     "/divorce.md": "The divorce from Sam was finalised in May",

@@ -13,13 +13,13 @@ from pathlib import Path
 import asyncpg
 from fake_embedder import HashEncoder
 from litestar.testing import TestClient
+from rest import UC
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
-UC = "/api/2.1/unity-catalog"
 # the migrations a first start applies, in order: one `system.migrate` event each
 VERSIONS = sorted(int(p.name[:4]) for p in (REPO / "sql" / "migrations").glob("*.sql"))
 assert VERSIONS, "no migrations found"

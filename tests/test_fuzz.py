@@ -37,6 +37,7 @@ import uvicorn
 from fake_embedder import HashEncoder
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from rest import UC
 from schemathesis.checks import CheckContext
 from schemathesis.config import SchemathesisConfig
 from schemathesis.core.parameters import ParameterLocation
@@ -49,7 +50,6 @@ from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents/memory-stores"
 SESSIONS = "/api/2.0/agents/session-stores"
 SCIM = "/api/2.0/preview/scim/v2/Groups"

@@ -7,8 +7,8 @@ import asyncio
 import asyncpg
 import httpx
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 SCIM = "/api/2.0/preview/scim/v2/Groups"
 
 

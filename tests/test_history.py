@@ -4,9 +4,8 @@ store's properties, and erased with its scope."""
 
 from __future__ import annotations
 
+from rest import UC
 from stores import make_store
-
-UC = "/api/2.1/unity-catalog"
 
 
 def history(client, headers, store: str, scope: str, path: str) -> list[dict]:

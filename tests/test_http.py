@@ -7,6 +7,7 @@ import logging
 import re
 
 import pytest
+from rest import UC
 
 from catalog.errors import (
     Aborted,
@@ -22,8 +23,6 @@ from catalog.errors import (
     error_body,
 )
 from catalog.web.middleware import JsonFormatter
-
-UC = "/api/2.1/unity-catalog"
 
 
 @pytest.mark.parametrize(

@@ -15,12 +15,11 @@ import pytest
 import tantivy
 from fake_embedder import HashEncoder
 from litestar.testing import TestClient
+from rest import UC, bearer
 
 from catalog.app import create_app
-from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.rec"
 
 
@@ -34,7 +33,7 @@ def own(own_settings: Settings) -> Settings:
 def create_store(client, settings) -> None:  # type: ignore[no-untyped-def]
     r = client.post(
         f"{UC}/memory-stores",
-        headers=headers(settings),
+        headers=bearer(settings),
         json={"name": "rec", "catalog_name": "main", "schema_name": "default"},
     )
     assert r.status_code == 200, r.text
@@ -44,14 +43,10 @@ def app_client(settings):
     return TestClient(create_app(settings, encoder=HashEncoder()), raise_server_exceptions=False)
 
 
-def headers(settings):
-    return {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
-
-
 def keyword(client, settings, query):
     r = client.post(
         f"{STORE}/entries:search",
-        headers=headers(settings),
+        headers=bearer(settings),
         json={"scope": "u", "query": query, "mode": "keyword", "top_k": 50},
     )
     assert r.status_code == 200, r.text
@@ -62,7 +57,7 @@ def said(client, settings, query):
     """The conversation messages of scope u that a keyword search finds."""
     r = client.post(
         f"{STORE}/conversations:search",
-        headers=headers(settings),
+        headers=bearer(settings),
         json={"scope": "u", "query": query, "mode": "keyword"},
     )
     assert r.status_code == 200, r.text
@@ -95,7 +90,7 @@ def test_index_catches_up_rebuilds_and_reindexes(own):
         for i in range(5):
             r = c.post(
                 f"{STORE}/entries",
-                headers=headers(settings),
+                headers=bearer(settings),
                 params={"scope": "u"},
                 json={"path": f"/before/{i}.md", "contents": f"walrus fact {i}"},
             )
@@ -103,7 +98,7 @@ def test_index_catches_up_rebuilds_and_reindexes(own):
         assert keyword(c, settings, "walrus") == [f"/before/{i}.md" for i in range(5)]
         r = c.post(
             "/v1/conversations",
-            headers=headers(settings),
+            headers=bearer(settings),
             json={
                 "items": [{"role": "user", "content": "a walrus in the harbour"}],
                 "memory_store": {"name": "main.default.rec"},
@@ -171,7 +166,7 @@ def test_index_catches_up_rebuilds_and_reindexes(own):
         # the rows written behind the server's back got vectors from the backfill or reindex
         r = c.post(
             f"{STORE}/entries:search",
-            headers=headers(settings),
+            headers=bearer(settings),
             json={"scope": "u", "query": "walrus sighting 1", "mode": "semantic", "top_k": 1},
         )
         assert r.json()["results"][0]["memory_entry"]["path"] == "/after/1.md"
@@ -184,7 +179,7 @@ def test_two_processes_keep_their_own_index(own):
         create_store(first, settings)
         r = first.post(
             f"{STORE}/entries",
-            headers=headers(settings),
+            headers=bearer(settings),
             params={"scope": "u"},
             json={"path": "/shared.md", "contents": "narwhal tusk"},
         )
@@ -202,7 +197,7 @@ def test_an_index_with_an_older_versions_fields_is_rebuilt_at_start(own):
         for i in range(4):
             r = c.post(
                 f"{STORE}/entries",
-                headers=headers(settings),
+                headers=bearer(settings),
                 params={"scope": "u"},
                 json={"path": f"/{i}.md", "contents": f"walrus {i}", "metadata": {"odd": i % 2 == 1}},
             )
@@ -227,7 +222,7 @@ def test_an_index_with_an_older_versions_fields_is_rebuilt_at_start(own):
     with app_client(settings) as c:
         r = c.post(
             f"{STORE}/entries:search",
-            headers=headers(settings),
+            headers=bearer(settings),
             json={"scope": "u", "query": "walrus", "mode": "keyword", "filter": {"odd": True}},
         )
         assert r.status_code == 200, r.text

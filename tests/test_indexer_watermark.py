@@ -19,7 +19,6 @@ from index_entries import insert
 from catalog.search.fulltext import FullTextIndex, IndexDiverged
 from catalog.search.indexer import WATERMARK_FILE, Indexer
 
-UC = "/api/2.1/unity-catalog"
 ENOSPC = "An IO error occurred: 'No space left on device (os error 28)'"
 
 

@@ -9,11 +9,11 @@ import json
 import pytest
 from fake_embedder import HashEncoder
 from litestar.testing import TestClient
+from rest import UC
 
 from catalog.app import create_app
 from catalog.wire.inputs import MAX_JSON_DEPTH
 
-UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents/memory-stores"
 SCIM = "/api/2.0/preview/scim/v2/Groups"
 STORE = f"{UC}/memory-stores/inp.s.m"

@@ -4,9 +4,9 @@ works; setting and releasing it takes MANAGE and is audited."""
 
 from __future__ import annotations
 
+from rest import UC
 from stores import make_store
 
-UC = "/api/2.1/unity-catalog"
 HELD = "main.default.held"
 FREE = "main.default.free"
 

@@ -16,13 +16,11 @@ import httpx
 import pytest
 from fake_embedder import HashEncoder
 from litestar.testing import TestClient
+from rest import UC, bearer
 
 from catalog.app import create_app
-from catalog.auth import mint_dev_token
 from catalog.settings import Settings, SettingsError
 from catalog.web.limits import RateLimiter
-
-UC = "/api/2.1/unity-catalog"
 
 
 def test_the_rate_limiter_allows_a_burst_then_the_rate():
@@ -69,13 +67,9 @@ def limited(
         yield client, settings
 
 
-def _headers(settings: Settings, sub: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint_dev_token(settings, sub)}"}
-
-
 def test_a_principal_over_its_rate_is_429_with_retry_after_and_audited(limited):
     client, settings = limited
-    alice = _headers(settings, "rate-alice")
+    alice = bearer(settings, "rate-alice")
     answers = [client.get(f"{UC}/catalogs", headers=alice) for _ in range(4)]
     assert [r.status_code for r in answers[:3]] == [200, 200, 200]
     refused = answers[3]
@@ -83,8 +77,8 @@ def test_a_principal_over_its_rate_is_429_with_retry_after_and_audited(limited):
     assert refused.json()["error_code"] == "REQUEST_LIMIT_EXCEEDED"
     assert int(refused.headers["retry-after"]) >= 1
     # another principal has its own bucket
-    assert client.get(f"{UC}/catalogs", headers=_headers(settings, "rate-bob")).status_code == 200
-    admin = _headers(settings, "admin")
+    assert client.get(f"{UC}/catalogs", headers=bearer(settings, "rate-bob")).status_code == 200
+    admin = bearer(settings, "admin")
     events = client.get(
         f"{UC}/system/audit", headers=admin, params={"principal": "rate-alice", "status_code": 429}
     ).json()["events"]
@@ -99,7 +93,7 @@ def test_a_request_over_the_timeout_is_504(limited, monkeypatch):
         await asyncio.sleep(5)
 
     monkeypatch.setattr(service, "metastore_summary", slow)
-    r = client.get(f"{UC}/metastore_summary", headers=_headers(settings, "timeout-carol"))
+    r = client.get(f"{UC}/metastore_summary", headers=bearer(settings, "timeout-carol"))
     assert r.status_code == 504
     assert r.json()["error_code"] == "DEADLINE_EXCEEDED" and "0.5 s" in r.json()["message"]
 

@@ -4,8 +4,8 @@ ways, deleted sources shown as deleted, READ_AUDIT to read it."""
 from __future__ import annotations
 
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 LINEAGE = f"{UC}/system/lineage"
 
 

@@ -11,12 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
+from rest import UC, bearer
 from scripted_llm import Call, Reply
 
-from catalog.auth import mint_dev_token
-from catalog.settings import Settings
-
-UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents"
 DEADLINE = 90.0  # seconds a run may take before a test gives up (no timing is asserted)
 
@@ -37,10 +34,6 @@ def live(database_url, tmp_path_factory, live_server, llm):
         server.stop()
 
 
-def headers(live, sub: str = "admin") -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint_dev_token(Settings(data_dir=live.data_dir), sub)}"}
-
-
 MEMORIES = {
     "/tea.md": "likes green tea",
     "/tea-morning.md": "drinks green tea every morning",
@@ -53,7 +46,7 @@ MEMORIES = {
 def setup(live, name: str, actor: str = "ann", **policy: Any) -> tuple[str, str]:
     """A session store with one session of `actor`, a memory store holding MEMORIES in that
     scope, and a pipeline between them; (the pipeline's name, the memory store's full name)."""
-    h = headers(live)
+    h = bearer(live)
     r = httpx.post(
         f"{live.url}{AGENTS}/session-stores", headers=h, params={"session_store_name": f"{name}-s"}, json={}
     )
@@ -96,7 +89,7 @@ def setup(live, name: str, actor: str = "ann", **policy: Any) -> tuple[str, str]
 
 
 def run(live, pipeline: str, **body: Any) -> dict:
-    r = httpx.post(f"{live.url}{AGENTS}/{pipeline}/run", headers=headers(live), json=body)
+    r = httpx.post(f"{live.url}{AGENTS}/{pipeline}/run", headers=bearer(live), json=body)
     assert r.status_code == 200, r.text
     return run_named(live, r.json()["name"])
 
@@ -105,7 +98,7 @@ def run_named(live, name: str) -> dict:
     """The run once it ended, polling with a deadline."""
     deadline = time.monotonic() + DEADLINE
     while True:
-        got = httpx.get(f"{live.url}{AGENTS}/{name}", headers=headers(live)).json()
+        got = httpx.get(f"{live.url}{AGENTS}/{name}", headers=bearer(live)).json()
         assert "state" in got, (got, live.problems())
         if got["state"] in ("SUCCEEDED", "FAILED"):
             return got
@@ -116,7 +109,7 @@ def run_named(live, name: str) -> dict:
 def entry(live, store: str, path: str, scope: str = "ann") -> dict:
     r = httpx.get(
         f"{live.url}{UC}/memory-stores/{store}/entries:get",
-        headers=headers(live),
+        headers=bearer(live),
         params={"scope": scope, "path": path},
     )
     assert r.status_code == 200, r.text
@@ -125,7 +118,7 @@ def entry(live, store: str, path: str, scope: str = "ann") -> dict:
 
 def active(live, store: str, scope: str = "ann") -> dict[str, str]:
     r = httpx.get(
-        f"{live.url}{UC}/memory-stores/{store}/entries", headers=headers(live), params={"scope": scope}
+        f"{live.url}{UC}/memory-stores/{store}/entries", headers=bearer(live), params={"scope": scope}
     )
     assert r.status_code == 200, r.text
     return {e["path"]: e.get("state", "active") for e in r.json()["entries"]}
@@ -158,7 +151,7 @@ CONSOLIDATE = [
 
 def test_a_run_merges_splits_and_supersedes_with_lineage(live, llm):
     pipeline, store = setup(live, "mt-one", maintain=True)
-    got = httpx.get(f"{live.url}{AGENTS}/{pipeline}", headers=headers(live)).json()
+    got = httpx.get(f"{live.url}{AGENTS}/{pipeline}", headers=bearer(live)).json()
     assert got["dreamer_policy"]["maintain"] is True
     llm.script(*CONSOLIDATE)
     done = run(live, pipeline)
@@ -190,21 +183,21 @@ def test_a_run_merges_splits_and_supersedes_with_lineage(live, llm):
     # lineage: the merged memory is derived from both sources, each part from the original
     r = httpx.get(
         f"{live.url}{UC}/system/lineage",
-        headers=headers(live),
+        headers=bearer(live),
         params={"securable_full_name": store, "scope": "ann", "path": "/drinks.md", "direction": "upstream"},
     )
     assert r.status_code == 200, r.text
     assert {e["source"]["path"] for e in r.json()["edges"]} == {"/tea.md", "/tea-morning.md"}
     r = httpx.get(
         f"{live.url}{UC}/system/lineage",
-        headers=headers(live),
+        headers=bearer(live),
         params={"securable_full_name": store, "scope": "ann", "path": "/notes.md", "direction": "downstream"},
     )
     assert {e["target"]["path"] for e in r.json()["edges"]} == {"/health.md", "/work.md", "/hobbies.md"}
     # every tool call is an audit event of its own, as the pipeline's creator
     r = httpx.get(
         f"{live.url}{UC}/system/audit",
-        headers=headers(live),
+        headers=bearer(live),
         params={"securable_full_name": store, "page_size": 1000, "order": "asc"},
     )
     request_id = f"run-{_run_id(live, done)}"
@@ -223,7 +216,7 @@ def _run_id(live, run: dict) -> str:
     log: the run's first event names it in its parameters."""
     r = httpx.get(
         f"{live.url}{UC}/system/audit",
-        headers=headers(live),
+        headers=bearer(live),
         params={"action_name": "pipelines.run", "page_size": 1000},
     )
     for event in r.json()["events"]:
@@ -256,13 +249,13 @@ def test_without_maintain_a_run_does_no_maintenance(live, llm):
     done = run(live, pipeline)
     assert done["state"] == "SUCCEEDED" and "maintenance" not in done and not done.get("maintain")
     assert len(llm.requests) == 1  # the extraction only
-    r = httpx.post(f"{live.url}{AGENTS}/{pipeline}/run", headers=headers(live), json={"dry_run": True})
+    r = httpx.post(f"{live.url}{AGENTS}/{pipeline}/run", headers=bearer(live), json={"dry_run": True})
     assert r.status_code == 400 and r.json()["details"][0]["field"] == "dry_run", r.text
 
 
 def test_a_held_store_is_left_alone(live, llm):
     pipeline, store = setup(live, "mt-held", maintain=True)
-    r = httpx.patch(f"{live.url}{UC}/memory-stores/{store}", headers=headers(live), json={"legal_hold": True})
+    r = httpx.patch(f"{live.url}{UC}/memory-stores/{store}", headers=bearer(live), json={"legal_hold": True})
     assert r.status_code == 200, r.text
     llm.script(Reply("nothing to extract"))
     done = run(live, pipeline)
@@ -303,7 +296,7 @@ def test_bad_and_refused_tool_calls_are_told_to_the_model(live, llm):
 
 def _with_bob(live, name: str) -> tuple[str, str]:
     """`setup`, plus a session of bob's and an old memory of his: (pipeline, memory store)."""
-    h = headers(live)
+    h = bearer(live)
     pipeline, store = setup(live, name)
     r = httpx.post(
         f"{live.url}{AGENTS}/session-stores/{name}-s/sessions",
@@ -332,7 +325,7 @@ def _grant(live, changes: dict[str, list[dict[str, Any]]]) -> None:
     for name, change in changes.items():
         kind = "catalog" if name == "main" else "memory_store"
         r = httpx.patch(
-            f"{live.url}{UC}/permissions/{kind}/{name}", headers=headers(live), json={"changes": change}
+            f"{live.url}{UC}/permissions/{kind}/{name}", headers=bearer(live), json={"changes": change}
         )
         assert r.status_code == 200, r.text
 
@@ -342,7 +335,7 @@ def test_a_creator_limited_to_some_scopes_has_no_pipeline_and_its_runs_stop(live
     create a pipeline; one whose grant is narrowed after creating it has its runs fail, naming
     it, before any session is read or memory reviewed."""
     pipeline, store = _with_bob(live, "mt-mia")
-    r = httpx.delete(f"{live.url}{AGENTS}/{pipeline}", headers=headers(live))
+    r = httpx.delete(f"{live.url}{AGENTS}/{pipeline}", headers=bearer(live))
     assert r.status_code == 200, r.text
     _grant(
         live,
@@ -360,12 +353,12 @@ def test_a_creator_limited_to_some_scopes_has_no_pipeline_and_its_runs_stop(live
         "memory_store": "mt-mia-m",
         "dreamer_policy": {"model": "distiller", "maintain": True},
     }
-    r = httpx.post(f"{live.url}{AGENTS}/memory-pipelines", headers=headers(live, "mia"), json=body)
+    r = httpx.post(f"{live.url}{AGENTS}/memory-pipelines", headers=bearer(live, "mia"), json=body)
     assert r.status_code == 403 and "every scope" in r.json()["message"], r.text
 
     # with WRITE in every scope mia creates it; then her WRITE is narrowed to ann again
     _grant(live, {store: [{"principal": "mia", "add": ["WRITE_MEMORY_STORE"]}]})
-    r = httpx.post(f"{live.url}{AGENTS}/memory-pipelines", headers=headers(live, "mia"), json=body)
+    r = httpx.post(f"{live.url}{AGENTS}/memory-pipelines", headers=bearer(live, "mia"), json=body)
     assert r.status_code == 200, r.text
     created = r.json()["name"]
     _grant(live, {store: [{"principal": "mia", "remove": ["WRITE_MEMORY_STORE"]}]})
@@ -373,7 +366,7 @@ def test_a_creator_limited_to_some_scopes_has_no_pipeline_and_its_runs_stop(live
     llm.script(
         Reply("nothing to extract"), Call("supersede_memory", {"path": "/city-old.md", "by": "/city.md"})
     )
-    r = httpx.post(f"{live.url}{AGENTS}/{created}/run", headers=headers(live), json={})
+    r = httpx.post(f"{live.url}{AGENTS}/{created}/run", headers=bearer(live), json={})
     assert r.status_code == 200, r.text
     done = run_named(live, r.json()["name"])
     assert done["state"] == "FAILED" and "mia may not" in done["error"], done
@@ -408,12 +401,12 @@ def test_a_report_is_held_to_the_readers_scopes(live, llm):
     assert [a["scope"] for a in whole["actions"]] == ["ann", "bob"], whole
     assert whole["scopes_reviewed"] == 2 and whole["superseded"] == 2 and not whole.get("partial")
 
-    r = httpx.get(f"{live.url}{AGENTS}/{done['name']}", headers=headers(live, "rita"))
+    r = httpx.get(f"{live.url}{AGENTS}/{done['name']}", headers=bearer(live, "rita"))
     assert r.status_code == 200, r.text
     held = r.json()["maintenance"]
     assert held["partial"] is True and [a["scope"] for a in held["actions"]] == ["ann"], held
     assert (held["scopes_reviewed"], held["superseded"], held["merged"]) == (1, 1, 0), held
     assert "bob" not in r.text
-    r = httpx.get(f"{live.url}{AGENTS}/{pipeline}/runs", headers=headers(live, "rita"))
+    r = httpx.get(f"{live.url}{AGENTS}/{pipeline}/runs", headers=bearer(live, "rita"))
     assert r.status_code == 200, r.text
     assert r.json()["pipeline_runs"][0]["maintenance"] == held and "bob" not in r.text

@@ -13,12 +13,12 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from rest import UC
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 from catalog.toolkit import MEMORY_INSTRUCTIONS
 
-UC = "/api/2.1/unity-catalog"
 STORE = "main.default.assistant"
 TOOLS = ["search_memory", "save_memory", "get_memory", "list_memories", "update_memory", "delete_memory"]
 

@@ -12,9 +12,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from rest import UC
+
 from catalog.search.fulltext import FullTextIndex
 
-UC = "/api/2.1/unity-catalog"
 AUDIT = f"{UC}/system/audit"
 STORE = f"{UC}/memory-stores/main.default.met"
 

@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 from fake_embedder import HashEncoder
 from litestar.testing import TestClient
+from rest import UC
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
@@ -85,7 +86,6 @@ def test_application_code_names_its_lock_numbers():
 
 # --- 0028 (shard keys): a database written before it upgrades and still reads ---------------------
 
-UC = "/api/2.1/unity-catalog"
 SESSIONS = "/api/2.0/agents/session-stores"
 CONVERSATIONS = "/ai-gateway/mlflow/v1/conversations"
 # each of a store's tables, with what names its store: (table, parent table, how they join)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-
-UC = "/api/2.1/unity-catalog"
+from rest import UC
 
 
 def ok(r):  # type: ignore[no-untyped-def]

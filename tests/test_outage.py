@@ -17,6 +17,7 @@ import pytest
 from fake_embedder import HashEncoder
 from litestar.testing import TestClient
 from pg_gate import PgGate
+from rest import UC
 
 from catalog import errors
 from catalog.app import create_app
@@ -25,8 +26,6 @@ from catalog.errors import TemporarilyUnavailable, is_unavailable
 from catalog.settings import Settings
 from catalog.web.errors import to_catalog_error
 from catalog.web.middleware import JsonFormatter, PlainFormatter, configure_logging
-
-UC = "/api/2.1/unity-catalog"
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ import asyncpg
 import pytest
 from fake_embedder import HashEncoder
 from litestar.testing import TestClient
+from rest import UC
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
@@ -31,7 +32,6 @@ from catalog.db import create_pool
 from catalog.db.embedded import system_user
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 PGBOUNCER = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin:/usr/local/sbin")
 
 pytestmark = pytest.mark.skipif(PGBOUNCER is None, reason="pgbouncer is not installed")

@@ -22,12 +22,12 @@ from databricks.sdk import WorkspaceClient
 from databricks_agentbricks.errors import AgentCliError
 from databricks_agentkit import AgentKitClient
 from databricks_agentkit._api_client import _AgentBricksApiClient
+from rest import UC
 from scripted_llm import Call, Fail, Reply, ScriptedLLM
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 PIPELINES = "/api/2.0/agents/memory-pipelines"
 DEADLINE = 90.0  # seconds a run may take to finish before a test gives up (no timing is asserted)
 # what `agentbricks memory pipeline run` looks for in an ABORTED error

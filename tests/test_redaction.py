@@ -8,8 +8,8 @@ import asyncio
 
 import asyncpg
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 NAME = "main.default.redacted"
 STORE = f"{UC}/memory-stores/{NAME}"
 

@@ -9,11 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
+from rest import UC
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
-
-UC = "/api/2.1/unity-catalog"
 
 
 def ok(r) -> Any:  # type: ignore[no-untyped-def]

@@ -11,13 +11,13 @@ import uuid
 import httpx
 import openai
 import pytest
+from rest import UC, bearer
 from scripted_llm import Call, Fail, Reply
 
 from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 from catalog.toolkit import MEMORY_INSTRUCTIONS
 
-UC = "/api/2.1/unity-catalog"
 BASE = "/ai-gateway/mlflow/v1"
 STORE = "main.default.assistant"
 
@@ -40,13 +40,13 @@ def live(database_url, tmp_path_factory, live_server, llm):
     try:
         r = httpx.post(
             f"{server.url}{UC}/memory-stores",
-            headers=headers(server),
+            headers=bearer(server),
             json={"name": "assistant", "catalog_name": "main", "schema_name": "default"},
         )
         assert r.status_code == 200, r.text
         r = httpx.patch(
             f"{server.url}{UC}/permissions/memory_store/{STORE}",
-            headers=headers(server),
+            headers=bearer(server),
             json={
                 "changes": [
                     {"principal": "alice", "add": ["READ_MEMORY_STORE", "WRITE_MEMORY_STORE"]},
@@ -59,10 +59,6 @@ def live(database_url, tmp_path_factory, live_server, llm):
         yield server
     finally:
         server.stop()
-
-
-def headers(live, sub: str = "admin") -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint_dev_token(Settings(data_dir=live.data_dir), sub)}"}
 
 
 def client_for(live, sub: str = "alice") -> openai.OpenAI:
@@ -85,7 +81,7 @@ def items(live, conversation_id: str) -> list[dict]:
 def memory(live, user: str, path: str) -> httpx.Response:
     return httpx.get(
         f"{live.url}{UC}/memory-stores/{STORE}/entries:get",
-        headers=headers(live),
+        headers=bearer(live),
         params={"scope": user, "path": path},
     )
 
@@ -135,7 +131,7 @@ def test_the_model_saves_a_memory_and_a_new_conversation_recalls_it_streamed(liv
     # the memory is derived from the conversation's turn (lineage)
     found = httpx.get(
         f"{live.url}{UC}/system/lineage",
-        headers=headers(live),
+        headers=bearer(live),
         params={"securable_full_name": STORE, "scope": user, "path": "/memories/health.md"},
     ).json()
     assert [(o["source"]["kind"], o["source"]["conversation_id"]) for o in found["origins"]] == [
@@ -183,13 +179,13 @@ def test_each_tool_call_is_audited_as_its_operation(live, llm):
     with httpx.Client() as http:
         r = http.post(
             f"{live.url}{BASE}/responses",
-            headers=headers(live, "alice"),
+            headers=bearer(live, "alice"),
             json={"model": "m", "input": "save alpha", "conversation": conv},
         )
     assert r.status_code == 200, r.text
     request_id = r.headers["x-request-id"]
     events = httpx.get(
-        f"{live.url}{UC}/system/audit", headers=headers(live), params={"page_size": 200, "principal": "alice"}
+        f"{live.url}{UC}/system/audit", headers=bearer(live), params={"page_size": 200, "principal": "alice"}
     ).json()["events"]
     mine = [e for e in events if e["request_id"] == request_id]
     by_action = {(e["action_name"], e["status_code"]) for e in mine}
@@ -253,7 +249,7 @@ def test_privileges_and_bad_input(live, llm):
         ({"model": "m", "input": [{"role": "robot", "content": "x"}], "conversation": conv}, "input[0].role"),
         ({"model": "m", "input": "x", "conversation": conv, "surprise": 1}, "surprise"),
     ]:
-        r = httpx.post(f"{live.url}{BASE}/responses", headers=headers(live, "alice"), json=body)
+        r = httpx.post(f"{live.url}{BASE}/responses", headers=bearer(live, "alice"), json=body)
         assert r.status_code == 400, r.text
         assert field in r.json()["message"]
     assert llm.requests == []
@@ -282,7 +278,7 @@ def test_a_write_only_caller_gets_no_response_over_a_conversation_it_may_not_rea
     # the refusal is audited as the read it needed
     r = httpx.get(
         f"{live.url}{UC}/system/audit",
-        headers=headers(live),
+        headers=bearer(live),
         params={"principal": "wanda", "decision": "deny", "page_size": 100},
     )
     assert r.status_code == 200, r.text

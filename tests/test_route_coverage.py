@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from rest import UC
 
 from catalog.access.authorize import Authorizer
 
-UC = "/api/2.1/unity-catalog"
 SCIM = "/api/2.0/preview/scim/v2/Groups"
 
 OPEN_WITHOUT_TOKEN = {

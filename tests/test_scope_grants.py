@@ -6,8 +6,8 @@ reason."""
 from __future__ import annotations
 
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 NAME = "main.default.scoped"
 STORE = f"{UC}/memory-stores/{NAME}"
 PERMS = f"{UC}/permissions/memory_store/{NAME}"

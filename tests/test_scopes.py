@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.bound"
 ENTRIES = f"{STORE}/entries"
 

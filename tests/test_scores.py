@@ -9,6 +9,7 @@ import math
 import uuid
 
 import pytest
+from rest import UC
 
 from catalog.db import create_pool
 from catalog.search.fulltext import FullTextIndex, IndexedEntry
@@ -24,7 +25,6 @@ from catalog.search.fusion import (
 )
 from catalog.search.neighbours import GAP_SECONDS, among, neighbours
 
-UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.scores"
 MODES = ("hybrid", "keyword", "semantic")
 

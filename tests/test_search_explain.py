@@ -8,11 +8,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from rest import UC
 
 from catalog.search.fusion import DEFAULT_WEIGHTS as W
 from catalog.search.fusion import keyword_score, semantic_score
 
-UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.explained"
 AGENTS = "/api/2.0/agents/memory-stores/explained"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 from litestar.testing import TestClient
+from rest import UC
 
 from catalog.app import create_app
 
-UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.quality"
 
 MEMORIES = {

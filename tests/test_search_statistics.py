@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rest import UC
 
 from catalog.search.fulltext import FullTextIndex, IndexedEntry
 
-UC = "/api/2.1/unity-catalog"
 STORE = "main.default.oracle"
 OTHER = "main.default.oracle_other"
 GUESS, CONTROL = "zanzibar", "quokka"

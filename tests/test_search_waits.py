@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from fake_embedder import HashEncoder
 from litestar.testing import TestClient
+from rest import UC
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
 from catalog.search import engine
 from catalog.search.corpus import Corpus
 
-UC = "/api/2.1/unity-catalog"
 _names = itertools.count()
 
 

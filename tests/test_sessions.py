@@ -5,10 +5,10 @@ apart, grants, scope binding, audit, erasure), sessions and forks, ordered items
 from __future__ import annotations
 
 import pytest
+from rest import UC
 
 BASE = "/api/2.0/agents/session-stores"
 AGENT_STORES = "/api/2.0/agents/memory-stores"
-UC = "/api/2.1/unity-catalog"
 
 
 def make_store(client, token, name: str, **body) -> dict:

@@ -28,13 +28,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from rest import UC, bearer
 from scripted_llm import Reply, prompt_words
 
 from catalog import telemetry
-from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 STORE = "main.default.traced"
 SERVER, CLIENT, INTERNAL = 2, 3, 1  # Span.SpanKind values of the protocol
 DEFAULT_OTLP_PORT = 4318
@@ -191,17 +190,13 @@ def traced(database_url, tmp_path_factory, live_server, receiver, llm):
     try:
         r = httpx.post(
             f"{server.url}{UC}/memory-stores",
-            headers=auth(server),
+            headers=bearer(server),
             json={"name": "traced", "catalog_name": "main", "schema_name": "default"},
         )
         assert r.status_code == 200, r.text
         yield server
     finally:
         server.stop()
-
-
-def auth(live: Any, sub: str = "admin", **claims: Any) -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint_dev_token(Settings(data_dir=live.data_dir), sub, **claims)}"}
 
 
 def traceparent() -> tuple[str, str, str]:
@@ -286,7 +281,7 @@ def test_a_write_a_search_and_tool_calls_are_traced_without_their_text(traced, r
     header, write_trace, caller = traceparent()
     r = httpx.post(
         f"{traced.url}{UC}/memory-stores/{STORE}/entries",
-        headers={**auth(traced), "traceparent": header},
+        headers={**bearer(traced), "traceparent": header},
         json={"scope": scope, "path": path, "contents": contents},
     )
     assert r.status_code == 200, r.text
@@ -295,14 +290,14 @@ def test_a_write_a_search_and_tool_calls_are_traced_without_their_text(traced, r
     header, search_trace, _ = traceparent()
     r = httpx.post(
         f"{traced.url}{UC}/memory-stores/{STORE}/entries:search",
-        headers={**auth(traced), "traceparent": header},
+        headers={**bearer(traced), "traceparent": header},
         json={"scope": scope, "query": query, "mode": "hybrid"},
     )
     assert r.status_code == 200 and r.json()["results"], r.text
 
     # a tool call whose _meta carries the caller's trace, and one without
     meta_header, tool_trace, tool_caller = traceparent()
-    tools = auth(traced, "admin", on_behalf_of=scope)
+    tools = bearer(traced, "admin", on_behalf_of=scope)
     mcp_call(traced, "search_memory", {"query": tool_query}, tools, {"traceparent": meta_header})
     plain = mcp_call(traced, "search_memory", {"query": tool_query}, tools)
 
@@ -431,7 +426,7 @@ def test_upstream_model_calls_are_chat_spans_with_token_usage(traced, receiver, 
         header, trace_id, _ = traceparent()
         r = httpx.post(
             f"{traced.url}/ai-gateway/mlflow/v1/responses",
-            headers={**auth(traced), "traceparent": header},
+            headers={**bearer(traced), "traceparent": header},
             json={"model": "house-model", "input": f"how are you {words}", "stream": stream},
             timeout=60,
         )
@@ -473,7 +468,7 @@ def test_scope_pseudonyms_only_when_asked_and_as_the_audit_log_holds_them(
         )
     try:
         scope = f"subject-{uuid.uuid4().hex[:10]}:notes"
-        user = auth(server, "admin", on_behalf_of=scope)  # the event's end user: a pseudonym too
+        user = bearer(server, "admin", on_behalf_of=scope)  # the event's end user: a pseudonym too
         write, write_trace, _ = traceparent()
         r = httpx.post(
             f"{server.url}{UC}/memory-stores/{STORE}/entries",
@@ -489,7 +484,7 @@ def test_scope_pseudonyms_only_when_asked_and_as_the_audit_log_holds_them(
         )
         assert r.status_code == 200, r.text
         r = httpx.get(
-            f"{server.url}{UC}/system/audit", headers=auth(server), params={"scope": scope, "order": "asc"}
+            f"{server.url}{UC}/system/audit", headers=bearer(server), params={"scope": scope, "order": "asc"}
         )
         assert r.status_code == 200, r.text
         events = [e for e in r.json()["events"] if e["action_name"].startswith("entries.")]
@@ -543,19 +538,21 @@ def test_with_no_endpoint_nothing_is_sent_and_no_log_line_names_a_trace(
             header, _, _ = traceparent()
             r = httpx.post(
                 f"{server.url}{UC}/memory-stores/{STORE}/entries",
-                headers={**auth(server), "traceparent": header},
+                headers={**bearer(server), "traceparent": header},
                 json={"scope": "quiet", "path": "/q.md", "contents": "quiet"},
             )
             assert r.status_code == 200, r.text
             r = httpx.post(
                 f"{server.url}{UC}/memory-stores/{STORE}/entries:search",
-                headers=auth(server),
+                headers=bearer(server),
                 json={"scope": "quiet", "query": "quiet"},
             )
             assert r.status_code == 200, r.text
-            mcp_call(server, "search_memory", {"query": "quiet"}, auth(server, "admin", on_behalf_of="quiet"))
+            mcp_call(
+                server, "search_memory", {"query": "quiet"}, bearer(server, "admin", on_behalf_of="quiet")
+            )
             time.sleep(1.0)  # twenty batch delays
-            r = httpx.get(f"{server.url}/metrics", headers=auth(server))
+            r = httpx.get(f"{server.url}/metrics", headers=bearer(server))
             assert r.status_code == 200 and "http_server_request_duration_seconds_count{" in r.text
         finally:
             server.stop()  # an exporter would flush at exit

@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from rest import UC
 
 from catalog.access import SecurableType
 from catalog.auth import Principal
@@ -21,7 +22,6 @@ from catalog.entries import operations as ops
 from catalog.entries import service
 from catalog.errors import InvalidParameter
 
-UC = "/api/2.1/unity-catalog"
 LINEAGE = f"{UC}/system/lineage"
 CONVERSATIONS = "/ai-gateway/mlflow/v1/conversations"
 SESSIONS = "/api/2.0/agents/session-stores"

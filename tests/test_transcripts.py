@@ -9,8 +9,8 @@ import asyncio
 
 import asyncpg
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 CONV = "/ai-gateway/mlflow/v1/conversations"
 SESSIONS = "/api/2.0/agents/session-stores"
 

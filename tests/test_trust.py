@@ -25,6 +25,7 @@ from databricks_agentkit import AgentKitClient
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from rest import UC
 from scripted_llm import Call, Fail, Reply
 
 from catalog.access import trust
@@ -32,7 +33,6 @@ from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 from catalog.toolkit import EXTRACTION_INSTRUCTIONS, MEMORY_INSTRUCTIONS
 
-UC = "/api/2.1/unity-catalog"
 BASE = "/ai-gateway/mlflow/v1"
 MODEL = "scripted-house-model"
 INJECTED = (

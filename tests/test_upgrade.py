@@ -31,6 +31,7 @@ import httpx
 import pytest
 from fake_embedder import HashEncoder
 from litestar.testing import TestClient
+from rest import UC
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
@@ -40,7 +41,6 @@ from catalog.runtime import with_database
 from catalog.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
-UC = "/api/2.1/unity-catalog"
 STORE = "main.default.kept"
 
 

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from rest import UC
 
 from catalog.db import running_url
 
 REPO = Path(__file__).resolve().parents[1]
-UC = "/api/2.1/unity-catalog"
 STORE = f"{UC}/memory-stores/main.default.wheel_store"
 # What the wheel is built from: catalog/, and the two directories of the tree that become packages
 # of it (pyproject.toml's package-dir): sql/ is catalog/sql, policies/ is catalog/policies.

@@ -27,13 +27,13 @@ import httpx
 import psutil
 import pytest
 from index_entries import insert
+from rest import UC
 
 from catalog.db import running_url
 from catalog.runtime import EMBEDDED_DATABASE
 from catalog.search.indexer import WATERMARK_FILE, Indexer
 from catalog.settings import Settings
 
-UC = "/api/2.1/unity-catalog"
 WAIT = 60.0  # a bound for each wait of the test, not a speed claim
 ENOSPC = "An IO error occurred: 'No space left on device (os error 28)'"
 

@@ -5,8 +5,8 @@ too (so success or failure is no oracle)."""
 from __future__ import annotations
 
 import pytest
+from rest import UC
 
-UC = "/api/2.1/unity-catalog"
 AGENTS = "/api/2.0/agents/memory-stores"
 STORE = "main.default.dropbox"
 ENTRIES = f"{UC}/memory-stores/{STORE}/entries"

@@ -45,7 +45,6 @@ async def neighbours(
     ones, unless `include_inactive`), looked up in PostgreSQL (`repo.written_neighbours`)."""
     if corpus is not ENTRIES or not ids:
         return {}
-    out: dict[str, list[str]] = {}
     rows = await repo.written_neighbours(
         pool,
         store_id,
@@ -55,9 +54,7 @@ async def neighbours(
         gap_seconds=GAP_SECONDS,
         short_words=VECTOR.window + VECTOR.overlap,
     )
-    for hit, other in rows:
-        out.setdefault(hit, []).append(other)
-    return out
+    return _grouped(rows)
 
 
 async def context(
@@ -90,10 +87,15 @@ async def context(
         gap_seconds=GAP_SECONDS,
         short_words=VECTOR.window + VECTOR.overlap,
     )
+    return _grouped(rows), cosines
+
+
+def _grouped(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    """(hit, neighbour) pairs as each hit's neighbours."""
     out: dict[str, list[str]] = {}
-    for hit, other in rows:
+    for hit, other in pairs:
         out.setdefault(hit, []).append(other)
-    return out, cosines
+    return out
 
 
 def among(rows: Sequence[tuple[str, str, str, int, str | None]], ids: Sequence[str]) -> dict[str, list[str]]:

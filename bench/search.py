@@ -45,7 +45,6 @@ from catalog.entries import repo as entries_repo
 from catalog.entries import service as entries
 from catalog.runtime import EMBEDDED_DATABASE, Runtime, ensure_database, load_encoder
 from catalog.search import neighbours as search_context
-from catalog.search import repo as search_repo
 from catalog.search import scope_index
 from catalog.settings import Settings
 
@@ -223,12 +222,11 @@ class Steps:
         assert engine is not None
         self.wrap(engine.embedder, "embed", "embed the query (ONNX)")
         self.wrap(engine.indexer, "wait_fresh", "wait for the index (read-your-writes)")
-        self.wrap(engine, "embed_pending", "embed the rows lacking vectors (read-your-writes)")
+        self.wrap(engine.worker, "embed_pending", "embed the rows lacking vectors (read-your-writes)")
         self.wrap(engine, "_keyword", "keyword: BM25 candidates (Tantivy)")
         self.wrap(engine.vectors, "search", "semantic: nearest vectors (pgvector)")
         self.wrap(engine, "_coverage", "keyword score: term counts in the scope (Tantivy)")
-        self.wrap(search_repo, "similarities", "cosine of keyword-only candidates (PostgreSQL)")
-        self.wrap(search_context, "neighbours", "numbered neighbours (PostgreSQL)")
+        self.wrap(search_context, "context", "neighbours and keyword-only candidates' cosines (PostgreSQL)")
         self.wrap(engine, "rank", "rank (all of the above)")
         self.wrap(entries_repo, "by_ids", "re-read the hits (PostgreSQL)")
 

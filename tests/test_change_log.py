@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 from fake_embedder import HashEncoder
 
-import catalog.search.engine
+import catalog.search.embedding_worker
 from catalog.db import create_pool
 from catalog.search import SearchEngine
 from catalog.search.embedder import Embedder
@@ -178,7 +178,8 @@ async def test_an_idle_indexer_does_not_poll_and_wakes_on_another_process_commit
 async def test_the_idle_embedding_worker_wakes_on_another_process_commit(
     pool, store, tmp_path, fresh_database_url, monkeypatch
 ):
-    monkeypatch.setattr(catalog.search.engine, "EMBED_POLL", 3600.0)  # only a notification can wake it
+    # only a notification can wake it
+    monkeypatch.setattr(catalog.search.embedding_worker, "EMBED_POLL", 3600.0)
     engine = SearchEngine.create(pool, Embedder(HashEncoder()), tmp_path / "index")
     await engine.start()
     try:

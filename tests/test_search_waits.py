@@ -18,7 +18,7 @@ from rest import UC
 
 from catalog.app import create_app
 from catalog.auth import mint_dev_token
-from catalog.search import engine
+from catalog.search import embedding_worker, engine
 from catalog.search.corpus import Corpus
 
 _names = itertools.count()
@@ -52,10 +52,10 @@ class Store:
 def no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     """The embedding worker embeds nothing (a backlog it has not reached yet)."""
 
-    async def idle(self: engine.SearchEngine, corpus: Corpus) -> None:
+    async def idle(self: embedding_worker.EmbeddingWorker, corpus: Corpus) -> None:
         return None
 
-    monkeypatch.setattr(engine.SearchEngine, "_drain", idle)
+    monkeypatch.setattr(embedding_worker.EmbeddingWorker, "_drain", idle)
 
 
 class HeldEncoder(HashEncoder):
@@ -122,7 +122,7 @@ def test_a_search_embeds_its_scopes_rows_the_worker_has_not_reached(settings, da
 
 @pytest.mark.usefixtures("no_worker")
 def test_more_rows_missing_than_a_search_embeds_is_degraded(settings, database_url, monkeypatch):
-    monkeypatch.setattr(engine, "ON_DEMAND", 2)
+    monkeypatch.setattr(embedding_worker, "ON_DEMAND", 2)
     headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
     with _client(settings) as c:
         store = _setup(c, headers, {f"/{n}.md": f"note number {n}" for n in range(5)})
@@ -166,7 +166,7 @@ def test_a_search_learns_from_its_request_what_its_index_and_vectors_must_hold(o
     from catalog.search.indexer import Indexer
 
     calls = {"wait_fresh": 0, "embed_pending": 0}
-    wait_fresh, embed_pending = Indexer.wait_fresh, engine.SearchEngine.embed_pending
+    wait_fresh, embed_pending = Indexer.wait_fresh, embedding_worker.EmbeddingWorker.embed_pending
 
     async def counted_wait(self, timeout):  # type: ignore[no-untyped-def]  # noqa: ASYNC109
         calls["wait_fresh"] += 1
@@ -177,7 +177,7 @@ def test_a_search_learns_from_its_request_what_its_index_and_vectors_must_hold(o
         return await embed_pending(self, *args, **kwargs)
 
     monkeypatch.setattr(Indexer, "wait_fresh", counted_wait)
-    monkeypatch.setattr(engine.SearchEngine, "embed_pending", counted_embed)
+    monkeypatch.setattr(embedding_worker.EmbeddingWorker, "embed_pending", counted_embed)
     headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
     with _client(settings) as c:
         store = _setup(c, headers, {"/a.md": "platypus eggs", "/b.md": "echidna spines"})

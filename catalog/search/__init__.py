@@ -12,14 +12,16 @@ Rules of the slice:
   indexer tails and prunes) and `scope_index_repo` (large scopes' own vector indexes). Values
   are always bound; identifiers are written into SQL only from the code's constants (the
   `Corpus` table names) or quoted by PostgreSQL (`format('%I')`).
-- The modules: `engine` (the `SearchEngine`: ranking and the embedding worker), `query` (what a
-  search is asked and answers), `embedding` (what is embedded of an entry), `placement` (where a
-  blocking call runs), `indexer` (the
-  full-text index kept in step with the change log), `fulltext` (the Tantivy index itself),
-  `fusion` (the scores), `neighbours` (numbered neighbours), `scope_index` (which scopes get a
-  vector index of their own), `embedder` (the local model), `passes` (waiting for a worker's
-  next pass, the change feed), `health` (a worker's failures and status). The engine's public
-  names are re-exported here; its tuning constants live in `engine` (patch them there).
+- The modules: `engine` (the `SearchEngine`: ranking, and the workers' start and stop),
+  `embedding_worker` (the vectors, in the background and for a search), `query` (what a search
+  is asked and answers), `embedding` (what is embedded of an entry), `placement` (where a
+  blocking call runs), `indexer` (the full-text index kept in step with the change log),
+  `fulltext` (the Tantivy index itself), `fusion` (the scores, and how a search's are
+  assembled), `neighbours` (numbered neighbours), `scope_index` (which scopes get a vector
+  index of their own), `embedder` (the local model), `passes` (waiting for a worker's next
+  pass, the change feed), `health` (a worker's failures and status). The engine's public names
+  are re-exported here; the tuning constants live in `engine` and `embedding_worker` (patch
+  them there).
 """
 
 from catalog.search.change_log_repo import log_changed

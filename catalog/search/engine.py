@@ -1,25 +1,21 @@
 """The search engine: ranks a `Query` over one corpus (`catalog.search.corpus`) by BM25 over the
-Tantivy index, cosine over pgvector, or both fused (`catalog.search.fusion`), and runs the two
-background workers that keep that derived state up to date.
+Tantivy index, cosine over pgvector, or both fused (`catalog.search.fusion.fuse`), and starts and
+stops the background workers that keep that derived state up to date: each corpus's indexer
+(Tantivy, `catalog.search.indexer`) and the embedding worker (`catalog.search.embedding_worker`).
 
 Writes are answered once PostgreSQL has committed them; the workers then bring the derived state
-up to date: the indexer (Tantivy, `catalog.search.indexer`) and the embedding worker (the
-`embedding` column, in large batches). A search sent after a write's response sees that write
-(read-your-writes) without waiting for the embedding worker: the rows of its scopes still
-without their vector (a small partial index finds them) are embedded by the search itself, at
-most `ON_DEMAND` of them, ahead of the worker's backlog, and stored as the worker would store
-them. The keyword leg waits for the indexer's next pass, whose commits take milliseconds; no
-search waits more than `SEARCH_WAIT` for either, and a leg that may have missed rows is named in
-`degraded`.
+up to date. A search sent after a write's response sees that write (read-your-writes) without
+waiting for the embedding worker's backlog: the rows of its scopes still without their vector (a
+small partial index finds them) are embedded by the search itself (`EmbeddingWorker.
+embed_pending`). The keyword leg waits for the indexer's next pass, whose commits take
+milliseconds, unless the request's chain says the index already holds every write committed
+before it; no search waits more than `SEARCH_WAIT` for either, and a leg that may have missed
+rows is named in `degraded`. While a worker fails, searches use what there is instead of
+waiting, and `status()` (behind `/healthz` and `/metrics`) reports the lag and the reason.
 
 The full-text calls of a search run on the event loop while they are short (a small index: a
 hand-off to a thread and back costs more than the call), on a worker thread once they are not
 (`Placement`).
-
-Neither worker ever marks as done what it did not do. An embedding pass claims its rows inside a
-transaction and writes their vectors in it: a model or database error rolls it back and the rows
-stay stale, to be retried with backoff. While a worker fails, searches use what there is instead
-of waiting, and `status()` (behind `/healthz` and `/metrics`) reports the lag and the reason.
 """
 
 from __future__ import annotations
@@ -28,7 +24,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
@@ -43,63 +38,29 @@ from catalog.search import neighbours, repo, scope_index
 from catalog.search.corpus import ENTRIES, TRANSCRIPTS, Corpus
 from catalog.search.embedder import Embedder
 from catalog.search.embedding import embed_rows
+from catalog.search.embedding_worker import EMBED_BATCH, EmbeddingWorker
 from catalog.search.fulltext import FullTextIndex, prefix_fits
-from catalog.search.fusion import (
-    FusionWeights,
-    hybrid_score,
-    keyword_score,
-    ranked,
-    semantic_score,
-    term_weight,
-    with_context,
-)
+from catalog.search.fusion import FusionWeights, fuse, ranked, term_weight
 from catalog.search.health import Health
 from catalog.search.indexer import Indexer
 from catalog.search.passages import VECTOR, passages, penalty
 from catalog.search.passes import ChangeFeed, Passes
 from catalog.search.placement import Placement
-from catalog.search.query import Explained, Given, HitScores, LegRun, Query, Ranking, SearchStatus
+from catalog.search.query import Explained, Given, LegRun, Query, Ranking, SearchStatus
 from catalog.search.repo import VectorSearch
 from catalog.wire import SearchLeg
 
 log = logging.getLogger("catalog.search")
 
 
-EMBED_BATCH = 256
-
-
-# two passes at once: while one writes its vectors (PostgreSQL maintains the HNSW graph), the
-# other keeps the model busy
-EMBED_LANES = 2
-
-
-# the longest a search waits for background work (the full-text index's next pass); past it the
-# leg is searched as it is and named in `degraded`
+# the longest a search waits for background work (the full-text index's next pass, the model for
+# the rows of its scopes still without their vector); past it the leg is searched as it is and
+# named in `degraded`
 SEARCH_WAIT = 1.0
 
 
 # old versions an as-of search embeds itself, at most (past it its semantic leg is `degraded`)
 GIVEN_EMBED = 256
-
-
-# rows of the searched scopes still without their vector that a search embeds itself, at most
-# (past it the semantic leg is `degraded`); a search waits at most SEARCH_WAIT for the model
-ON_DEMAND = 64
-
-
-# how long a stopping server lets an embedding pass finish before abandoning it (a pass of 256
-# long entries can take many seconds on a small machine; an abandoned one is redone later)
-EMBED_STOP_GRACE = 2.0
-
-
-# how often the embedding worker looks for work while the change feed is not listening (while it
-# listens, the worker sleeps until a change commits, a local write or a search wakes it)
-EMBED_POLL = 1.0
-
-
-# how long an embedding pass's claim on its rows lasts: a process that dies mid-pass leaves them
-# to the others after this (a pass of 256 long texts takes seconds)
-EMBED_LEASE = 60.0
 
 
 T = TypeVar("T")
@@ -156,24 +117,18 @@ class SearchEngine:
     vectors: VectorSearch
     transcripts: CorpusSearch | None = None  # conversation and session items (None in some tools)
     weights: FusionWeights = field(default_factory=FusionWeights)
-    passes: Passes = field(default_factory=Passes)
-    embedding_health: Health = field(default_factory=lambda: Health("embeddings", log))
-    embedded_total: int = 0  # vectors this process has written
     feed: ChangeFeed | None = None  # wakes the workers on any process's commit (see start())
     # large scopes' own vector indexes (catalog.search.scope_index): kept every this many seconds
     scope_index_interval: float = 600.0
-    _worker: asyncio.Task[None] | None = None
-    # the rows each corpus's passes have claimed and not yet let go (released at close if a
-    # pass cut short could not: else they wait for this process's sessions to end)
-    _claimed: dict[Corpus, set[str]] = field(default_factory=dict)
+    worker: EmbeddingWorker = field(init=False)  # the corpora's vectors
     _scopes_task: asyncio.Task[None] | None = None
     _stopping: bool = False
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
-    # rows a search is embedding now, by (corpus, id, version): concurrent searches share the work
-    _embedding_now: dict[tuple[str, str, int], asyncio.Future[bool]] = field(default_factory=dict)
     # where the full-text calls of each corpus run: on the loop while they are short
     _placements: dict[tuple[str, str], Placement] = field(default_factory=dict)
-    embedded_on_demand: int = 0  # vectors searches have computed and stored themselves
+
+    def __post_init__(self) -> None:
+        self.worker = EmbeddingWorker(self.pool, self.embedder, tuple(self.corpora))
 
     @classmethod
     def create(
@@ -219,19 +174,18 @@ class SearchEngine:
         self.feed = ChangeFeed(self.pool)
         for part in self.corpora.values():
             part.indexer.listen(self.feed)
-        self.feed.subscribe(self.passes.wake, *(corpus.changes for corpus in self.corpora))
+        self.feed.subscribe(self.worker.passes.wake, *(corpus.changes for corpus in self.corpora))
         self.feed.start()
         for part in self.corpora.values():
             await part.indexer.start()
-        self._worker = asyncio.create_task(self._embed_loop(), name="embedding-worker")
+        self.worker.start(self.feed)
         if self.vectors.scope_index_min:
             self._scopes_task = asyncio.create_task(self._scope_index_loop(), name="scope-indexes")
-        self.passes.wake.set()
 
     async def close(self) -> None:
         self._stopping = True
         self._stop.set()
-        self.passes.wake.set()
+        self.worker.request_stop()
         for part in self.corpora.values():  # every worker winds down at once
             part.indexer.request_stop()
         if self.feed is not None:
@@ -240,14 +194,7 @@ class SearchEngine:
             self._scopes_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scopes_task
-        if self._worker is not None:
-            try:
-                await asyncio.wait_for(self._worker, EMBED_STOP_GRACE)
-            except TimeoutError:  # cancelled mid-pass: its transaction rolls back, the rows stay stale
-                self._worker.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._worker
-        await self._release_claims()
+        await self.worker.stop()
         for part in self.corpora.values():
             await part.indexer.close()
         await self.embedder.close()
@@ -256,15 +203,36 @@ class SearchEngine:
         """A write committed: index and embed it soon."""
         for part in self.corpora.values():
             part.indexer.notify()
-        self.passes.wake.set()
+        self.worker.wake()
+
+    # the embedding worker's, named here for the tools and tests that drive the engine
+    @property
+    def passes(self) -> Passes:
+        return self.worker.passes
+
+    @property
+    def embedding_health(self) -> Health:
+        return self.worker.health
+
+    @property
+    def embedded_total(self) -> int:
+        return self.worker.embedded_total
+
+    @property
+    def embedded_on_demand(self) -> int:
+        return self.worker.embedded_on_demand
+
+    async def embed_pass(self, limit: int = EMBED_BATCH, corpus: Corpus = ENTRIES) -> int:
+        """Embed up to `limit` rows of the corpus lacking their vector now (`catalog reindex`)."""
+        return await self.worker.embed_pass(limit, corpus)
 
     async def status(self) -> SearchStatus:
         """Each worker's health, lag and last failure (a few small queries)."""
         index = await self.indexer.status()
         others = tuple([await part.indexer.status() for c, part in self.corpora.items() if c is not ENTRIES])
         backlog = sum([await repo.count_unembedded(self.pool, corpus) for corpus in self.corpora])
-        embeddings = self.embedding_health.status(backlog)
-        if self._worker is not None and self._worker.done() and not self._stopping:
+        embeddings = self.worker.health.status(backlog)
+        if self.worker.stopped:
             stopped = "the embedding worker has stopped"
             embeddings = dataclasses.replace(embeddings, healthy=False, reason=stopped)
         return SearchStatus(index=index, embeddings=embeddings, other_indexes=others)
@@ -292,106 +260,6 @@ class SearchEngine:
                         extra={"built": len(done.built), "dropped": len(done.dropped)},
                     )
 
-    # --- the embedding worker --------------------------------------------------------------------
-
-    async def embed_pass(self, limit: int = EMBED_BATCH, corpus: Corpus = ENTRIES) -> int:
-        """Embed up to `limit` rows of the corpus whose vector is missing or older than their
-        text. The rows are claimed with a lease (`repo.claim_unembedded`), so several processes
-        and lanes share the work and no write waits for the model; a vector is stored only if its
-        row is still at the version it was computed from."""
-        claimed = self._claimed.setdefault(corpus, set())
-        async with self.pool.acquire() as conn:
-            rows = await repo.claim_unembedded(conn, limit, corpus, EMBED_LEASE)
-            if not rows:
-                return 0
-            ids = [r["id"] for r in rows]
-            claimed.update(ids)
-            try:
-                # a model error raises here: nothing is stored, the rows stay stale
-                vectors = await embed_rows(
-                    self.embedder, [(r["contents"], r["description"]) for r in rows], background=True
-                )
-                made = [(r["id"], r["version"], v, n) for r, (v, n) in zip(rows, vectors, strict=True)]
-                await repo.set_embeddings(conn, made, corpus, self.embedder.model_id)
-            finally:
-                # the rows left stale (changed meanwhile, or the model failed) are free again; if
-                # this process dies first, they are free once its session is gone
-                await repo.release_claims(conn, ids, corpus)
-                claimed.difference_update(ids)
-        self.embedded_total += len(rows)
-        return len(rows)
-
-    async def _release_claims(self) -> None:
-        """At close, once no pass runs: let go of the claims a pass cut short left (its release
-        failed with the connection it was cancelled on), so another process embeds those rows
-        at once rather than when this one's sessions end."""
-        for corpus, ids in self._claimed.items():
-            if not ids:
-                continue
-            try:
-                await repo.release_claims(self.pool, list(ids), corpus)
-            except Exception as exc:  # they are free anyway once the pool's sessions close
-                log.warning("embedding claims not released at shut-down: %s", exc)
-            else:
-                ids.clear()
-
-    async def _claims_run_out(self) -> float | None:
-        """Seconds until a claim another process holds (or held when it died) on a stale row
-        runs out, the soonest over the corpora; None when there is none."""
-        soonest = None
-        for corpus in self.corpora:
-            left = await repo.next_claim_expiry(self.pool, corpus)
-            if left is not None:
-                soonest = left if soonest is None else min(soonest, left)
-        return soonest
-
-    async def _embed_loop(self) -> None:
-        delay = 0.0
-        claimed_elsewhere: float | None = None
-        while not self._stopping:
-            if delay:
-                # backing off: a write or a search must not bring the retry forward
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), delay)
-            else:
-                idle = None if self.feed is not None and self.feed.listening else EMBED_POLL
-                if claimed_elsewhere is not None:  # look again when those claims run out
-                    idle = min(idle or math.inf, max(claimed_elsewhere, 0.0) + 0.1)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.passes.wake.wait(), idle)
-            self.passes.wake.clear()
-            if self._stopping:
-                return
-            number = self.passes.begin()
-            try:
-                # every lane runs to its end before the next pass (none is left behind running)
-                outcomes = await asyncio.gather(
-                    *(self._drain(corpus) for corpus in self.corpora for _ in range(EMBED_LANES)),
-                    return_exceptions=True,
-                )
-                failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
-                if isinstance(failure, asyncio.CancelledError):
-                    raise failure
-                if failure is not None:
-                    delay = self.embedding_health.failed(failure, "embedding entries")
-                else:
-                    delay = 0.0
-                    self.embedding_health.succeeded()
-                    try:
-                        claimed_elsewhere = await self._claims_run_out()
-                    except Exception as exc:  # a failed pass like any other: back off
-                        delay = self.embedding_health.failed(exc, "embedding entries")
-            finally:
-                await self.passes.end(number)
-
-    async def _drain(self, corpus: Corpus) -> None:
-        while True:
-            done = await self.embed_pass(corpus=corpus)
-            if done:  # healthy again once a batch is stored, not only once a long backlog is drained
-                self.embedding_health.succeeded()
-            if done < EMBED_BATCH or self._stopping:
-                return
-
     # --- ranking ------------------------------------------------------------------------------------
 
     def embed_query(self, text: str) -> asyncio.Future[np.ndarray]:
@@ -414,33 +282,35 @@ class SearchEngine:
         query (see `fusion`): keyword ranks BM25's candidates by their share of the query's term
         weight, semantic by cosine, hybrid by both and by context. The caller re-reads the hits
         from PostgreSQL (a hit may have changed since)."""
-        w = self.weights
-        explain = query.explain
         if query.mode == "semantic":
             (_, hits, complete), ms = await _timed(self._semantic(query))
-            scores = [(doc, semantic_score(cos, w)) for doc, cos in hits]
-            explained = None
-            if explain:
-                cosines = dict(hits)
-                explained = Explained(
-                    {doc: HitScores(s, s, semantic=s, cosine=cosines[doc]) for doc, s in scores},
-                    (LegRun("semantic", len(hits), ms, complete),),
-                )
+            scores, details = fuse(
+                "semantic",
+                keyword=(),
+                semantic=[doc for doc, _ in hits],
+                covered={},
+                cosine=dict(hits),
+                weights=self.weights,
+                explain=query.explain,
+            )
+            runs: tuple[LegRun, ...] = (LegRun("semantic", len(hits), ms, complete),)
+            explained = Explained(details, runs) if query.explain else None
             return Ranking(scores, () if complete else ("semantic",), explained)
         if query.mode == "keyword":
             (keyword, fresh), ms = await _timed(self._keyword(query))
-            covered = await self._coverage(query, [doc for doc, _ in keyword])
-            bm25 = dict(keyword)
-            scores = ranked({doc: keyword_score(covered[doc], w) for doc in bm25}, bm25)
-            explained = None
-            if explain:
-                explained = Explained(
-                    {
-                        doc: HitScores(score, score, keyword=score, coverage=covered[doc], bm25=bm25[doc])
-                        for doc, score in scores
-                    },
-                    (LegRun("keyword", len(keyword), ms, fresh),),
-                )
+            found = [doc for doc, _ in keyword]
+            scores, details = fuse(
+                "keyword",
+                keyword=found,
+                semantic=(),
+                covered=await self._coverage(query, found),
+                cosine={},
+                bm25=dict(keyword),
+                weights=self.weights,
+                explain=query.explain,
+            )
+            runs = (LegRun("keyword", len(keyword), ms, fresh),)
+            explained = Explained(details, runs) if query.explain else None
             return Ranking(scores, () if fresh else ("keyword",), explained)
         ((keyword, fresh), keyword_ms), ((vector, semantic, complete), semantic_ms) = await asyncio.gather(
             _timed(self._keyword(query)), _timed(self._semantic(query))
@@ -464,26 +334,21 @@ class SearchEngine:
                 ),
             )
             cosine.update(more_cosine)
-            own = {doc: hybrid_score(cosine.get(doc), covered[doc], w) for doc in candidates}
-            legs: tuple[tuple[SearchLeg, bool], ...] = (("keyword", fresh), ("semantic", complete))
-            degraded = tuple(leg for leg, ok in legs if not ok)
-            scores = ranked(with_context(own, near, w), cosine)
-        if not explain:
-            return Ranking(scores, degraded)
-        bm25 = dict(keyword)
-        details = {
-            doc: HitScores(  # a neighbour that was no candidate has no score of its own
-                score,
-                own.get(doc, 0.0),
-                score - own.get(doc, 0.0),
-                keyword=keyword_score(covered[doc], w) if doc in covered else None,
-                coverage=covered.get(doc),
-                bm25=bm25.get(doc),
-                semantic=semantic_score(cosine[doc], w) if doc in cosine else None,
-                cosine=cosine.get(doc),
+            scores, details = fuse(
+                "hybrid",
+                keyword=[doc for doc, _ in keyword],
+                semantic=[doc for doc, _ in semantic],
+                covered=covered,
+                cosine=cosine,
+                near=near,
+                bm25=dict(keyword),
+                weights=self.weights,
+                explain=query.explain,
             )
-            for doc, score in scores
-        }
+        legs: tuple[tuple[SearchLeg, bool], ...] = (("keyword", fresh), ("semantic", complete))
+        degraded = tuple(leg for leg, ok in legs if not ok)
+        if not query.explain:
+            return Ranking(scores, degraded)
         runs = (
             LegRun("keyword", len(keyword), keyword_ms, fresh),
             LegRun("semantic", len(semantic), semantic_ms, complete),
@@ -498,7 +363,6 @@ class SearchEngine:
         stored one where the entry is still at that version, else computed now, at most
         `GIVEN_EMBED`), hybrid fusion and numbered neighbours among the given rows. Every row
         holding a query term is a keyword candidate; the `limit` nearest are the semantic ones."""
-        w = self.weights
         runs: list[LegRun] = []
         covered: dict[str, float] = {}
         keyword: list[str] = []
@@ -528,32 +392,16 @@ class SearchEngine:
             semantic = [doc for doc, _ in ranked(cosine)][: query.limit]
             runs.append(LegRun("semantic", len(semantic), (time.perf_counter() - started) * 1000, complete))
         degraded: tuple[SearchLeg, ...] = () if complete else ("semantic",)
-        details: dict[str, HitScores] = {}
-        if query.mode == "semantic":
-            scores = [(doc, semantic_score(cosine[doc], w)) for doc in semantic]
-            if query.explain:
-                details = {d: HitScores(x, x, semantic=x, cosine=cosine[d]) for d, x in scores}
-        elif query.mode == "keyword":
-            scores = ranked({doc: keyword_score(covered[doc], w) for doc in keyword})
-            if query.explain:
-                details = {d: HitScores(x, x, keyword=x, coverage=covered[d]) for d, x in scores}
-        else:
-            candidates = list(dict.fromkeys(keyword + semantic))
-            own = {doc: hybrid_score(cosine.get(doc), covered.get(doc, 0.0), w) for doc in candidates}
-            scores = ranked(with_context(own, _given_neighbours(rows, candidates), w), cosine)
-            if query.explain:
-                details = {
-                    d: HitScores(
-                        x,
-                        own.get(d, 0.0),
-                        x - own.get(d, 0.0),
-                        keyword=keyword_score(covered.get(d, 0.0), w),
-                        coverage=covered.get(d, 0.0),
-                        semantic=semantic_score(cosine[d], w) if d in cosine else None,
-                        cosine=cosine.get(d),
-                    )
-                    for d, x in scores
-                }
+        scores, details = fuse(
+            query.mode,
+            keyword=keyword,
+            semantic=semantic,
+            covered=covered,
+            cosine=cosine,
+            near=_given_neighbours(rows, list(dict.fromkeys(keyword + semantic))),
+            weights=self.weights,
+            explain=query.explain,
+        )
         explained = Explained(details, tuple(runs)) if query.explain else None
         return Ranking(scores, degraded, explained)
 
@@ -650,7 +498,9 @@ class SearchEngine:
             pending: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
             pending.set_result(True)
         else:
-            pending = asyncio.ensure_future(self.embed_pending(query.store_id, query.scopes, query.corpus))
+            pending = asyncio.ensure_future(
+                self.worker.embed_pending(query.store_id, query.scopes, query.corpus, SEARCH_WAIT)
+            )
         try:
             vector = await embedding
         except Exception as exc:  # the model failed (it is reported by /healthz when it lasts)
@@ -671,49 +521,3 @@ class SearchEngine:
             include_inactive=query.include_inactive,
         )
         return vector, hits, complete
-
-    async def embed_pending(self, store_id: str, scopes: Sequence[str], corpus: Corpus = ENTRIES) -> bool:
-        """Give the rows of these scopes committed before the call that lack their vector one
-        now, ahead of the worker's backlog, and store it (True once none is missing). False when
-        more than `ON_DEMAND` are missing (the newest writes of a bulk load: the worker embeds
-        them in its batches), when the model fails, or when it took longer than `SEARCH_WAIT`:
-        the search then ranks the vectors there are. A row another search is embedding is
-        waited for, not embedded twice."""
-        rows = await repo.unembedded_in(self.pool, store_id, scopes, ON_DEMAND + 1, corpus)
-        if not rows:
-            return True
-        mine: list[asyncpg.Record] = []
-        waits: list[asyncio.Future[bool]] = []
-        loop = asyncio.get_running_loop()
-        for row in rows[:ON_DEMAND]:
-            key = (corpus.name, row["id"], row["version"])
-            if key in self._embedding_now:
-                waits.append(self._embedding_now[key])
-            else:
-                mine.append(row)
-        done: asyncio.Future[bool] = loop.create_future()
-        keys = [(corpus.name, r["id"], r["version"]) for r in mine]
-        for key in keys:
-            self._embedding_now[key] = done
-        stored = False
-        try:
-            stored = await asyncio.wait_for(self._embed_rows(mine, corpus), SEARCH_WAIT) if mine else True
-        except Exception as exc:  # a model or database failure, or too slow: rank what there is
-            log.warning("rows without vectors could not be embedded by the search: %s", exc)
-        finally:
-            for key in keys:
-                self._embedding_now.pop(key, None)
-            done.set_result(stored)
-        others = True
-        if waits:
-            finished, _ = await asyncio.wait(set(waits), timeout=SEARCH_WAIT)
-            others = len(finished) == len(set(waits)) and all(f.result() for f in finished)
-        return stored and others and len(rows) <= ON_DEMAND
-
-    async def _embed_rows(self, rows: Sequence[asyncpg.Record], corpus: Corpus) -> bool:
-        # urgent: ahead of the worker's batches
-        vectors = await embed_rows(self.embedder, [(r["contents"], r["description"]) for r in rows])
-        made = [(r["id"], r["version"], v, n) for r, (v, n) in zip(rows, vectors, strict=True)]
-        await repo.set_embeddings(self.pool, made, corpus, self.embedder.model_id)
-        self.embedded_on_demand += len(made)
-        return True

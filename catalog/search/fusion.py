@@ -31,8 +31,10 @@ questions searched in another conversation's scope come back empty (86% of BEAM'
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from catalog.search.query import HitScores
 
 RECOMMENDED_FLOOR = 0.5
 
@@ -108,3 +110,59 @@ def ranked(
     """Best first; equal scores by `tiebreak` (higher first), then by id (a stable order)."""
     tb = tiebreak or {}
     return sorted(scores.items(), key=lambda item: (-item[1], -tb.get(item[0], 0.0), item[0]))
+
+
+def fuse(
+    mode: str,
+    *,
+    keyword: Sequence[str],
+    semantic: Sequence[str],
+    covered: Mapping[str, float],
+    cosine: Mapping[str, float],
+    near: Mapping[str, Iterable[str]] | None = None,
+    bm25: Mapping[str, float] | None = None,
+    weights: FusionWeights = DEFAULT_WEIGHTS,
+    explain: bool = False,
+) -> tuple[list[tuple[str, float]], dict[str, HitScores]]:
+    """A search's (id, score), best first, in its mode, from what its legs found: `keyword`'s
+    candidates (best first) with each one's share of the query's term weight in `covered` (and
+    BM25's score in `bm25`, which breaks ties, where BM25 found it), `semantic`'s candidates
+    (best first) with their cosines in `cosine` (also those of keyword candidates that have a
+    vector), and in hybrid mode `near`, each candidate's neighbours (`with_context`). With
+    `explain`, how each score was made (else the second value is empty). One rule for every
+    search: the indexes' (`SearchEngine.rank`) and the rows an as-of search ranks itself
+    (`rank_given`)."""
+    w = weights
+    tiebreak = bm25 or {}
+    details: dict[str, HitScores] = {}
+    if mode == "semantic":
+        scores = [(doc, semantic_score(cosine[doc], w)) for doc in semantic]
+        if explain:
+            details = {doc: HitScores(s, s, semantic=s, cosine=cosine[doc]) for doc, s in scores}
+        return scores, details
+    if mode == "keyword":
+        scores = ranked({doc: keyword_score(covered[doc], w) for doc in keyword}, tiebreak)
+        if explain:
+            details = {
+                doc: HitScores(s, s, keyword=s, coverage=covered[doc], bm25=tiebreak.get(doc))
+                for doc, s in scores
+            }
+        return scores, details
+    candidates = list(dict.fromkeys([*keyword, *semantic]))
+    own = {doc: hybrid_score(cosine.get(doc), covered.get(doc, 0.0), w) for doc in candidates}
+    scores = ranked(with_context(own, near or {}, w), cosine)
+    if explain:
+        details = {
+            doc: HitScores(  # a neighbour that was no candidate has no score of its own
+                score,
+                own.get(doc, 0.0),
+                score - own.get(doc, 0.0),
+                keyword=keyword_score(covered[doc], w) if doc in covered else None,
+                coverage=covered.get(doc),
+                bm25=tiebreak.get(doc),
+                semantic=semantic_score(cosine[doc], w) if doc in cosine else None,
+                cosine=cosine.get(doc),
+            )
+            for doc, score in scores
+        }
+    return scores, details

@@ -1,0 +1,250 @@
+"""The embedding worker: gives every row of each corpus whose vector is missing or older than
+its text a vector of the local model, in large batches, in the background (`EmbeddingWorker`);
+and, for a search, the few rows of its scopes still without one, at once (`embed_pending`).
+
+Neither path ever marks as done what it did not do. A pass claims its rows inside a transaction
+with a lease (`repo.claim_unembedded`: several processes and lanes share the work, no write
+waits for the model) and writes their vectors in it: a model or database error rolls it back and
+the rows stay stale, to be retried with backoff (`Health`); a vector is stored only if its row is
+still at the version it was computed from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from catalog.search import repo
+from catalog.search.corpus import ENTRIES, Corpus
+from catalog.search.embedder import Embedder
+from catalog.search.embedding import embed_rows
+from catalog.search.health import Health
+from catalog.search.passes import ChangeFeed, Passes
+
+log = logging.getLogger("catalog.search")
+
+
+EMBED_BATCH = 256
+
+
+# two passes at once: while one writes its vectors (PostgreSQL maintains the HNSW graph), the
+# other keeps the model busy
+EMBED_LANES = 2
+
+
+# rows of the searched scopes still without their vector that a search embeds itself, at most
+# (past it the semantic leg is `degraded`)
+ON_DEMAND = 64
+
+
+# how long a stopping server lets an embedding pass finish before abandoning it (a pass of 256
+# long entries can take many seconds on a small machine; an abandoned one is redone later)
+EMBED_STOP_GRACE = 2.0
+
+
+# how often the worker looks for work while the change feed is not listening (while it listens,
+# the worker sleeps until a change commits, a local write or a search wakes it)
+EMBED_POLL = 1.0
+
+
+# how long an embedding pass's claim on its rows lasts: a process that dies mid-pass leaves them
+# to the others after this (a pass of 256 long texts takes seconds)
+EMBED_LEASE = 60.0
+
+
+@dataclass
+class EmbeddingWorker:
+    pool: asyncpg.Pool
+    embedder: Embedder
+    corpora: tuple[Corpus, ...]
+    passes: Passes = field(default_factory=Passes)
+    health: Health = field(default_factory=lambda: Health("embeddings", log))
+    embedded_total: int = 0  # vectors this process's passes have written
+    embedded_on_demand: int = 0  # vectors searches have computed and stored themselves
+    feed: ChangeFeed | None = None  # while it listens, no polling
+    _task: asyncio.Task[None] | None = None
+    # the rows each corpus's passes have claimed and not yet let go (released at stop if a
+    # pass cut short could not: else they wait for this process's sessions to end)
+    _claimed: dict[Corpus, set[str]] = field(default_factory=dict)
+    _stopping: bool = False
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    # rows a search is embedding now, by (corpus, id, version): concurrent searches share the work
+    _embedding_now: dict[tuple[str, str, int], asyncio.Future[bool]] = field(default_factory=dict)
+
+    def start(self, feed: ChangeFeed | None) -> None:
+        self.feed = feed
+        self._task = asyncio.create_task(self._loop(), name="embedding-worker")
+        self.passes.wake.set()
+
+    def wake(self) -> None:
+        self.passes.wake.set()
+
+    @property
+    def stopped(self) -> bool:
+        """The worker ended while it was not asked to (a fault: `/healthz` says so)."""
+        return self._task is not None and self._task.done() and not self._stopping
+
+    def request_stop(self) -> None:
+        self._stopping = True
+        self._stop.set()
+        self.passes.wake.set()
+
+    async def stop(self) -> None:
+        """Let the pass under way finish (at most EMBED_STOP_GRACE), then let go of the claims."""
+        self.request_stop()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, EMBED_STOP_GRACE)
+            except TimeoutError:  # cancelled mid-pass: its transaction rolls back, the rows stay stale
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+        await self._release_claims()
+
+    async def embed_pass(self, limit: int = EMBED_BATCH, corpus: Corpus = ENTRIES) -> int:
+        """Embed up to `limit` rows of the corpus whose vector is missing or older than their
+        text; how many."""
+        claimed = self._claimed.setdefault(corpus, set())
+        async with self.pool.acquire() as conn:
+            rows = await repo.claim_unembedded(conn, limit, corpus, EMBED_LEASE)
+            if not rows:
+                return 0
+            ids = [r["id"] for r in rows]
+            claimed.update(ids)
+            try:
+                # a model error raises here: nothing is stored, the rows stay stale
+                vectors = await embed_rows(
+                    self.embedder, [(r["contents"], r["description"]) for r in rows], background=True
+                )
+                made = [(r["id"], r["version"], v, n) for r, (v, n) in zip(rows, vectors, strict=True)]
+                await repo.set_embeddings(conn, made, corpus, self.embedder.model_id)
+            finally:
+                # the rows left stale (changed meanwhile, or the model failed) are free again; if
+                # this process dies first, they are free once its session is gone
+                await repo.release_claims(conn, ids, corpus)
+                claimed.difference_update(ids)
+        self.embedded_total += len(rows)
+        return len(rows)
+
+    async def _release_claims(self) -> None:
+        """At stop, once no pass runs: let go of the claims a pass cut short left (its release
+        failed with the connection it was cancelled on), so another process embeds those rows
+        at once rather than when this one's sessions end."""
+        for corpus, ids in self._claimed.items():
+            if not ids:
+                continue
+            try:
+                await repo.release_claims(self.pool, list(ids), corpus)
+            except Exception as exc:  # they are free anyway once the pool's sessions close
+                log.warning("embedding claims not released at shut-down: %s", exc)
+            else:
+                ids.clear()
+
+    async def _claims_run_out(self) -> float | None:
+        """Seconds until a claim another process holds (or held when it died) on a stale row
+        runs out, the soonest over the corpora; None when there is none."""
+        soonest = None
+        for corpus in self.corpora:
+            left = await repo.next_claim_expiry(self.pool, corpus)
+            if left is not None:
+                soonest = left if soonest is None else min(soonest, left)
+        return soonest
+
+    async def _loop(self) -> None:
+        delay = 0.0
+        claimed_elsewhere: float | None = None
+        while not self._stopping:
+            if delay:
+                # backing off: a write or a search must not bring the retry forward
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+            else:
+                idle = None if self.feed is not None and self.feed.listening else EMBED_POLL
+                if claimed_elsewhere is not None:  # look again when those claims run out
+                    idle = min(idle or math.inf, max(claimed_elsewhere, 0.0) + 0.1)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.passes.wake.wait(), idle)
+            self.passes.wake.clear()
+            if self._stopping:
+                return
+            number = self.passes.begin()
+            try:
+                # every lane runs to its end before the next pass (none is left behind running)
+                outcomes = await asyncio.gather(
+                    *(self._drain(corpus) for corpus in self.corpora for _ in range(EMBED_LANES)),
+                    return_exceptions=True,
+                )
+                failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+                if isinstance(failure, asyncio.CancelledError):
+                    raise failure
+                if failure is not None:
+                    delay = self.health.failed(failure, "embedding entries")
+                else:
+                    delay = 0.0
+                    self.health.succeeded()
+                    try:
+                        claimed_elsewhere = await self._claims_run_out()
+                    except Exception as exc:  # a failed pass like any other: back off
+                        delay = self.health.failed(exc, "embedding entries")
+            finally:
+                await self.passes.end(number)
+
+    async def _drain(self, corpus: Corpus) -> None:
+        while True:
+            done = await self.embed_pass(corpus=corpus)
+            if done:  # healthy again once a batch is stored, not only once a long backlog is drained
+                self.health.succeeded()
+            if done < EMBED_BATCH or self._stopping:
+                return
+
+    async def embed_pending(self, store_id: str, scopes: Sequence[str], corpus: Corpus, wait: float) -> bool:
+        """Give the rows of these scopes committed before the call that lack their vector one
+        now, ahead of the worker's backlog, and store it (True once none is missing). False when
+        more than `ON_DEMAND` are missing (the newest writes of a bulk load: the passes embed
+        them in their batches), when the model fails, or when it took longer than `wait`
+        seconds: the search then ranks the vectors there are. A row another search is embedding
+        is waited for, not embedded twice."""
+        rows = await repo.unembedded_in(self.pool, store_id, scopes, ON_DEMAND + 1, corpus)
+        if not rows:
+            return True
+        mine: list[asyncpg.Record] = []
+        waits: list[asyncio.Future[bool]] = []
+        loop = asyncio.get_running_loop()
+        for row in rows[:ON_DEMAND]:
+            key = (corpus.name, row["id"], row["version"])
+            if key in self._embedding_now:
+                waits.append(self._embedding_now[key])
+            else:
+                mine.append(row)
+        done: asyncio.Future[bool] = loop.create_future()
+        keys = [(corpus.name, r["id"], r["version"]) for r in mine]
+        for key in keys:
+            self._embedding_now[key] = done
+        stored = False
+        try:
+            stored = await asyncio.wait_for(self._embed_rows(mine, corpus), wait) if mine else True
+        except Exception as exc:  # a model or database failure, or too slow: rank what there is
+            log.warning("rows without vectors could not be embedded by the search: %s", exc)
+        finally:
+            for key in keys:
+                self._embedding_now.pop(key, None)
+            done.set_result(stored)
+        others = True
+        if waits:
+            finished, _ = await asyncio.wait(set(waits), timeout=wait)
+            others = len(finished) == len(set(waits)) and all(f.result() for f in finished)
+        return stored and others and len(rows) <= ON_DEMAND
+
+    async def _embed_rows(self, rows: Sequence[asyncpg.Record], corpus: Corpus) -> bool:
+        # urgent: ahead of the passes' batches
+        vectors = await embed_rows(self.embedder, [(r["contents"], r["description"]) for r in rows])
+        made = [(r["id"], r["version"], v, n) for r, (v, n) in zip(rows, vectors, strict=True)]
+        await repo.set_embeddings(self.pool, made, corpus, self.embedder.model_id)
+        self.embedded_on_demand += len(made)
+        return True

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -255,3 +257,35 @@ def test_full_index_disk_degrades_then_catches_up_without_restart(
         with contextlib.suppress(Exception):
             http.close()
         server.stop()
+
+
+def _killed() -> ValueError:
+    return ValueError(
+        "An error occurred in a thread: 'An index writer was killed.. A worker thread encountered an error'"
+    )
+
+
+def test_a_writer_killed_on_a_full_disk_names_the_full_disk(tmp_path, monkeypatch):
+    """Tantivy may report only that its writer was killed (the disk error died in the writer's
+    thread): on a disk with next to nothing free, the reason says the disk is full; elsewhere it
+    is the message as it came."""
+    from catalog.search import health
+
+    log = logging.getLogger("test.health")
+    free = {"bytes": 0}
+    monkeypatch.setattr(health.shutil, "disk_usage", lambda where: SimpleNamespace(free=free["bytes"]))
+    full = health.Health("full-text index", log, where=str(tmp_path))
+    full.failed(_killed(), "indexing changes")
+    reason = full.reason or ""
+    assert "No space left on device" in reason and str(tmp_path) in reason, reason
+
+    free["bytes"] = 10**9
+    roomy = health.Health("full-text index", log, where=str(tmp_path))
+    roomy.failed(_killed(), "indexing changes")
+    reason = roomy.reason or ""
+    assert "No space left on device" not in reason and "writer was killed" in reason, reason
+    # a cause seen first is kept over the consequence that follows it
+    roomy.succeeded()
+    roomy.failed(OSError(28, "No space left on device"), "indexing changes")
+    roomy.failed(_killed(), "indexing changes")
+    assert "No space left on device" in (roomy.reason or ""), roomy.reason

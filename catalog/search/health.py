@@ -17,9 +17,11 @@ Rules:
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 
@@ -34,6 +36,8 @@ _IO_MESSAGES = ("io error", "ioerror", "index writer was killed")
 # Tantivy's word for a writer an earlier I/O error stopped: it names no cause of its own
 _CONSEQUENCES = ("index writer was killed",)
 MAX_REASON = 300
+# a disk with less than this free is full: a writer killed there was killed by it
+FULL_BELOW = 1024 * 1024
 
 
 def describe(exc: BaseException) -> tuple[str, bool]:
@@ -54,6 +58,17 @@ def describe(exc: BaseException) -> tuple[str, bool]:
         if any(m in text.lower() for m in _IO_MESSAGES):
             return text, True
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__, False
+
+
+def _full(where: str | None) -> str | None:
+    """What says the disk of `where` is full (its free bytes), or None when it is not."""
+    if where is None:
+        return None
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return None
+    return f"{where}: {free} bytes free" if free < FULL_BELOW else None
 
 
 @dataclass(frozen=True)
@@ -109,6 +124,9 @@ class Health:
         self.outage = False
         reason, expected = describe(exc)
         consequence = any(m in reason.lower() for m in _CONSEQUENCES)
+        if consequence and self.reason is None and (full := _full(self.where)):
+            # the cause died in the writer's thread: the disk says what it was
+            reason = f"{os.strerror(errno.ENOSPC)} ({full}; {reason})"
         if not (consequence and self.failing_since is not None and self.reason is not None):
             self.reason = f"{doing}: {reason}"  # else the cause seen before says more than this
         self.failures_total += 1

@@ -74,7 +74,7 @@ class Write(msgspec.Struct, frozen=True, kw_only=True):
     source_type: str | None = None
     # how the entry came to be, as the writer says (free strings: Databricks' managed-memory tools
     # send CREATION_REASON_AGENT_INFERRED / CREATION_SOURCE_ONLINE_AGENT); an overwrite or append
-    # without them keeps the entry's (see catalog/entries/repo.py)
+    # without them keeps the entry's (see catalog/entries/repo/writes.py)
     creation_reason: str | None = None
     creation_source: str | None = None
     mode: WriteMode = "EXCLUSIVE"

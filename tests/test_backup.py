@@ -678,3 +678,12 @@ def test_a_malformed_line_is_named_and_changes_nothing(server, archive, change, 
         with pytest.raises(CatalogError) as missing:
             c.memory_stores.get(into)
         assert missing.value.status == 404
+
+
+def test_the_slices_parts_hold_every_kind_of_line_in_archive_order():
+    """Each slice reads its own rows for an export (`catalog.backup.export.PARTS`): together they
+    name every kind of line between the store's definition and the manifest, in archive order."""
+    from catalog.backup.export import PARTS
+    from catalog.backup.schemas import ORDER
+
+    assert [kind for part in PARTS for kind in part.KINDS] == list(ORDER[2:-1])

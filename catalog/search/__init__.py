@@ -19,11 +19,13 @@ Rules of the slice:
   `fulltext` (the Tantivy index itself), `fusion` (the scores, and how a search's are
   assembled), `neighbours` (numbered neighbours), `scope_index` (which scopes get a vector
   index of their own), `embedder` (the local model), `passes` (waiting for a worker's next
-  pass, the change feed), `health` (a worker's failures and status). The engine's public names
+  pass, the change feed), `health` (a worker's failures and status), `archive_repo` (the
+  transcripts' vectors a store's archive holds: `catalog.backup`). The engine's public names
   are re-exported here; the tuning constants live in `engine` and `embedding_worker` (patch
   them there).
 """
 
+from catalog.search import archive_repo as archive
 from catalog.search.change_log_repo import log_changed
 from catalog.search.embedding import embedding_text
 from catalog.search.engine import SEARCH_WAIT, CorpusSearch, SearchEngine
@@ -50,6 +52,7 @@ __all__ = [
     "Ranking",
     "SearchEngine",
     "SearchStatus",
+    "archive",
     "embedding_text",
     "log_changed",
 ]

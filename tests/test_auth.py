@@ -85,6 +85,11 @@ def test_refusals(client, settings):
         "empty sub": sign(settings, sub=""),
         "NUL in sub": sign(settings, sub="ad\u0000min"),
         "NUL in on_behalf_of": sign(settings, on_behalf_of="bo\u0000b"),
+        # the subject and the end user are scopes where no other is named: a scope's rules hold
+        "a control character in sub": sign(settings, sub="ad\nmin"),
+        "blank on_behalf_of": sign(settings, on_behalf_of="  "),
+        "a control character in on_behalf_of": sign(settings, on_behalf_of="bo\tb"),
+        "on_behalf_of longer than a scope": sign(settings, on_behalf_of="u" * 257),
         "hs256 with the public key as secret": _hs256(claims(), public_pem),
         "rs256 from an unknown key": jwt.encode(claims(), rsa_key, algorithm="RS256"),
         "exp as a numeric string": sign(settings, exp=str(int(time.time()) + 600)),

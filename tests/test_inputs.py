@@ -431,3 +431,14 @@ def test_every_api_route_goes_through_the_request_gate(settings):
     ]
     assert len(api) > 48  # every operation, and OPTIONS for each path
     assert [path for path, handler in api if handler.resolve_before_request() is not check_request] == []
+
+
+@pytest.mark.parametrize("scope", [" ", "\u3000", "\t "])
+def test_a_blank_scope_is_refused_naming_the_field(client, token, world, scope):
+    """A scope of only whitespace names no one: 400 naming the field, and nothing written (a token's
+    end user is held to the same rule, so no surface could reach such a scope)."""
+    r = client.post(f"{STORE}/entries", headers=token(), params={"scope": scope}, json={"path": "/blank.md"})
+    assert r.status_code == 400, r.text
+    assert r.json()["details"][0]["field"] == "scope" and "blank" in r.json()["message"], r.json()
+    r = client.post(f"{STORE}/entries:search", headers=token(), json={"scope": scope, "query": "blank"})
+    assert r.status_code == 400 and r.json()["details"][0]["field"] == "scope", r.text

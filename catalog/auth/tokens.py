@@ -30,7 +30,7 @@ import urllib.request
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -42,6 +42,14 @@ from catalog.auth.principal import Principal
 from catalog.auth.signing import ensure_dev_key, key_id, load_dev_private_key
 from catalog.errors import Unauthenticated
 from catalog.settings import Settings
+from catalog.wire.inputs import MAX_PRINCIPAL, MAX_SCOPE, blank, has_control
+
+
+def _name_like(value: object, limit: int) -> TypeGuard[str]:
+    """A claim that names a principal or a scope: a string of 1-`limit` characters, not blank,
+    without control characters."""
+    return isinstance(value, str) and not blank(value) and len(value) <= limit and not has_control(value)
+
 
 ALLOWED_ALGORITHMS = ("EdDSA", "RS256", "ES256")
 LEEWAY_SECONDS = 30
@@ -213,14 +221,14 @@ class TokenVerifier:
             value = claims.get(claim)
             if claim in claims and (isinstance(value, bool) or not isinstance(value, int | float)):
                 raise Unauthenticated(f"the token's '{claim}' claim must be a number (epoch seconds)")
+        # the subject and the end user are scopes where no other is named (MCP's tools, a
+        # conversation's default scope): each holds to a scope's rules, or the token is refused
         sub = claims.get("sub")
-        if not isinstance(sub, str) or not sub.strip() or len(sub) > 255 or "\x00" in sub:
-            raise Unauthenticated("token subject must be a non-empty string without NUL characters")
+        if not _name_like(sub, MAX_PRINCIPAL):
+            raise Unauthenticated("token subject must be a non-empty string without control characters")
         on_behalf_of = claims.get("on_behalf_of")
-        if on_behalf_of is not None and (
-            not isinstance(on_behalf_of, str) or not on_behalf_of.strip() or "\x00" in on_behalf_of
-        ):
-            raise Unauthenticated("on_behalf_of must be a non-empty string without NUL characters")
+        if on_behalf_of is not None and not _name_like(on_behalf_of, MAX_SCOPE):
+            raise Unauthenticated(f"on_behalf_of must be 1-{MAX_SCOPE} characters, no control characters")
         return Principal(name=sub, on_behalf_of=on_behalf_of), kid, key, float(claims["exp"])
 
 

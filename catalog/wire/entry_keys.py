@@ -116,6 +116,8 @@ def validate_path_prefix(prefix: str | None, field: str = "path_prefix") -> str 
 def _name_like(value: str | None, field: str, limit: int) -> str:
     if value is None or value == "":
         raise InvalidParameter(f"{field} is required and must not be empty", field)
+    if not value.strip():
+        raise InvalidParameter(f"{field} must not be blank", field)
     if len(value) > limit:
         raise InvalidParameter(f"{field} must be at most {limit} characters", field)
     if has_control(value):

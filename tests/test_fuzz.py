@@ -157,7 +157,8 @@ SEMANTIC: dict[str, list[str]] = {
     "agentsCreateSession": [r"parent_session_id .* is no session of this store"],
     "agentsForkSession": [r"up_to_item_id"],  # an item of the source session
     "agentsListSessions": [r"filter must be"],  # its grammar is in the description
-    "agentsAppendSessionItems": [r"must not contain the NUL character"],  # jsonb holds none
+    # jsonb holds no NUL: the request gate says so first where it finds one, else the slice
+    "agentsAppendSessionItems": [r"must not contain (the )?NUL character"],
     # items are OpenAI's union of item shapes (by `type`), checked as docs/dialects/openai.md says,
     # and hold no NUL anywhere (a key included)
     # without memory_store, the server's default store (none is set here); with it, a scope

@@ -316,7 +316,7 @@ def test_erasing_a_subject_leaves_nothing_that_names_it(client, token, settings,
         "public.grants.scopes",
         "public.policy_log.d",
         "public.memory_stores.shared_scopes",
-        "public.pipeline_runs.maintenance",
+        "public.pipeline_runs.reports",
     } <= set(before), before
     assert not any(place.startswith("public.audit_events") for place in before)  # pseudonyms only
     assert SUBJECT in exported(client, token, a)

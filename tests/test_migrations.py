@@ -388,3 +388,73 @@ async def test_a_database_written_before_the_shard_keys_upgrades_and_reads(empty
         assert r.status_code == 200, r.text
         assert client.delete(conv, headers=headers).status_code == 200
         assert client.get(conv, headers=headers).status_code == 404
+
+
+async def test_the_maintenance_steps_columns_become_the_registrys(empty_database_url, tmp_path):
+    """0039: a pipeline that maintained names the step, a run that maintained takes it with its
+    dry_run, a report kept on a run is that step's report, and the step's own columns are gone
+    (a copy of a report left there would be one that erasing a data subject does not reach)."""
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        await apply_migrations(conn, _before(tmp_path, 38))  # type: ignore[arg-type]
+        assert await bootstrap(conn, "admin") is True
+        schema_id = await conn.fetchval("SELECT id FROM schemas WHERE name = 'default'")
+        stores = [
+            await conn.fetchval(
+                "INSERT INTO memory_stores (schema_id, name, owner, created_by, updated_by, kind) "
+                "VALUES ($1, $2, 'admin', 'admin', 'admin', $3) RETURNING id",
+                schema_id,
+                name,
+                kind,
+            )
+            for name, kind in (("mx-notes", "memory"), ("mx-log", "session"), ("mx-other", "memory"))
+        ]
+        maintains, plain = [
+            await conn.fetchval(
+                "INSERT INTO memory_pipelines (session_store_id, memory_store_id, creator, maintain) "
+                "VALUES ($1, $2, 'admin', $3) RETURNING id",
+                stores[1],
+                target,
+                maintain,
+            )
+            for target, maintain in ((stores[0], True), (stores[2], False))
+        ]
+        report = {"dry_run": True, "scopes_reviewed": 1, "actions": [{"action": "split", "scope": "u"}]}
+        runs = {
+            name: await conn.fetchval(
+                "INSERT INTO pipeline_runs (pipeline, run_number, trigger, requested_by, maintain, dry_run, "
+                "maintenance, state) VALUES ($1, $2, 'MANUAL', 'admin', $3, $4, $5::jsonb, "
+                "CASE WHEN $5::jsonb IS NULL THEN 'PENDING' ELSE 'SUCCEEDED' END) RETURNING id",
+                pipeline,
+                number,
+                maintain,
+                dry_run,
+                None if kept is None else json.dumps(kept),
+            )
+            for name, (pipeline, number, maintain, dry_run, kept) in {
+                "done": (maintains, 1, True, True, report),
+                "pending": (maintains, 2, True, False, None),
+                "without": (plain, 1, False, False, None),
+            }.items()
+        }
+
+        assert [m.version for m in await apply_migrations(conn)][:1] == [39]
+
+        steps = dict(await conn.fetch("SELECT id, steps FROM memory_pipelines"))
+        assert steps == {maintains: ["maintain"], plain: []}
+        kept = {
+            row["id"]: (json.loads(row["steps"]), json.loads(row["reports"]))
+            for row in await conn.fetch("SELECT id, steps::text, reports::text FROM pipeline_runs")
+        }
+        assert kept == {
+            runs["done"]: ({"maintain": {"dry_run": True}}, {"maintain": report}),
+            runs["pending"]: ({"maintain": {"dry_run": False}}, {}),
+            runs["without"]: ({}, {}),
+        }
+        left = await conn.fetch(
+            "SELECT column_name FROM information_schema.columns WHERE table_name IN "
+            "('memory_pipelines', 'pipeline_runs') AND column_name IN ('maintain', 'dry_run', 'maintenance')"
+        )
+        assert left == []
+    finally:
+        await conn.close()

@@ -2,9 +2,10 @@
 the memories of the scopes the run extracted into and consolidates them.
 
 Rules:
-- the step runs when the run maintains (`maintain` on the run, else the pipeline's
-  `dreamer_policy.maintain`), after every session of the run is done, once: its report is kept on
-  the run (`pipeline_runs.maintenance`), so a run taken over afterwards does not do it again;
+- the step (`STEP`, named `maintain` in `catalog.dialects.pipelines.registry`) runs when the run
+  maintains (`maintain` on the run, else the pipeline's `dreamer_policy.maintain`), after every
+  session of the run is done, once: its report is kept on the run (`pipeline_runs.reports`), so a
+  run taken over afterwards does not do it again;
 - the scopes reviewed are those of the run's sessions that were extracted or unchanged (their
   actors), in order; the model never chooses a scope. A store under legal hold is left alone (the
   report says `held`);
@@ -37,6 +38,8 @@ import msgspec
 
 from catalog.auth import Principal
 from catalog.context import Context
+from catalog.dialects.pipelines.repo import ERASED
+from catalog.dialects.pipelines.steps import Done, Step, StepRun
 from catalog.entries import operations as ops
 from catalog.entries import service as entries
 from catalog.entries.repo import EntryRow
@@ -391,3 +394,38 @@ TOOLS: tuple[Tool, ...] = (
 )
 BY_NAME = {tool.name: tool for tool in TOOLS}
 KEPT = ("path", "by")  # the arguments a tool call's audit event keeps (as path pseudonyms)
+
+
+async def _step(run: StepRun) -> Done:
+    """The step as a run takes it (its one option: `dry_run`)."""
+    report = await maintain(
+        run.ctx,
+        run.owner,
+        run.pipeline.memory_store_full_name,
+        run.scopes,
+        dry_run=bool(run.options.get("dry_run")),
+        instructions=run.pipeline.instructions,
+        model=run.pipeline.model,
+    )
+    return Done(report.as_dict(), report.counts(), len(report.actions), report.error)
+
+
+def erase_report(report: dict[str, Any], subject: str) -> dict[str, Any] | None:
+    """The report without a data subject: the actions in its scopes (`subject`, and those starting
+    `subject:`) go, with the paths they name; an error that names it anywhere (free text: any
+    mention counts) becomes ERASED; the counts stay (what was done). None when it names nothing."""
+
+    def named(action: Any) -> bool:
+        scope = action.get("scope") if isinstance(action, dict) else None
+        return isinstance(scope, str) and (scope == subject or scope.startswith(f"{subject}:"))
+
+    actions = report.get("actions") or []
+    kept = [action for action in actions if not named(action)]
+    error = report.get("error")
+    mentioned = isinstance(error, str) and subject in error
+    if len(kept) == len(actions) and not mentioned:
+        return None
+    return {**report, "actions": kept, **({"error": ERASED} if mentioned else {})}
+
+
+STEP = Step("maintain", _step, erase_report)

@@ -19,7 +19,8 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import asyncpg
@@ -48,7 +49,7 @@ class PipelineRow:
     trigger: str
     creator: str
     version: int
-    maintain: bool
+    steps: tuple[str, ...]  # the steps its runs take after the sessions (catalog.dialects.pipelines.steps)
     created_at: int  # epoch ms
     updated_at: int
     created_us: int  # the list's key, with the id
@@ -76,9 +77,9 @@ class RunRow:
     created_at: int
     started_at: int | None
     ended_at: int | None
-    maintain: bool = False  # the maintenance step runs after the sessions
-    dry_run: bool = False  # the maintenance step only reports what it would do
-    maintenance: dict[str, Any] | None = None  # the step's report, once done
+    # the steps it takes after the sessions, each with its options (catalog.dialects.pipelines.steps)
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)  # each step's, once done
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ _PIPELINE_COLUMNS = (
     "sc.name || '.' || s2.name || '.' || ss.name AS session_store_full_name, "
     "m.name AS memory_store, m.id::text AS memory_store_id, "
     "c.name || '.' || s.name || '.' || m.name AS memory_store_full_name, "
-    "p.display_name, p.model, p.instructions, p.trigger, p.creator, p.version, p.maintain, p.configured_by, "
+    "p.display_name, p.model, p.instructions, p.trigger, p.creator, p.version, p.steps, p.configured_by, "
     f"{_MS.format(col='p.created_at')} AS created_at, {_MS.format(col='p.updated_at')} AS updated_at, "
     "(extract(epoch FROM p.created_at) * 1000000)::bigint AS created_us, "
     "c.id::text AS c_id, c.owner AS c_owner, s.id::text AS s_id, s.owner AS s_owner, m.owner AS m_owner"
@@ -109,7 +110,7 @@ _RUN_COLUMNS = (
     "id::text AS id, pipeline::text AS pipeline, run_number, state, trigger, requested_by, error, "
     "planned, sessions_total, sessions_extracted, sessions_skipped, sessions_failed, entries_written, "
     f"attempts, {_MS.format(col='created_at')} AS created_at, {_MS.format(col='started_at')} AS started_at, "
-    f"{_MS.format(col='ended_at')} AS ended_at, maintain, dry_run, maintenance"
+    f"{_MS.format(col='ended_at')} AS ended_at, steps, reports"
 )
 
 
@@ -128,7 +129,7 @@ def _pipeline(row: asyncpg.Record) -> PipelineRow:
         trigger=row["trigger"],
         creator=row["creator"],
         version=row["version"],
-        maintain=row["maintain"],
+        steps=tuple(row["steps"]),
         configured_by=row["configured_by"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
@@ -158,13 +159,13 @@ async def insert_pipeline(
     instructions: str | None,
     trigger: str,
     creator: str,
-    maintain: bool = False,
+    steps: Sequence[str] = (),
 ) -> str:
     try:
         value = await conn.fetchval(
             "INSERT INTO memory_pipelines (session_store_id, memory_store_id, display_name, model, "
-            "instructions, trigger, scheduled_at, creator, maintain) VALUES ($1, $2, $3, $4, $5, $6, "
-            "CASE WHEN $6 = 'SCHEDULED' THEN clock_timestamp() END, $7, $8) RETURNING id::text",
+            "instructions, trigger, scheduled_at, creator, steps) VALUES ($1, $2, $3, $4, $5, $6, "
+            "CASE WHEN $6 = 'SCHEDULED' THEN clock_timestamp() END, $7, $8::text[]) RETURNING id::text",
             session_store_id,
             memory_store_id,
             display_name,
@@ -172,7 +173,7 @@ async def insert_pipeline(
             instructions,
             trigger,
             creator,
-            maintain,
+            list(steps),
         )
     except asyncpg.UniqueViolationError as exc:
         raise AlreadyExists(
@@ -209,7 +210,7 @@ async def update_pipeline(
     instructions: tuple[str | None] | None,
     trigger: str | None,
     expected_version: int | None,
-    maintain: bool | None = None,
+    steps: Sequence[str] | None = None,
     configured_by: str | None = None,
 ) -> int | None:
     """Set the fields given (a 1-tuple holds the new value, None leaves the field), and
@@ -222,7 +223,7 @@ async def update_pipeline(
         "instructions = CASE WHEN $6 THEN $7 ELSE instructions END, "
         "scheduled_at = CASE WHEN $8::text = 'SCHEDULED' AND trigger <> 'SCHEDULED' THEN clock_timestamp() "
         "  WHEN $8::text = 'MANUAL_ONLY' THEN NULL ELSE scheduled_at END, "
-        "trigger = coalesce($8::text, trigger), maintain = coalesce($10::boolean, maintain), "
+        "trigger = coalesce($8::text, trigger), steps = coalesce($10::text[], steps), "
         "configured_by = coalesce($11::text, configured_by), "
         "version = version + 1, updated_at = clock_timestamp() "
         "WHERE id = $1 AND ($9::bigint IS NULL OR version = $9) RETURNING version",
@@ -235,7 +236,7 @@ async def update_pipeline(
         instructions[0] if instructions else None,
         trigger,
         expected_version,
-        maintain,
+        None if steps is None else list(steps),
         configured_by,
     )
     return None if value is None else int(value)
@@ -264,10 +265,10 @@ async def insert_run(
     by: str,
     *,
     due_after: float | None = None,
-    maintain: bool | None = None,
-    dry_run: bool = False,
+    steps: dict[str, dict[str, Any]] | None = None,
 ) -> RunRow | int | None:
-    """A new PENDING run (in the caller's transaction, under the pipeline's row lock, which orders
+    """A new PENDING run, taking `steps` after its sessions (None: those its pipeline names, with
+    no options) (in the caller's transaction, under the pipeline's row lock, which orders
     concurrent inserts), or the number of the run already active, or None when the pipeline is
     gone or (`due_after` seconds given: a scheduled run) not due any more."""
     found = await conn.fetchrow(
@@ -288,18 +289,18 @@ async def insert_run(
         "UPDATE memory_pipelines SET next_run = next_run + 1 WHERE id = $1 RETURNING next_run - 1",
         pipeline_id,
     )
-    # a run maintains when asked, else as its pipeline says
+    # a run takes the steps asked for, else those its pipeline names
     row = await conn.fetchrow(
-        "INSERT INTO pipeline_runs (pipeline, run_number, trigger, requested_by, maintain, dry_run) "
-        "VALUES ($1, $2, $3, $4, "
-        "coalesce($5::boolean, (SELECT maintain FROM memory_pipelines WHERE id = $1)), $6) "
+        "INSERT INTO pipeline_runs (pipeline, run_number, trigger, requested_by, steps) "
+        "VALUES ($1, $2, $3, $4, coalesce($5::jsonb, "
+        "(SELECT coalesce(jsonb_object_agg(s, '{}'::jsonb), '{}') "
+        "FROM memory_pipelines p, unnest(p.steps) AS s WHERE p.id = $1))) "
         f"ON CONFLICT DO NOTHING RETURNING {_RUN_COLUMNS}",
         pipeline_id,
         number,
         trigger,
         by,
-        maintain,
-        dry_run,
+        steps,
     )
     if row is None:  # cannot happen under the row lock; the unique index is the last word
         return await active_run(conn, pipeline_id) or 0
@@ -529,7 +530,7 @@ async def first_failure(conn: Conn, run_id: str) -> str | None:
     return None if value is None else str(value)
 
 
-# --- the maintenance step ----------------------------------------------------------------------------
+# --- the steps after the sessions --------------------------------------------------------------------
 
 
 async def run_scopes(conn: Conn, run_id: str) -> list[str]:
@@ -544,12 +545,14 @@ async def run_scopes(conn: Conn, run_id: str) -> list[str]:
     return [row["actor_id"] for row in rows]
 
 
-async def record_maintenance(conn: Conn, run_id: str, worker: str, report: dict[str, Any]) -> bool:
-    """Keep the step's report on the run (while the worker holds its lease)."""
+async def record_report(conn: Conn, run_id: str, worker: str, step: str, report: dict[str, Any]) -> bool:
+    """Keep a step's report on the run (while the worker holds its lease)."""
     status: str = await conn.execute(
-        "UPDATE pipeline_runs SET maintenance = $3 WHERE id = $1 AND leased_by = $2",
+        "UPDATE pipeline_runs SET reports = reports || jsonb_build_object($3::text, $4::jsonb) "
+        "WHERE id = $1 AND leased_by = $2",
         run_id,
         worker,
+        step,
         report,  # (the pool's codec encodes JSON)
     )
     return status.endswith(" 1")
@@ -560,32 +563,32 @@ async def record_maintenance(conn: Conn, run_id: str, worker: str, report: dict[
 ERASED = "[erased]"  # an error that named an erased data subject
 
 
-async def erase_subject(conn: asyncpg.Connection, subject: str) -> int:
-    """Take a data subject out of the runs, in the caller's transaction (`catalog.erasure`): the
-    actions of a maintenance report in its scopes (`subject`, and those starting `subject:`) go,
-    with the paths they name; an error of a report, a run or a session that names the subject
-    anywhere (free text: any mention counts) becomes ERASED. The counts stay (what was done).
-    How many runs changed."""
+async def erase_subject(
+    conn: asyncpg.Connection,
+    subject: str,
+    erasers: Mapping[str, Callable[[dict[str, Any], str], dict[str, Any] | None]],
+) -> int:
+    """Take a data subject out of the runs, in the caller's transaction (`catalog.erasure`): each
+    step's report by that step's own rule (`erasers`, by step name: `catalog.dialects.pipelines.
+    registry`); an error of a run or a session that names the subject anywhere (free text: any
+    mention counts) becomes ERASED. The counts stay (what was done). How many runs changed."""
     changed: set[str] = set()
+    # the reports that mention it anywhere (as their JSON text spells it): each step then decides
     rows = await conn.fetch(
-        "SELECT id::text, maintenance FROM pipeline_runs WHERE maintenance IS NOT NULL AND ("
-        "EXISTS (SELECT 1 FROM jsonb_array_elements(maintenance -> 'actions') AS a "
-        "WHERE a ->> 'scope' = $1 OR starts_with(a ->> 'scope', $1 || ':')) "
-        "OR strpos(maintenance ->> 'error', $1) > 0) FOR UPDATE",
+        "SELECT id::text, reports FROM pipeline_runs WHERE reports <> '{}' "
+        "AND strpos(reports::text, btrim(to_jsonb($1::text)::text, '\"')) > 0 FOR UPDATE",
         subject,
     )
     for row in rows:
-        report = dict(row["maintenance"])
-
-        def kept(action: Any) -> bool:
-            scope = action.get("scope") if isinstance(action, dict) else None
-            return not (isinstance(scope, str) and (scope == subject or scope.startswith(f"{subject}:")))
-
-        report["actions"] = [action for action in report.get("actions") or [] if kept(action)]
-        if isinstance(report.get("error"), str) and subject in report["error"]:
-            report["error"] = ERASED
-        await conn.execute("UPDATE pipeline_runs SET maintenance = $2 WHERE id = $1::uuid", row[0], report)
-        changed.add(row[0])
+        reports = dict(row["reports"])
+        for step, report in row["reports"].items():
+            erase = erasers.get(step)
+            erased = erase(dict(report), subject) if erase is not None and isinstance(report, dict) else None
+            if erased is not None:
+                reports[step] = erased
+        if reports != row["reports"]:
+            await conn.execute("UPDATE pipeline_runs SET reports = $2 WHERE id = $1::uuid", row[0], reports)
+            changed.add(row[0])
     errors = await conn.fetch(
         "UPDATE pipeline_runs SET error = $2 WHERE strpos(error, $1) > 0 RETURNING id::text", subject, ERASED
     )

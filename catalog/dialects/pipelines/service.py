@@ -45,7 +45,8 @@ from catalog.access.seam import Refusal
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects.extraction.service import memory_store_name
-from catalog.dialects.pipelines import repo
+from catalog.dialects.pipelines import maintenance, repo
+from catalog.dialects.pipelines.registry import STEPS
 from catalog.dialects.pipelines.repo import PipelineRow, RunRow
 from catalog.dialects.pipelines.schemas import (
     PIPELINE_ID_PATTERN,
@@ -77,6 +78,7 @@ _PIPELINE_ID = re.compile(PIPELINE_ID_PATTERN)
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 _UPDATE_MASK = re.compile(UPDATE_MASK_PATTERN)
 _POLICY_FIELDS = ("model", "instructions", "trigger", "maintain")
+MAINTAIN = maintenance.STEP.name  # the wire's `maintain` and `maintenance` are this step's
 
 # Whom to tell that a run was created, per pool (the workers of this process on that database):
 # the worker starts it at once rather than at its next poll. Other processes find it by polling.
@@ -125,6 +127,13 @@ def _run_number(pipeline_id: str, value: str) -> int:
     return int(value)
 
 
+def _steps(named: tuple[str, ...], maintain: bool | None) -> list[str]:
+    """The steps named, in the registry's order, with the maintenance step added or taken away
+    (`maintain`; None: as named)."""
+    wanted = set(named) if maintain is None else {*named, MAINTAIN} if maintain else set(named) - {MAINTAIN}
+    return [name for name in STEPS if name in wanted]
+
+
 def trigger_value(value: str | None) -> str:
     """The trigger kept: TRIGGER_UNSPECIFIED (and none) is MANUAL_ONLY."""
     return "SCHEDULED" if value == "SCHEDULED" else "MANUAL_ONLY"
@@ -141,7 +150,7 @@ def to_pipeline(row: PipelineRow) -> MemoryPipeline:
             instructions=row.instructions,
             trigger="SCHEDULED" if row.trigger == "SCHEDULED" else "MANUAL_ONLY",
             enabled=row.trigger == "SCHEDULED",
-            maintain=row.maintain,
+            maintain=MAINTAIN in row.steps,
         ),
         etag=str(row.version),
         creator=row.creator,
@@ -171,8 +180,8 @@ def to_run(row: RunRow, shown: Callable[[str], bool] | None = None) -> PipelineR
         sessions_skipped=row.sessions_skipped,
         sessions_failed=row.sessions_failed,
         entries_written=row.entries_written,
-        maintain=row.maintain,
-        maintenance=_report(row.maintenance, shown) if row.maintenance is not None else None,
+        maintain=MAINTAIN in row.steps,
+        maintenance=_report(row.reports[MAINTAIN], shown) if MAINTAIN in row.reports else None,
     )
 
 
@@ -308,7 +317,7 @@ async def create(ctx: Context, principal: Principal, body: PipelineCreate) -> Me
             instructions=policy.instructions,
             trigger=trigger_value(policy.trigger),
             creator=principal.name,
-            maintain=bool(policy.maintain),
+            steps=[MAINTAIN] if policy.maintain else [],
         )
     return await _reload(ctx, pipeline_id)
 
@@ -397,7 +406,7 @@ async def update(
             instructions=(policy.instructions,) if "dreamer_policy.instructions" in fields else None,
             trigger=trigger_value(policy.trigger) if "dreamer_policy.trigger" in fields else None,
             expected_version=expected,
-            maintain=bool(policy.maintain) if "dreamer_policy.maintain" in fields else None,
+            steps=_steps(row.steps, bool(policy.maintain)) if "dreamer_policy.maintain" in fields else None,
             configured_by=principal.name if configures else None,
         )
         if version is None:
@@ -436,12 +445,14 @@ async def run(
     await _every_step(ctx, principal, target, source)
     require(ctx.llm)  # 501 when no upstream model is configured: no run could do anything
     asked = body or RunRequest()
-    if asked.dry_run and not (asked.maintain or (asked.maintain is None and row.maintain)):
-        raise InvalidParameter("dry_run is the maintenance step's: give maintain: true too", "dry_run")
+    steps = None  # as the pipeline says when the run is created
+    if asked.maintain is not None or asked.dry_run:
+        names = _steps(row.steps, asked.maintain)
+        if asked.dry_run and MAINTAIN not in names:
+            raise InvalidParameter("dry_run is the maintenance step's: give maintain: true too", "dry_run")
+        steps = {name: {"dry_run": True} if name == MAINTAIN and asked.dry_run else {} for name in names}
     async with audited(ctx.pool) as conn:
-        created = await repo.insert_run(
-            conn, row.id, "MANUAL", principal.name, maintain=asked.maintain, dry_run=asked.dry_run
-        )
+        created = await repo.insert_run(conn, row.id, "MANUAL", principal.name, steps=steps)
         if created is None:
             raise NotFound(f"memory pipeline {pipeline_id} does not exist")
         if isinstance(created, int):

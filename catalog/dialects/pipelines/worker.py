@@ -64,7 +64,8 @@ from catalog.access.seam import Refusal
 from catalog.auth import Principal
 from catalog.context import Context
 from catalog.dialects.extraction import service as extraction
-from catalog.dialects.pipelines import maintenance, repo
+from catalog.dialects.pipelines import repo
+from catalog.dialects.pipelines.registry import STEPS
 from catalog.dialects.pipelines.repo import PipelineRow, PlannedSession, RunRow
 from catalog.dialects.pipelines.service import (
     listen_for_new_runs,
@@ -73,6 +74,7 @@ from catalog.dialects.pipelines.service import (
     run_name,
     run_principals,
 )
+from catalog.dialects.pipelines.steps import Step, StepRun
 from catalog.dialects.sessions import repo as sessions_repo
 from catalog.dialects.sessions import service as sessions
 from catalog.entries.service import resolve_store
@@ -295,14 +297,15 @@ class PipelineWorker:
             counts = await repo.get_run_by_id(self.ctx.pool, run.id)
             if counts is None:
                 return
-            # the maintenance step, unless done before a takeover
-            maintained = not counts.maintain or counts.maintenance is not None
-            if not maintained:
+            # the steps after the sessions, each unless done before a takeover
+            for step in STEPS.values():
+                if step.name not in counts.steps or step.name in counts.reports:
+                    continue
                 refused = await refusal(self.ctx, pipeline, answers_to)
                 if refused is not None:
                     await self._refused(run, name, audit, store, refused)
                     return
-                if not await self._maintain(pipeline, owner, counts, audit, store):
+                if not await self._step(step, pipeline, owner, counts, audit, store):
                     log.warning("pipeline run: lease lost, stopped", extra={"run": name})
                     return
             state, error = "SUCCEEDED", None
@@ -360,30 +363,28 @@ class PipelineWorker:
         )
         log.info("pipeline run refused", extra={"run": name})
 
-    async def _maintain(
-        self, pipeline: PipelineRow, owner: Principal, run: RunRow, audit: Any, store: dict[str, Any]
+    async def _step(
+        self,
+        step: Step,
+        pipeline: PipelineRow,
+        owner: Principal,
+        run: RunRow,
+        audit: Any,
+        store: dict[str, Any],
     ) -> bool:
-        """The maintenance step over the scopes of the run's sessions, its report kept on the run
-        and in a `pipelines.run` event (phase `maintain`); False when the lease is lost."""
+        """A step over the scopes of the run's sessions, its report kept on the run and in a
+        `pipelines.run` event (phase: the step's name); False when the lease is lost."""
         scopes = await repo.run_scopes(self.ctx.pool, run.id)
-        report = await maintenance.maintain(
-            self.ctx,
-            owner,
-            pipeline.memory_store_full_name,
-            scopes,
-            dry_run=run.dry_run,
-            instructions=pipeline.instructions,
-            model=pipeline.model,
-        )
-        if not await repo.record_maintenance(self.ctx.pool, run.id, self.name, report.as_dict()):
+        done = await step.run(StepRun(self.ctx, owner, pipeline, scopes, run.steps.get(step.name) or {}))
+        if not await repo.record_report(self.ctx.pool, run.id, self.name, step.name, done.report):
             return False
         await record_background(
             audit,
             action_name="pipelines.run",
             **store,
-            params={"phase": "maintain", **report.counts()},
-            result_count=len(report.actions),
-            reason=report.error,
+            params={"phase": step.name, **done.params},
+            result_count=done.result_count,
+            reason=done.reason,
         )
         return True
 

@@ -44,12 +44,14 @@ class _Held:
 _BY_EVENT: WeakKeyDictionary[PendingEvent, _Held] = WeakKeyDictionary()
 
 
-def _held(pending: PendingEvent | None = None) -> _Held | None:
-    pending = pending if pending is not None else current.get()
+def _held(*, create: bool = False) -> _Held | None:
+    """The current request's limits; made only for what adds to them (`create`): a request
+    whose decisions are all whole, the usual one, keeps nothing."""
+    pending = current.get()
     if pending is None:
         return None
     held = _BY_EVENT.get(pending)
-    if held is None:
+    if held is None and create:
         held = _BY_EVENT[pending] = _Held()
     return held
 
@@ -57,7 +59,7 @@ def _held(pending: PendingEvent | None = None) -> _Held | None:
 def note(action_name: str, securable: Any, decision: Any) -> ScopeLimit | None:
     """Keep an action allowed only in some scopes (one per action and store), for the scopes the
     request reaches to be held to it. None when there is no request to keep it in."""
-    held = _held()
+    held = _held(create=True)
     if held is None:
         return None
     for limit in held.limits:
@@ -77,7 +79,7 @@ def on(securable_id: str) -> list[ScopeLimit]:
 def reached(securable_id: str) -> set[str]:
     """The scopes of a securable the current request has reached so far (held to its limits);
     the set is the request's own, to add to."""
-    held = _held()
+    held = _held(create=True)
     return set() if held is None else held.reached.setdefault(securable_id, set())
 
 

@@ -16,6 +16,7 @@ async def locate(
     securable_type: SecurableType,
     parts: list[str],
     store_kind: str | None = "memory",
+    fresh: bool = False,
 ) -> Securable:
     """The chain of existing objects from the metastore down to `parts`. A store of another kind
     than `store_kind` (`memory` or `session`; None: either) is not found: each dialect's store
@@ -23,7 +24,7 @@ async def locate(
     full_name = ".".join(parts) if parts else metastore.full_name
     chain = [metastore]
     catalog, schema, store = [*parts, None, None, None][:3]
-    row = await repo.chain_row(conn, catalog, schema, store, store_kind)
+    row = await repo.chain_row(conn, catalog, schema, store, store_kind, fresh)
     if parts:
         for depth, (prefix, node_type) in enumerate(
             [("c", SecurableType.CATALOG), ("s", SecurableType.SCHEMA), ("m", SecurableType.MEMORY_STORE)],

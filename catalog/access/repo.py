@@ -14,18 +14,21 @@ import asyncpg
 # least as new as what it sees), and the store's scope rules (its binding and shared scopes: what
 # every request on its entries checks, read with the store rather than by another query) and its
 # trust policy (what every write to its entries is judged by; NULL for a store without one); and
-# the store's head in the entries' change log (`changes`, on its primary key) and whether an entry
-# of it lacks its vector (`unembedded`, on the partial index of such rows): what a search's
-# full-text index must hold, and whether its vectors are complete, for every write committed
-# before the request, known without queries of its own.
+# for a search ($5), the store's head in the entries' change log (`changes`, on its primary key)
+# and whether an entry of it lacks its vector (`unembedded`, on the partial index of such rows):
+# what its full-text index must hold, and whether its vectors are complete, for every write
+# committed before the request, known without queries of its own (other requests read NULL: the
+# subqueries in an untaken CASE branch do not run).
 _CHAIN = """
 SELECT c.id AS c_id, c.owner AS c_owner, s.id AS s_id, s.owner AS s_owner, m.id AS m_id, m.owner AS m_owner,
        m.scope_binding AS m_scope_binding, m.shared_scopes AS m_shared_scopes,
        m.trust_policy AS m_trust_policy,
        (SELECT coalesce(max(seq), 0) FROM policy_log) AS revision,
-       (SELECT coalesce(max(seq), 0) FROM entry_changes WHERE store_id = m.id) AS changes,
-       EXISTS (SELECT 1 FROM entries WHERE store_id = m.id AND embedded_version IS DISTINCT FROM version)
-           AS unembedded
+       CASE WHEN $5::boolean THEN (SELECT coalesce(max(seq), 0) FROM entry_changes WHERE store_id = m.id)
+       END AS changes,
+       CASE WHEN $5::boolean THEN EXISTS (
+           SELECT 1 FROM entries WHERE store_id = m.id AND embedded_version IS DISTINCT FROM version)
+       END AS unembedded
 FROM (SELECT 1) AS one
 LEFT JOIN catalogs c ON c.name = $1
 LEFT JOIN schemas s ON s.catalog_id = c.id AND s.name = $2
@@ -74,11 +77,13 @@ async def chain_row(
     schema: str | None,
     store: str | None,
     store_kind: str | None,
+    fresh: bool = False,
 ) -> asyncpg.Record:
     """The ids and owners of the named catalog, schema and store (`c_`, `s_`, `m_`; NULL where
     absent; a store only of `store_kind` unless None), the store's `m_scope_binding`,
-    `m_shared_scopes` and `m_trust_policy`, the policy `revision`, the store's head in the entries' change
-    log `changes` (0 without a store) and whether an entry of it lacks its vector `unembedded`."""
-    row = await conn.fetchrow(_CHAIN, catalog, schema, store, store_kind)
+    `m_shared_scopes` and `m_trust_policy`, the policy `revision`; with `fresh` (a search), the
+    store's head in the entries' change log `changes` (0 without a store) and whether an entry of
+    it lacks its vector `unembedded` (else both NULL)."""
+    row = await conn.fetchrow(_CHAIN, catalog, schema, store, store_kind, fresh)
     assert row is not None  # one row always: the joins are outer joins onto a single row
     return row

@@ -53,9 +53,16 @@ class Access:
         return self.metastore.id
 
     async def locate(
-        self, securable_type: SecurableType, parts: Sequence[str] = (), store_kind: str | None = "memory"
+        self,
+        securable_type: SecurableType,
+        parts: Sequence[str] = (),
+        store_kind: str | None = "memory",
+        *,
+        fresh: bool = False,
     ) -> Securable:
-        return await locate(self.pool, self.metastore, securable_type, list(parts), store_kind)
+        """The securable named by `parts` (with `fresh`, a store's search freshness too:
+        `Securable.changes`, `Securable.unembedded`)."""
+        return await locate(self.pool, self.metastore, securable_type, list(parts), store_kind, fresh)
 
     async def resolve(
         self,
@@ -66,10 +73,12 @@ class Access:
         *,
         missing: type[NotFound] = NotFound,
         store_kind: str | None = "memory",
+        fresh: bool = False,
     ) -> Securable:
         """The securable, once `action_name` is allowed on it and it exists (else 403 / 404).
-        A memory store is found only when of `store_kind` (`memory`, `session`; None: either)."""
-        securable = await self.locate(securable_type, parts, store_kind)
+        A memory store is found only when of `store_kind` (`memory`, `session`; None: either);
+        `fresh`: for a search (`locate`)."""
+        securable = await self.locate(securable_type, parts, store_kind, fresh=fresh)
         await self.authorizer.ensure(principal, action(action_name), securable)
         if not securable.exists:
             kind = "session store" if store_kind == "session" else securable.kind

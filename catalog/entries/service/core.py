@@ -112,10 +112,12 @@ async def resolve_store(
     scopes: Sequence[str] | None = None,
     *,
     field: str = "memory_store",
+    fresh: bool = False,
 ) -> Securable:
-    """Authorize `action_name` on the store, then hold the scopes to its scope binding."""
+    """Authorize `action_name` on the store, then hold the scopes to its scope binding (`fresh`:
+    for a search, which learns its index's freshness with the store)."""
     parts = split_full_name(full_name, 3, field)
-    store = await ctx.access.resolve(principal, action_name, SecurableType.MEMORY_STORE, parts)
+    store = await ctx.access.resolve(principal, action_name, SecurableType.MEMORY_STORE, parts, fresh=fresh)
     if scopes is not None:
         await check_binding(ctx, principal, store, scopes)
     return store

@@ -47,7 +47,7 @@ async def search(ctx: Context, principal: Principal, op: ops.Search) -> Found[En
     that may have missed entries (`degraded`)."""
 
     async def authorize(scopes: list[str]) -> Securable:
-        return await resolve_store(ctx, principal, op.store, "entries.read", scopes)
+        return await resolve_store(ctx, principal, op.store, "entries.read", scopes, fresh=True)
 
     _, found = await _ranked(ctx, op, authorize, op.top_k, principal)
     note_result(len(found.hits))
@@ -166,7 +166,7 @@ async def delete_matching(ctx: Context, principal: Principal, op: ops.DeleteMatc
     )
 
     async def authorize(scopes: list[str]) -> Securable:
-        store = await resolve_store(ctx, principal, op.store, "entries.write", scopes)
+        store = await resolve_store(ctx, principal, op.store, "entries.write", scopes, fresh=True)
         await _ensure_may_read(ctx, principal, store, "a delete by query")
         await ensure_not_held(ctx, store, "deleted")
         return store

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -53,24 +54,25 @@ class Refused(Exception):
     """The caller was refused, in the surface's own form (checked by the adapter)."""
 
 
-class Surface:
+class Surface(ABC):
     name: ClassVar[str]
     can: ClassVar[frozenset[str]]
 
     def __init__(self, app: TestClient, settings: Settings, store: str) -> None:
         self.app, self.settings, self.store = app, settings, store
 
-    def write(self, scope: str, key: str, text: str, who: str = "admin") -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def write(self, scope: str, key: str, text: str, who: str = "admin") -> None: ...
 
     def read(self, scope: str, key: str, who: str = "admin") -> str | None:
-        raise NotImplementedError
+        """The text at the key; only a surface that can (READ in `can`) reads by key."""
+        raise TypeError(f"{self.name} reads no entry by key: the spec's tests ask it only what it `can`")
 
-    def search(self, scope: str, words: str, who: str = "admin") -> list[str]:
-        raise NotImplementedError
+    @abstractmethod
+    def search(self, scope: str, words: str, who: str = "admin") -> list[str]: ...
 
-    def delete(self, scope: str, key: str, who: str = "admin") -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def delete(self, scope: str, key: str, who: str = "admin") -> None: ...
 
     def client(self, who: str) -> Client:
         return Client(BASE, mint_dev_token(self.settings, who), http=self.app)

@@ -30,7 +30,7 @@ import urllib.request
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -42,14 +42,7 @@ from catalog.auth.principal import Principal
 from catalog.auth.signing import ensure_dev_key, key_id, load_dev_private_key
 from catalog.errors import Unauthenticated
 from catalog.settings import Settings
-from catalog.wire.inputs import MAX_PRINCIPAL, MAX_SCOPE, blank, has_control
-
-
-def _name_like(value: object, limit: int) -> TypeGuard[str]:
-    """A claim that names a principal or a scope: a string of 1-`limit` characters, not blank,
-    without control characters."""
-    return isinstance(value, str) and not blank(value) and len(value) <= limit and not has_control(value)
-
+from catalog.wire.inputs import MAX_PRINCIPAL, MAX_SCOPE, name_like
 
 ALLOWED_ALGORITHMS = ("EdDSA", "RS256", "ES256")
 LEEWAY_SECONDS = 30
@@ -224,10 +217,10 @@ class TokenVerifier:
         # the subject and the end user are scopes where no other is named (MCP's tools, a
         # conversation's default scope): each holds to a scope's rules, or the token is refused
         sub = claims.get("sub")
-        if not _name_like(sub, MAX_PRINCIPAL):
+        if not name_like(sub, MAX_PRINCIPAL):
             raise Unauthenticated("token subject must be a non-empty string without control characters")
         on_behalf_of = claims.get("on_behalf_of")
-        if on_behalf_of is not None and not _name_like(on_behalf_of, MAX_SCOPE):
+        if on_behalf_of is not None and not name_like(on_behalf_of, MAX_SCOPE):
             raise Unauthenticated(f"on_behalf_of must be 1-{MAX_SCOPE} characters, no control characters")
         return Principal(name=sub, on_behalf_of=on_behalf_of), kid, key, float(claims["exp"])
 

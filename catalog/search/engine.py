@@ -398,7 +398,10 @@ class SearchEngine:
             semantic=semantic,
             covered=covered,
             cosine=cosine,
-            near=_given_neighbours(rows, list(dict.fromkeys(keyword + semantic))),
+            # neighbours lift hybrid scores only
+            near=_given_neighbours(rows, list(dict.fromkeys(keyword + semantic)))
+            if query.mode == "hybrid"
+            else None,
             weights=self.weights,
             explain=query.explain,
         )

@@ -206,6 +206,14 @@ def _problem(error: str) -> tuple[str, str | None]:
 MAX_SCOPE = 256
 MAX_PRINCIPAL = 255
 
+
+def name_like(value: object, limit: int) -> typing.TypeGuard[str]:
+    """Whether `value` may name a scope, a session or a principal: a string of 1-`limit`
+    characters, not only whitespace, without control characters (`catalog.wire.entry_keys`
+    answers which rule a request broke; a token's claims are only accepted or not)."""
+    return isinstance(value, str) and bool(value.strip()) and len(value) <= limit and not has_control(value)
+
+
 Scope = typing.Annotated[
     str,
     msgspec.Meta(

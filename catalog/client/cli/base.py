@@ -1,17 +1,6 @@
-"""The `catalog` command's remote commands: stores, grants, entries and the audit log of a running
-server, through `catalog.client`.
-
-Rules:
-- the server is `--url` (else `CATALOG_URL`, else http://127.0.0.1:8080), the bearer token
-  `--token` (else `CATALOG_TOKEN`); `--json` prints the API's JSON answer unchanged (a list read
-  over several pages: one object of the same shape holding every item read). The three options
-  may come before or after the subcommand;
-- otherwise stdout gets plain tables for people (long cells cut, times in UTC), and stderr the
-  progress of lists read over several pages when it is a terminal;
-- any failure exits 1 after exactly one line `error: CODE: message` on stderr: the server's
-  error code, `CONNECTION_FAILED`/`TIMEOUT` when no answer came, `USAGE` for arguments the
-  command itself refuses.
-"""
+"""What every remote command shares (the rules are the package's, `catalog.client.cli`): the
+remote options and `client_for`, dispatch with its one-line failures (`run`, `fail`), lists read
+over several pages, and the output of one object or a list (plain, or `--json`)."""
 
 from __future__ import annotations
 

@@ -297,13 +297,12 @@ class SearchEngine:
             explained = Explained(details, runs) if query.explain else None
             return Ranking(scores, () if complete else ("semantic",), explained)
         if query.mode == "keyword":
-            (keyword, fresh), ms = await _timed(self._keyword(query))
-            found = [doc for doc, _ in keyword]
+            (keyword, covered, fresh), ms = await _timed(self._keyword(query))
             scores, details = fuse(
                 "keyword",
-                keyword=found,
+                keyword=[doc for doc, _ in keyword],
                 semantic=(),
-                covered=await self._coverage(query, found),
+                covered=covered,
                 cosine={},
                 bm25=dict(keyword),
                 weights=self.weights,
@@ -312,16 +311,18 @@ class SearchEngine:
             runs = (LegRun("keyword", len(keyword), ms, fresh),)
             explained = Explained(details, runs) if query.explain else None
             return Ranking(scores, () if fresh else ("keyword",), explained)
-        ((keyword, fresh), keyword_ms), ((vector, semantic, complete), semantic_ms) = await asyncio.gather(
-            _timed(self._keyword(query)), _timed(self._semantic(query))
-        )
+        (
+            ((keyword, covered, fresh), keyword_ms),
+            ((vector, semantic, complete), semantic_ms),
+        ) = await asyncio.gather(_timed(self._keyword(query)), _timed(self._semantic(query)))
         fusion_started = time.perf_counter()
         with telemetry.search_fusion():
             cosine = dict(semantic)
             candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
             unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
-            covered, (near, more_cosine) = await asyncio.gather(
-                self._coverage(query, candidates),
+            uncovered = [doc for doc in candidates if doc not in covered]  # found by the vectors only
+            more_covered, (near, more_cosine) = await asyncio.gather(
+                self._coverage(query, uncovered),
                 neighbours.context(
                     self.pool,
                     query.store_id,
@@ -334,6 +335,7 @@ class SearchEngine:
                 ),
             )
             cosine.update(more_cosine)
+            covered = {**covered, **more_covered}
             scores, details = fuse(
                 "hybrid",
                 keyword=[doc for doc, _ in keyword],
@@ -422,11 +424,12 @@ class SearchEngine:
         return stored, len(missing) <= GIVEN_EMBED
 
     @telemetry.search_leg("keyword")
-    async def _keyword(self, query: Query) -> tuple[list[tuple[str, float]], bool]:
-        """BM25's candidates, and whether the index held every write committed before the call."""
+    async def _keyword(self, query: Query) -> tuple[list[tuple[str, float]], dict[str, float], bool]:
+        """BM25's candidates, each one's share of the query's term weight (`coverage`), and
+        whether the index held every write committed before the call."""
         index, fresh = await self._index(query)
-        hits = await self._placement(query.corpus, "search").run(
-            index.search,
+        hits, covered = await self._placement(query.corpus, "search").run(
+            index.search_covered,
             query.store_id,
             list(query.scopes),
             query.text,
@@ -437,7 +440,7 @@ class SearchEngine:
             within=await self._within(query),
             include_inactive=query.include_inactive,
         )
-        return hits, fresh
+        return hits, covered, fresh
 
     def _placement(self, corpus: Corpus, call: str) -> Placement:
         key = (corpus.name, call)

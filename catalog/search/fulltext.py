@@ -432,23 +432,42 @@ class FullTextIndex:
         its document count); the score is answered to SCORE_DECIMALS decimals. What stays global
         is the average length of a field, BM25's length normalization: it moves with the volume
         of text written anywhere, never with which words it holds."""
-        terms = self.query_terms(text, MAX_QUERY_TERMS_ANY)
-        if not terms:
-            return []  # nothing left to match (only stopwords): an empty query would match everything
-        view = self.view()
-        searcher = view.searcher
         scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive)
         key = self._key(store_id, scopes, session_id, path_prefix, where, include_inactive)
-        admitted = self._counts.get(key, lambda: self._count(searcher, scoped))
+        return self._search(self.view(), scoped, key, text, limit)[0]
+
+    def search_covered(
+        self,
+        store_id: str,
+        scopes: list[str],
+        text: str,
+        limit: int,
+        *,
+        session_id: str | None = None,
+        path_prefix: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        within: Sequence[str] | None = None,
+        include_inactive: bool = False,
+    ) -> tuple[list[tuple[str, float]], dict[str, float]]:
+        """`search`'s hits and each one's `coverage`, in one call: the query is analysed, its
+        filter built and its terms weighed once for both."""
+        scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive)
+        key = self._key(store_id, scopes, session_id, path_prefix, where, include_inactive)
+        view = self.view()
+        hits, terms, weights = self._search(view, scoped, key, text, limit)
+        covered = terms[:MAX_COVERAGE_TERMS]
+        return hits, self._held(view, covered, [weights[t] for t in covered], [doc for doc, _ in hits])
+
+    def _search(
+        self, view: View, scoped: list[tuple[Any, Any]], key: tuple[Any, ...], text: str, limit: int
+    ) -> tuple[list[tuple[str, float]], list[str], dict[str, float]]:
+        """`search`'s hits, the query's terms and the local weight of its first MAX_QUERY_TERMS."""
+        terms = self.query_terms(text, MAX_QUERY_TERMS_ANY)
+        if not terms:
+            return [], [], {}  # nothing left to match (only stopwords): an empty query would match everything
+        weights = self._weights(view, scoped, key, terms[:MAX_QUERY_TERMS])
         everywhere = view.doc_freq("doc", EVERY_DOC)
         weighed = []
-        weights: dict[str, float] = {}
-        for term in terms[:MAX_QUERY_TERMS]:
-            # (a count may be up to COUNT_TTL old: it weighs the term, it never leaves it out)
-            held_by = self._counts.get(
-                (*key, term), partial(self._count, searcher, [*scoped, self._anywhere(term)])
-            )
-            weights[term] = term_weight(admitted, held_by)
         lightest = min(weights.values(), default=0.0)
         for term in terms:
             local = weights.get(term, lightest)
@@ -460,7 +479,7 @@ class FullTextIndex:
                 factor = boost * local / term_weight(everywhere, doc_freq)
                 weighed.append((tantivy.Occur.Should, tantivy.Query.boost_query(clause, factor)))
         if not weighed:
-            return []
+            return [], terms, weights
         # the filter scores nothing (its terms' BM25 would weigh a store's or scope's size
         # in the whole index): only the query's terms do
         admits = tantivy.Query.const_score_query(tantivy.Query.boolean_query(scoped), 0.0)
@@ -469,13 +488,29 @@ class FullTextIndex:
         )
         # an entry is as good as its best passage: enough passages for `limit` entries, mostly
         best: dict[str, float] = {}
-        for score, address in searcher.search(query, limit * PASSAGES_PER_HIT).hits:
+        for score, address in view.searcher.search(query, limit * PASSAGES_PER_HIT).hits:
             entry_id = view.entry_id(address)
             if entry_id not in best:
                 best[entry_id] = round(float(score), SCORE_DECIMALS)
                 if len(best) == limit:
                     break
-        return list(best.items())
+        return list(best.items()), terms, weights
+
+    def _weights(
+        self, view: View, scoped: list[tuple[Any, Any]], key: tuple[Any, ...], terms: list[str]
+    ) -> dict[str, float]:
+        """Each term's idf among the entries the filter admits (a count may be up to COUNT_TTL
+        old: it weighs the term, it never leaves it out)."""
+        searcher = view.searcher
+        admitted = self._counts.get(key, lambda: self._count(searcher, scoped))
+
+        def held_by(term: str) -> int:  # built only when the count is not kept
+            return self._count(searcher, [*scoped, self._anywhere(term)])
+
+        return {
+            term: term_weight(admitted, self._counts.get((*key, term), partial(held_by, term)))
+            for term in terms
+        }
 
     @staticmethod
     def _key(
@@ -572,17 +607,15 @@ class FullTextIndex:
         if not terms or not ids:
             return dict.fromkeys(ids, 0.0)
         view = self.view()
-        searcher = view.searcher
         scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive)
         key = self._key(store_id, scopes, session_id, path_prefix, where, include_inactive)
-        anywhere = [self._anywhere(term) for term in terms]
-        admitted = self._counts.get(key, lambda: self._count(searcher, scoped))
-        weights = []
-        for term, clause in zip(terms, anywhere, strict=True):
-            held_by = self._counts.get((*key, term), partial(self._count, searcher, [*scoped, clause]))
-            weights.append(term_weight(admitted, held_by))
+        weights = self._weights(view, scoped, key, terms)
+        return self._held(view, terms, [weights[t] for t in terms], ids)
+
+    def _held(self, view: View, terms: list[str], weights: list[float], ids: list[str]) -> dict[str, float]:
+        """Each entry's share of the terms' total weight that its best passage holds."""
         total = sum(weights)
-        if total <= 0:
+        if not terms or not ids or total <= 0:
             return dict.fromkeys(ids, 0.0)
         # Which terms each given entry holds, in one search: term i scores a constant 2**i, so an
         # entry's score is the bit set of its terms (exact in float32 for up to 24 terms).
@@ -592,13 +625,13 @@ class FullTextIndex:
             tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in ids_held]), 0.0
         )
         bits = [
-            (tantivy.Occur.Should, tantivy.Query.const_score_query(q[1], float(1 << i)))
-            for i, q in enumerate(anywhere)
+            (tantivy.Occur.Should, tantivy.Query.const_score_query(self._anywhere(term)[1], float(1 << i)))
+            for i, term in enumerate(terms)
         ]
         # each passage of the given entries holding a term; an entry's share is its best passage's
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, given), *bits])
         held = dict.fromkeys(ids, 0.0)
-        for score, address in searcher.search(query, len(ids) * KEYWORD.most).hits:
+        for score, address in view.searcher.search(query, len(ids) * KEYWORD.most).hits:
             mask = round(score)
             if not mask:
                 break  # the rest hold no term (hits come best first)

@@ -16,6 +16,11 @@ With --cpu --profile, py-spy samples the server's processes during each case (be
 and a table says where their CPU went, stage by stage (the model, Tantivy, ranking, audit,
 authorization, the token, asyncpg, JSON, Litestar, HTTP, the event loop, socket I/O).
 
+With --cpu --perf, Linux `perf` samples the server's process instead, native code and kernel
+included, and a table says which library its CPU went to (bench/where.py `PerfRecording`): the
+model, the Python interpreter, the kernel (and, of that, waking and switching threads), the C
+library, Tantivy, uvloop, asyncpg.
+
 With --against DIR, the same on two servers at once, this tree's and another checkout's (a git
 worktree of an earlier commit: `git worktree add /tmp/before <commit>`), each request of a case
 sent to one then the other: what a change did to the floor.
@@ -26,7 +31,7 @@ receiver in this process that reads each batch and discards it (on the same mach
 counts against the floor too).
 
 Run: .venv/bin/python bench/request_floor.py [--n 300] [--tracing] [--against DIR]
-     [--cpu [--workers N] [--profile] [--set CATALOG_NAME=VALUE ...]]
+     [--cpu [--workers N] [--profile | --perf] [--set CATALOG_NAME=VALUE ...]]
 """
 
 from __future__ import annotations
@@ -244,6 +249,7 @@ async def cpu(
     connections: int,
     profile: bool = False,
     settings: dict[str, str] | None = None,
+    perf: bool = False,
 ) -> None:
     """Server-side CPU per request (the server's processes and PostgreSQL's) for each case
     (`settings`: more of the server's CATALOG_ variables)."""
@@ -290,7 +296,11 @@ async def cpu(
             await load([server.url], token, requests, processes=processes, connections=connections, count=100)
             pgdata = server.data_dir / "postgres"
             served, postgres = cpu_of_server(server.process.pid), cpu_of_postgres(pgdata)
-            recording = where.Recording(server.process.pid) if profile else None
+            recording: where.Recording | where.PerfRecording | None = None
+            if profile:
+                recording = where.Recording(server.process.pid)
+            elif perf:
+                recording = where.PerfRecording(server.process.pid)
             if recording is not None:
                 recording.start()
             report = await load(
@@ -314,7 +324,11 @@ async def cpu(
                 {n for _, shares in profiles.values() for n in shares},
                 key=lambda n: -max(profiles[k][1].get(n, 0.0) for k in labels),
             )
-            print("\nwhere the server's CPU goes (py-spy samples; ms of CPU per request, and share):\n")
+            if where.FUTEX in names and "kernel" in names:  # "of which" goes under its whole
+                names.remove(where.FUTEX)
+                names.insert(names.index("kernel") + 1, where.FUTEX)
+            sampler = "py-spy samples" if profile else "perf samples, by library"
+            print(f"\nwhere the server's CPU goes ({sampler}; ms of CPU per request, and share):\n")
             print("| stage | " + " | ".join(labels) + " |")
             print("|---|" + "---:|" * len(labels))
             for name in names:
@@ -351,6 +365,11 @@ def main() -> None:
         help="with --cpu: where the server's CPU goes (py-spy, bench/where.py)",
     )
     parser.add_argument(
+        "--perf",
+        action="store_true",
+        help="with --cpu: where the server's CPU goes by library, kernel included (Linux perf)",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -362,7 +381,11 @@ def main() -> None:
         given = dict(item.split("=", 1) for item in args.set)
         if any(not name.startswith("CATALOG_") for name in given):
             parser.error("--set takes CATALOG_NAME=VALUE")
-        asyncio.run(cpu(args.count, args.workers, args.processes, args.connections, args.profile, given))
+        if args.perf and not where.perf_available():
+            parser.error("--perf needs Linux perf (the linux-perf package)")
+        asyncio.run(
+            cpu(args.count, args.workers, args.processes, args.connections, args.profile, given, args.perf)
+        )
         return
     asyncio.run(run(args.n, args.tracing, args.against))
 

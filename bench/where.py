@@ -7,11 +7,19 @@ samples: a sample belongs to the stage of its innermost frame that a rule of `ST
 (socket reads and writes first: the kernel's loopback work is charged to the process that
 sends). A share is of the server's busy CPU, not of a request's latency.
 
-Used by bench/request_floor.py (`--cpu --profile`).
+`PerfRecording(pid)` does the same with Linux `perf` (`perf record -e cpu-clock`), which sees
+what py-spy cannot: native code and the kernel. `libraries(path)` sorts its samples by the
+library they ran in (the model's ONNX Runtime, the Python interpreter, the kernel, the C library,
+Tantivy, uvloop, asyncpg, NumPy), with the kernel's share spent waking and switching threads
+(futex: the interpreter's lock and thread hand-offs) apart. Where `perf` is missing or may not
+sample (a container without perf events), it says so.
+
+Used by bench/request_floor.py (`--cpu --profile`, `--cpu --perf`).
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -92,3 +100,93 @@ def stages(path: Path) -> dict[str, float]:
         counts[stage_of(frames)] += int(n)
     total = sum(counts.values()) or 1
     return {stage: n / total for stage, n in counts.most_common()}
+
+
+# (part, a substring of a shared object's name): the first that matches names the part
+LIBRARIES: list[tuple[str, tuple[str, ...]]] = [
+    ("the model (ONNX Runtime, tokenizers)", ("onnxruntime", "tokenizers")),
+    ("Python interpreter", ("libpython", "python3")),
+    ("kernel", ("[kernel",)),
+    ("C library (malloc, memcpy)", ("libc.so", "libm.so", "libstdc++", "ld-linux")),
+    ("Tantivy", ("tantivy",)),
+    ("uvloop and asyncio", ("loop.cpython", "_asyncio")),
+    ("asyncpg", ("protocol.cpython", "pgproto", "record.cpython")),
+    ("NumPy", ("_multiarray", "numpy")),
+]
+FUTEX = "of which waking and switching threads (futex)"
+
+
+def perf_available() -> bool:
+    return shutil.which("perf") is not None
+
+
+class PerfRecording:
+    """`perf record` of a process (all its threads) from `start()` to `stop()`."""
+
+    def __init__(self, pid: int, rate: int = 999) -> None:
+        self.pid = pid
+        self.rate = rate
+        self.path = Path(tempfile.mkstemp(prefix="catalog-perf-", suffix=".data")[1])
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        pids = ",".join(str(p) for p in [self.pid, *_children(self.pid)])  # a server's workers too
+        self.process = subprocess.Popen(
+            ["perf", "record", "-e", "cpu-clock", "-F", str(self.rate), "-g", "-p", pids,
+             "-o", str(self.path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def stop(self) -> dict[str, float]:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGINT)
+            self.process.wait(timeout=60)
+        try:
+            return libraries(self.path)
+        finally:
+            self.path.unlink(missing_ok=True)
+
+
+def _children(pid: int) -> list[int]:
+    """The process's children (Linux: /proc/PID/task/*/children)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return out
+
+
+_ROW = re.compile(r"^\s*([\d.]+)%\s+(?:[\d.]+%\s+)?(?:\[.\]\s+)?(\S.*?)\s*$")
+
+
+def _report(path: Path, *args: str) -> list[tuple[float, str]]:
+    out = subprocess.run(
+        ["perf", "report", "-i", str(path), "--stdio", "-g", "none", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    rows = []
+    for line in out.splitlines():
+        if line.startswith("#"):
+            continue
+        match = _ROW.match(line)
+        if match:
+            rows.append((float(match[1]) / 100, match[2]))
+    return rows
+
+
+def libraries(path: Path) -> dict[str, float]:
+    """Each part's share of the samples in a `perf record` file, largest first (empty when perf
+    recorded nothing)."""
+    shares: Counter[str] = Counter()
+    for share, dso in _report(path, "--no-children", "--sort", "dso"):
+        part = next((name for name, marks in LIBRARIES if any(m in dso for m in marks)), "other")
+        shares[part] += share
+    if shares:
+        futex = [s for s, sym in _report(path, "--children", "--sort", "sym") if sym == "__x64_sys_futex"]
+        shares[FUTEX] = futex[0] if futex else 0.0
+    return dict(shares.most_common())

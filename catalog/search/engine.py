@@ -297,7 +297,7 @@ class SearchEngine:
             explained = Explained(details, runs) if query.explain else None
             return Ranking(scores, () if complete else ("semantic",), explained)
         if query.mode == "keyword":
-            (keyword, covered, fresh), ms = await _timed(self._keyword(query))
+            (covered, keyword, fresh), ms = await _timed(self._keyword(query))
             scores, details = fuse(
                 "keyword",
                 keyword=[doc for doc, _ in keyword],
@@ -312,7 +312,7 @@ class SearchEngine:
             explained = Explained(details, runs) if query.explain else None
             return Ranking(scores, () if fresh else ("keyword",), explained)
         (
-            ((keyword, covered, fresh), keyword_ms),
+            ((covered, keyword, fresh), keyword_ms),
             ((vector, semantic, complete), semantic_ms),
         ) = await asyncio.gather(_timed(self._keyword(query)), _timed(self._semantic(query)))
         fusion_started = time.perf_counter()
@@ -424,9 +424,10 @@ class SearchEngine:
         return stored, len(missing) <= GIVEN_EMBED
 
     @telemetry.search_leg("keyword")
-    async def _keyword(self, query: Query) -> tuple[list[tuple[str, float]], dict[str, float], bool]:
-        """BM25's candidates, each one's share of the query's term weight (`coverage`), and
-        whether the index held every write committed before the call."""
+    async def _keyword(self, query: Query) -> tuple[dict[str, float], list[tuple[str, float]], bool]:
+        """Each of BM25's candidates' share of the query's term weight (`coverage`), the
+        candidates, and whether the index held every write committed before the call (a leg
+        answers its candidates then whether it is complete last: `telemetry.search_leg`)."""
         index, fresh = await self._index(query)
         hits, covered = await self._placement(query.corpus, "search").run(
             index.search_covered,
@@ -440,7 +441,7 @@ class SearchEngine:
             within=await self._within(query),
             include_inactive=query.include_inactive,
         )
-        return hits, covered, fresh
+        return covered, hits, fresh
 
     def _placement(self, corpus: Corpus, call: str) -> Placement:
         key = (corpus.name, call)

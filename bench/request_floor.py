@@ -21,6 +21,9 @@ included, and a table says which library its CPU went to (bench/where.py `PerfRe
 model, the Python interpreter, the kernel (and, of that, waking and switching threads), the C
 library, Tantivy, uvloop, asyncpg.
 
+With --cpu --repo DIR, the server is another checkout's (a git worktree of an earlier commit):
+the same figures before a change, with this tree's benchmark.
+
 With --against DIR, the same on two servers at once, this tree's and another checkout's (a git
 worktree of an earlier commit: `git worktree add /tmp/before <commit>`), each request of a case
 sent to one then the other: what a change did to the floor.
@@ -31,7 +34,7 @@ receiver in this process that reads each batch and discards it (on the same mach
 counts against the floor too).
 
 Run: .venv/bin/python bench/request_floor.py [--n 300] [--tracing] [--against DIR]
-     [--cpu [--workers N] [--profile | --perf] [--set CATALOG_NAME=VALUE ...]]
+     [--cpu [--workers N] [--profile | --perf] [--repo DIR] [--set CATALOG_NAME=VALUE ...]]
 """
 
 from __future__ import annotations
@@ -250,12 +253,13 @@ async def cpu(
     profile: bool = False,
     settings: dict[str, str] | None = None,
     perf: bool = False,
+    repo: Path | None = None,
 ) -> None:
     """Server-side CPU per request (the server's processes and PostgreSQL's) for each case
     (`settings`: more of the server's CATALOG_ variables)."""
     import json
 
-    server = BenchServer(env={"CATALOG_WORKERS": str(workers), **(settings or {})})
+    server = BenchServer(env={"CATALOG_WORKERS": str(workers), **(settings or {})}, repo=repo)
     try:
         token = server.token()
         async with httpx.AsyncClient(
@@ -370,6 +374,11 @@ def main() -> None:
         help="with --cpu: where the server's CPU goes by library, kernel included (Linux perf)",
     )
     parser.add_argument(
+        "--repo",
+        type=Path,
+        help="with --cpu: serve another checkout's catalog (a git worktree of an earlier commit)",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -384,7 +393,16 @@ def main() -> None:
         if args.perf and not where.perf_available():
             parser.error("--perf needs Linux perf (the linux-perf package)")
         asyncio.run(
-            cpu(args.count, args.workers, args.processes, args.connections, args.profile, given, args.perf)
+            cpu(
+                args.count,
+                args.workers,
+                args.processes,
+                args.connections,
+                args.profile,
+                given,
+                args.perf,
+                args.repo,
+            )
         )
         return
     asyncio.run(run(args.n, args.tracing, args.against))

@@ -23,6 +23,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -121,7 +122,9 @@ def perf_available() -> bool:
 
 
 class PerfRecording:
-    """`perf record` of a process (all its threads) from `start()` to `stop()`."""
+    """`perf record` of a process (the threads it has when `start()` attaches: a thread made
+    later, as a pool makes its first workers, is not seen, so warm the server up first) and its
+    children, from `start()` to `stop()`."""
 
     def __init__(self, pid: int, rate: int = 999) -> None:
         self.pid = pid
@@ -143,7 +146,10 @@ class PerfRecording:
             self.process.send_signal(signal.SIGINT)
             self.process.wait(timeout=60)
         try:
-            return libraries(self.path)
+            found = libraries(self.path)
+            if not found:
+                print(f"perf: nothing read from {self.path.stat().st_size} bytes recorded", file=sys.stderr)
+            return found
         finally:
             self.path.unlink(missing_ok=True)
 
@@ -168,7 +174,10 @@ def _report(path: Path, *args: str) -> list[tuple[float, str]]:
         capture_output=True,
         text=True,
         check=False,
-    ).stdout
+    )
+    if out.returncode != 0:
+        print(f"perf report: {out.stderr.strip()[-300:]}", file=sys.stderr)
+    out = out.stdout
     rows = []
     for line in out.splitlines():
         if line.startswith("#"):

@@ -39,7 +39,7 @@ from catalog.search.corpus import ENTRIES, TRANSCRIPTS, Corpus
 from catalog.search.embedder import Embedder
 from catalog.search.embedding import embed_rows
 from catalog.search.embedding_worker import EMBED_BATCH, EmbeddingWorker
-from catalog.search.fulltext import FullTextIndex, prefix_fits
+from catalog.search.fulltext import Coverage, FullTextIndex, prefix_fits
 from catalog.search.fusion import FusionWeights, fuse, ranked, term_weight
 from catalog.search.health import Health
 from catalog.search.indexer import Indexer
@@ -297,12 +297,12 @@ class SearchEngine:
             explained = Explained(details, runs) if query.explain else None
             return Ranking(scores, () if complete else ("semantic",), explained)
         if query.mode == "keyword":
-            (covered, keyword, fresh), ms = await _timed(self._keyword(query))
+            (coverage, keyword, fresh), ms = await _timed(self._keyword(query))
             scores, details = fuse(
                 "keyword",
                 keyword=[doc for doc, _ in keyword],
                 semantic=(),
-                covered=covered,
+                covered=coverage.of,
                 cosine={},
                 bm25=dict(keyword),
                 weights=self.weights,
@@ -312,7 +312,7 @@ class SearchEngine:
             explained = Explained(details, runs) if query.explain else None
             return Ranking(scores, () if fresh else ("keyword",), explained)
         (
-            ((covered, keyword, fresh), keyword_ms),
+            ((coverage, keyword, fresh), keyword_ms),
             ((vector, semantic, complete), semantic_ms),
         ) = await asyncio.gather(_timed(self._keyword(query)), _timed(self._semantic(query)))
         fusion_started = time.perf_counter()
@@ -320,9 +320,9 @@ class SearchEngine:
             cosine = dict(semantic)
             candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
             unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
-            uncovered = [doc for doc in candidates if doc not in covered]  # found by the vectors only
+            uncovered = [doc for doc in candidates if doc not in coverage.of]  # by the vectors only
             more_covered, (near, more_cosine) = await asyncio.gather(
-                self._coverage(query, uncovered),
+                self._more_coverage(query, coverage, uncovered),
                 neighbours.context(
                     self.pool,
                     query.store_id,
@@ -335,7 +335,7 @@ class SearchEngine:
                 ),
             )
             cosine.update(more_cosine)
-            covered = {**covered, **more_covered}
+            covered = {**coverage.of, **more_covered}
             scores, details = fuse(
                 "hybrid",
                 keyword=[doc for doc, _ in keyword],
@@ -424,12 +424,12 @@ class SearchEngine:
         return stored, len(missing) <= GIVEN_EMBED
 
     @telemetry.search_leg("keyword")
-    async def _keyword(self, query: Query) -> tuple[dict[str, float], list[tuple[str, float]], bool]:
-        """Each of BM25's candidates' share of the query's term weight (`coverage`), the
+    async def _keyword(self, query: Query) -> tuple[Coverage, list[tuple[str, float]], bool]:
+        """Each of BM25's candidates' share of the query's term weight (`Coverage`), the
         candidates, and whether the index held every write committed before the call (a leg
         answers its candidates then whether it is complete last: `telemetry.search_leg`)."""
         index, fresh = await self._index(query)
-        hits, covered = await self._placement(query.corpus, "search").run(
+        hits, coverage = await self._placement(query.corpus, "search").run(
             index.search_covered,
             query.store_id,
             list(query.scopes),
@@ -441,7 +441,7 @@ class SearchEngine:
             within=await self._within(query),
             include_inactive=query.include_inactive,
         )
-        return covered, hits, fresh
+        return coverage, hits, fresh
 
     def _placement(self, corpus: Corpus, call: str) -> Placement:
         key = (corpus.name, call)
@@ -475,24 +475,13 @@ class SearchEngine:
         assert index is not None
         return index, fresh
 
-    async def _coverage(self, query: Query, ids: list[str]) -> dict[str, float]:
-        """Each candidate's share of the query's term weight (the index is already fresh: the
-        candidates came from a search that waited for it)."""
+    async def _more_coverage(self, query: Query, coverage: Coverage, ids: list[str]) -> dict[str, float]:
+        """The share of the query's term weight of candidates the keyword leg did not find, as
+        that leg reckoned its own (its view of the index, its terms and weights)."""
         index = self.part(query.corpus).indexer.index
         if index is None or not ids:
             return dict.fromkeys(ids, 0.0)
-        return await self._placement(query.corpus, "coverage").run(
-            index.coverage,
-            query.store_id,
-            list(query.scopes),
-            query.text,
-            ids,
-            session_id=query.session_id,
-            path_prefix=query.path_prefix,
-            where=query.where,
-            within=await self._within(query),
-            include_inactive=query.include_inactive,
-        )
+        return await self._placement(query.corpus, "coverage").run(index.more_coverage, coverage, ids)
 
     @telemetry.search_leg("semantic")
     async def _semantic(self, query: Query) -> tuple[np.ndarray | None, list[tuple[str, float]], bool]:

@@ -186,6 +186,19 @@ class View:
         return count
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """What a keyword search reckoned of its hits' coverage: each hit's share of the query's term
+    weight (`of`), and the view, terms and weights it was reckoned with, so that more entries'
+    shares are reckoned alike without analysing and weighing the query again
+    (`FullTextIndex.more_coverage`)."""
+
+    of: dict[str, float]
+    view: View
+    terms: list[str]
+    weights: list[float]
+
+
 class IndexDiverged(RuntimeError):
     """A commit reported success but the index does not hold what it was given."""
 
@@ -246,6 +259,7 @@ class FullTextIndex:
     def __init__(self, directory: Path, *, heap_bytes: int = 64 * 1024 * 1024, write: bool = True) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
+        self._meta = str(directory / "meta.json")  # read before every search: made once
         self.schema = _schema()
         self.index = tantivy.Index(self.schema, path=str(directory), reuse=True)
         # the searcher moves only when `view()` sees the index changed on disk (a commit, this
@@ -305,7 +319,7 @@ class FullTextIndex:
 
     def _meta_stamp(self) -> tuple[int, int, int]:
         try:
-            meta = os.stat(self.directory / "meta.json")
+            meta = os.stat(self._meta)
         except OSError:
             return (0, 0, 0)
         return (meta.st_ino, meta.st_mtime_ns, meta.st_size)
@@ -448,15 +462,23 @@ class FullTextIndex:
         where: Mapping[str, Any] | None = None,
         within: Sequence[str] | None = None,
         include_inactive: bool = False,
-    ) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    ) -> tuple[list[tuple[str, float]], Coverage]:
         """`search`'s hits and each one's `coverage`, in one call: the query is analysed, its
-        filter built and its terms weighed once for both."""
+        filter built and its terms weighed once for both (and for `more_coverage`)."""
         scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive)
         key = self._key(store_id, scopes, session_id, path_prefix, where, include_inactive)
         view = self.view()
         hits, terms, weights = self._search(view, scoped, key, text, limit)
         covered = terms[:MAX_COVERAGE_TERMS]
-        return hits, self._held(view, covered, [weights[t] for t in covered], [doc for doc, _ in hits])
+        weighed = [weights[t] for t in covered]
+        of = self._held(view, covered, weighed, [doc for doc, _ in hits])
+        return hits, Coverage(of, view, covered, weighed)
+
+    def more_coverage(self, coverage: Coverage, entry_ids: Sequence[str]) -> dict[str, float]:
+        """`coverage` of more entries (those another leg found), by the terms and weights, and
+        in the view, that a keyword search reckoned its own hits' with."""
+        ids = list(dict.fromkeys(entry_ids))
+        return self._held(coverage.view, coverage.terms, coverage.weights, ids)
 
     def _search(
         self, view: View, scoped: list[tuple[Any, Any]], key: tuple[Any, ...], text: str, limit: int

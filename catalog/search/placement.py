@@ -5,7 +5,8 @@ A run is timed in the CPU time of the thread that ran it, not by the wall clock:
 call also waits for the interpreter's lock while the event loop holds it, and under load that
 wait is longer than the call. Timed by the wall clock, a call sent to a thread once looked slow
 for as long as the server stayed busy and stayed there, paying two thread wake-ups each time for
-a call that costs a fraction of them."""
+a call that costs a fraction of them. Waits for the disk do not count either: a search's CPU grows
+with its index, and a call whose index is small enough to stay on the loop reads little from it."""
 
 from __future__ import annotations
 

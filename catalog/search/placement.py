@@ -18,9 +18,11 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# a full-text call whose recent runs took less than this runs on the event loop: handing it to a
-# thread and back costs about 50 µs of CPU (two wake-ups), more than a small index's whole search
-INLINE_BELOW = 0.0005
+# a full-text call whose recent runs used less CPU than this runs on the event loop: handing it to
+# a thread and back costs some 0.3 ms of CPU in wake-ups and turns at the interpreter's lock
+# (`bench/request_floor.py --cpu --perf`: futex), and on a thread the call's own CPU reads higher by
+# about as much; below this, the loop is the cheaper place (a small index's whole search)
+INLINE_BELOW = 0.001
 
 
 class Placement:

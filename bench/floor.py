@@ -60,42 +60,35 @@ class Corpus:
     questions: list[tuple[str, dict]]  # (scope, question with "evidence")
 
 
+def corpus(name: str, store: str, data: list[tuple[str, list[dict], list[dict]]]) -> tuple[Corpus, list]:
+    """A corpus from its conversations, each (scope, entries, questions with evidence), and the
+    conversations to ingest."""
+    return (
+        Corpus(
+            name,
+            store,
+            [s for s, _, _ in data],
+            {(s, e["path"]): (e["contents"], e["description"]) for s, es, _ in data for e in es},
+            [(s, q) for s, _, qs in data for q in qs],
+        ),
+        [(s, es) for s, es, _ in data],
+    )
+
+
 def corpora(args: argparse.Namespace) -> list[tuple[Corpus, list[tuple[str, list[dict]]]]]:
     """Each corpus with its conversations to ingest."""
     out = []
     files = [Path(f) for f in args.locomo] or sorted((REPO.parent / "shared/bench/locomo").glob("*.json"))
     if files:
-        data = [locomo.load(f) for f in files]
-        out.append(
-            (
-                Corpus(
-                    "LoCoMo",
-                    locomo.STORE,
-                    [s for s, _, _ in data],
-                    {(s, e["path"]): (e["contents"], e["description"]) for s, es, _ in data for e in es},
-                    [(s, q) for s, _, qs in data for q in qs],
-                ),
-                [(s, es) for s, es, _ in data],
-            )
-        )
+        out.append(corpus("LoCoMo", locomo.STORE, [locomo.load(f) for f in files]))
     dirs = [Path(d) for d in args.beam] or sorted(
         (p for p in (REPO.parent / "shared/bench/beam/500K").glob("*") if (p / "chat.json").exists()),
         key=lambda p: int(p.name) if p.name.isdigit() else 0,
     )
     if dirs:
-        bdata = [beam.load(d) for d in dirs]
-        out.append(
-            (
-                Corpus(
-                    "BEAM",
-                    beam.STORE,
-                    [s for s, _, _, _ in bdata],
-                    {(s, e["path"]): (e["contents"], e["description"]) for s, es, _, _ in bdata for e in es},
-                    [(s, q) for s, _, qs, _ in bdata for q in qs],
-                ),
-                [(s, es) for s, es, _, _ in bdata],
-            )
-        )
+        # BEAM's abstention questions have no evidence: not asked here
+        data = [(s, es, qs) for s, es, qs, _ in (beam.load(d) for d in dirs)]
+        out.append(corpus("BEAM", beam.STORE, data))
     return out
 
 

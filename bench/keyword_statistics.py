@@ -76,7 +76,7 @@ def whole_index(index: FullTextIndex, scope: str, query: str, limit: int) -> lis
 
 def local(index: FullTextIndex, scope: str, query: str, limit: int) -> list[tuple[str, float]]:
     """The search weighed by statistics of the scope (the server's)."""
-    return index.search("store", [scope], query, limit)
+    return index.search("store", [scope], query, limit)[0]
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -54,7 +54,8 @@ async def write(conn: asyncpg.Connection | asyncpg.Pool, store: str, texts: dict
 async def found(pool: asyncpg.Pool, ix: Indexer, store: str, word: str) -> list[str]:
     """The paths the index finds for `word` (reading the index only: this wakes no pass)."""
     assert ix.index is not None
-    ids = [doc for doc, _ in await asyncio.to_thread(ix.index.search, store, [SCOPE], word, 100)]
+    hits, _ = await asyncio.to_thread(ix.index.search, store, [SCOPE], word, 100)
+    ids = [doc for doc, _ in hits]
     rows = await pool.fetch("SELECT path FROM entries WHERE id = ANY($1::uuid[])", ids)
     return sorted(r["path"] for r in rows)
 

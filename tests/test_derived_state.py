@@ -135,7 +135,7 @@ def test_a_commit_that_fails_on_a_full_disk_is_rolled_back_and_retried_in_full(i
         index.apply([], entries(range(20, 60)))  # the same rows again, on a writer that works
         index.apply(["id0"], entries(range(60, 70)))
         assert index.num_docs() == 69
-        store_hits = index.search("s", ["u"], " ".join(marker(i) for i in range(70)), 100)
+        store_hits = index.search("s", ["u"], " ".join(marker(i) for i in range(70)), 100)[0]
         assert sorted(doc for doc, _ in store_hits) == sorted(f"id{i}" for i in range(1, 70))
     finally:
         index.close()

@@ -87,7 +87,8 @@ async def found(pool: asyncpg.Pool, ix: Indexer, store: str, word: str) -> list[
     """The paths of `store` whose entries the indexer's index finds for `word`."""
     store_id = str(await pool.fetchval("SELECT id FROM memory_stores WHERE name = $1", store))
     assert ix.index is not None
-    ids = [doc for doc, _ in await asyncio.to_thread(ix.index.search, store_id, ["u"], word, 100)]
+    hits, _ = await asyncio.to_thread(ix.index.search, store_id, ["u"], word, 100)
+    ids = [doc for doc, _ in hits]
     rows = await pool.fetch("SELECT path FROM entries WHERE id = ANY($1::uuid[])", ids)
     return sorted(r["path"] for r in rows)
 

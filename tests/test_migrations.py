@@ -119,6 +119,19 @@ def _message(item_id: str, role: str, text: str) -> str:
     )
 
 
+async def _insert_store(conn: asyncpg.Connection, schema_id: object, name: str, kind: str) -> str:
+    """A store row written straight into the table (as a database of an earlier version holds it)."""
+    return str(
+        await conn.fetchval(
+            "INSERT INTO memory_stores (schema_id, name, owner, created_by, updated_by, kind) "
+            "VALUES ($1, $2, 'admin', 'admin', 'admin', $3) RETURNING id",
+            schema_id,
+            name,
+            kind,
+        )
+    )
+
+
 async def _write_as_before(conn: asyncpg.Connection) -> dict[str, str]:
     """Rows in every table of a store's data, written by the statements of the code before 0028
     (ids without stores); what the reads after it look for."""
@@ -128,15 +141,7 @@ async def _write_as_before(conn: asyncpg.Connection) -> dict[str, str]:
     )
 
     async def store(name: str, kind: str = "memory") -> str:
-        return str(
-            await conn.fetchval(
-                "INSERT INTO memory_stores (schema_id, name, owner, created_by, updated_by, kind) "
-                "VALUES ($1, $2, 'admin', 'admin', 'admin', $3) RETURNING id",
-                schema_id,
-                name,
-                kind,
-            )
-        )
+        return await _insert_store(conn, schema_id, name, kind)
 
     notes, chats, log = await store("up_notes"), await store("up_chats"), await store("up-log", "session")
 
@@ -400,13 +405,7 @@ async def test_the_maintenance_steps_columns_become_the_registrys(empty_database
         assert await bootstrap(conn, "admin") is True
         schema_id = await conn.fetchval("SELECT id FROM schemas WHERE name = 'default'")
         stores = [
-            await conn.fetchval(
-                "INSERT INTO memory_stores (schema_id, name, owner, created_by, updated_by, kind) "
-                "VALUES ($1, $2, 'admin', 'admin', 'admin', $3) RETURNING id",
-                schema_id,
-                name,
-                kind,
-            )
+            await _insert_store(conn, schema_id, name, kind)
             for name, kind in (("mx-notes", "memory"), ("mx-log", "session"), ("mx-other", "memory"))
         ]
         maintains, plain = [

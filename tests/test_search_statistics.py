@@ -133,9 +133,9 @@ def test_only_the_length_of_what_others_hold_reaches_a_bm25_score(tmp_path: Path
     guessed = _index(tmp_path, "guessed", [f"{GUESS} {GUESS} notes trip"] * 40)
     unrelated = _index(tmp_path, "unrelated", ["weather forecast rain tomorrow"] * 40)
     for query in (GUESS, f"{GUESS} trip", f"{GUESS} {CONTROL}", "notes", "budget notes harbour"):
-        assert guessed.search("s1", ["eve"], query, 10) == unrelated.search("s1", ["eve"], query, 10)
+        assert guessed.search("s1", ["eve"], query, 10)[0] == unrelated.search("s1", ["eve"], query, 10)[0]
     # the same guess with statistics of the whole index would have told them apart
-    a, b = (dict(i.search("s1", ["eve"], f"{GUESS} {CONTROL}", 10)) for i in (guessed, unrelated))
+    a, b = (dict(i.search("s1", ["eve"], f"{GUESS} {CONTROL}", 10)[0]) for i in (guessed, unrelated))
     assert a["e0"] == a["e1"] and b["e0"] == b["e1"]
 
 
@@ -143,9 +143,9 @@ def test_counts_cached_before_a_write_never_hide_it(tmp_path: Path):
     """The counts that weigh a query's terms are reused for a while: one taken while the scope
     held nothing (a search before the index caught up) must not hide what is written next."""
     index = FullTextIndex(tmp_path / "cached")
-    assert index.search("s1", ["eve"], f"{GUESS} trip", 10) == []  # counts cached: 0 entries, 0 hold it
+    assert index.search("s1", ["eve"], f"{GUESS} trip", 10)[0] == []  # counts cached: 0 entries, 0 hold it
     index.apply([], [IndexedEntry("e0", "s1", "eve", "", "/e/0", f"trip notes {GUESS}", "")])
-    assert [doc for doc, _ in index.search("s1", ["eve"], f"{GUESS} trip", 10)] == ["e0"]
+    assert [doc for doc, _ in index.search("s1", ["eve"], f"{GUESS} trip", 10)[0]] == ["e0"]
 
 
 def test_a_scope_count_older_than_a_term_count_never_zeroes_the_keyword_score(tmp_path: Path):
@@ -154,7 +154,7 @@ def test_a_scope_count_older_than_a_term_count_never_zeroes_the_keyword_score(tm
     than nothing (which zeroed every entry's keyword score)."""
     index = FullTextIndex(tmp_path / "stale")
     index.apply([], [IndexedEntry("p", "s1", "u", "", "/p", "prefers email", "")])
-    assert index.search("s1", ["u"], "email", 10)  # the scope's count is taken: 1 entry
+    assert index.search("s1", ["u"], "email", 10)[0]  # the scope's count is taken: 1 entry
     index.apply(
         [],
         [

@@ -430,7 +430,7 @@ class SearchEngine:
         answers its candidates then whether it is complete last: `telemetry.search_leg`)."""
         index, fresh = await self._index(query)
         hits, coverage = await self._placement(query.corpus, "search").run(
-            index.search_covered,
+            index.search,
             query.store_id,
             list(query.scopes),
             query.text,

@@ -433,10 +433,12 @@ class FullTextIndex:
         where: Mapping[str, Any] | None = None,
         within: Sequence[str] | None = None,
         include_inactive: bool = False,
-    ) -> list[tuple[str, float]]:
+    ) -> tuple[list[tuple[str, float]], Coverage]:
         """(entry id, BM25 score), best first, only from the given store and scopes (and, with
         `where`, only entries whose metadata holds each of its pairs; with `within`, only those
-        entries: the ones a path prefix too long for a regex admits).
+        entries: the ones a path prefix too long for a regex admits); and each hit's `coverage`,
+        reckoned in the same call: the query is analysed, its filter built and its terms weighed
+        once for both (and for `more_coverage`).
 
         The score is BM25 with each term's idf computed among the entries the same filter admits,
         never the whole index, which every store and scope shares: no score or order depends on
@@ -446,25 +448,6 @@ class FullTextIndex:
         its document count); the score is answered to SCORE_DECIMALS decimals. What stays global
         is the average length of a field, BM25's length normalization: it moves with the volume
         of text written anywhere, never with which words it holds."""
-        scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive)
-        key = self._key(store_id, scopes, session_id, path_prefix, where, include_inactive)
-        return self._search(self.view(), scoped, key, text, limit)[0]
-
-    def search_covered(
-        self,
-        store_id: str,
-        scopes: list[str],
-        text: str,
-        limit: int,
-        *,
-        session_id: str | None = None,
-        path_prefix: str | None = None,
-        where: Mapping[str, Any] | None = None,
-        within: Sequence[str] | None = None,
-        include_inactive: bool = False,
-    ) -> tuple[list[tuple[str, float]], Coverage]:
-        """`search`'s hits and each one's `coverage`, in one call: the query is analysed, its
-        filter built and its terms weighed once for both (and for `more_coverage`)."""
         scoped = self._filter(store_id, scopes, session_id, path_prefix, where, within, include_inactive)
         key = self._key(store_id, scopes, session_id, path_prefix, where, include_inactive)
         view = self.view()
@@ -483,7 +466,7 @@ class FullTextIndex:
     def _search(
         self, view: View, scoped: list[tuple[Any, Any]], key: tuple[Any, ...], text: str, limit: int
     ) -> tuple[list[tuple[str, float]], list[str], dict[str, float]]:
-        """`search`'s hits, the query's terms and the local weight of its first MAX_QUERY_TERMS."""
+        """The hits of `search`, the query's terms and the local weight of its first MAX_QUERY_TERMS."""
         terms = self.query_terms(text, MAX_QUERY_TERMS_ANY)
         if not terms:
             return [], [], {}  # nothing left to match (only stopwords): an empty query would match everything

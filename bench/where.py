@@ -40,7 +40,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("database protocol (asyncpg)", ("asyncpg/",)),
     ("JSON", ("msgspec", "json/")),
     ("Litestar (routing, DI, responses)", ("litestar/",)),
-    ("HTTP (uvicorn, h11)", ("h11/", "uvicorn/", "catalog/web/serving.py")),
+    ("HTTP (uvicorn, httptools)", ("httptools/", "h11/", "uvicorn/", "catalog/web/serving.py")),
     ("request middleware and telemetry", ("catalog/web/", "catalog/telemetry/", "opentelemetry/")),
     ("other server code", ("catalog/",)),
     ("event loop (asyncio)", ("asyncio/", "selectors.py", "concurrent/futures/")),
@@ -112,6 +112,7 @@ LIBRARIES: list[tuple[str, tuple[str, ...]]] = [
     ("Tantivy", ("tantivy",)),
     ("uvloop and asyncio", ("loop.cpython", "_asyncio")),
     ("asyncpg", ("protocol.cpython", "pgproto", "record.cpython")),
+    ("httptools (the HTTP parser)", ("httptools", "parser.cpython", "url_parser.cpython")),
     ("NumPy", ("_multiarray", "numpy")),
 ]
 FUTEX = "of which waking and switching threads (futex)"

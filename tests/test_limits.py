@@ -189,6 +189,11 @@ def test_malformed_requests_get_json_400(small_server):
     for request in (
         b"GET /\xff HTTP/1.1\r\nHost: x\r\n\r\n",
         b"NOT HTTP AT ALL\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\n\r\n",  # HTTP/1.1 without its Host header
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
+        # a length and a chunked body at once: how requests are smuggled past a proxy
+        b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"0\r\n\r\n",
     ):
         status, body = _status_and_json(_exchange(small_server.port, request))
         assert status == 400 and body["error_code"] == "INVALID_PARAMETER_VALUE"
@@ -229,8 +234,57 @@ def test_a_request_head_over_16_kib_is_431_however_it_arrives(small_server):
         assert "16 KiB" in body["message"]
     # just under the limit is served
     fits = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: " + b"a" * 16_000 + b"\r\n\r\n"
-    status, body = _status_and_json(_exchange(small_server.port, fits))
-    assert status == 200 and body == {"status": "ok"}
+    for raw in (_exchange(small_server.port, fits), _sent_in_pieces(small_server.port, fits, 4096)):
+        status, body = _status_and_json(raw)
+        assert status == 200 and body == {"status": "ok"}
+
+
+def _answers(raw: bytes) -> list[tuple[int, dict]]:  # type: ignore[type-arg]
+    """The (status, JSON body) of each answer on a connection, in order."""
+    import json
+
+    answers = []
+    while raw:
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        answers.append((int(head.split()[1]), json.loads(rest[:length])))
+        raw = rest[length:]
+    return answers
+
+
+def test_pipelined_requests_are_answered_in_order_and_each_head_is_held_to_the_limit(small_server):
+    """Requests sent together on one connection are each answered; a head that follows a request
+    and its body in one read, and ends in a later read, is measured from its own first byte:
+    just under the limit it is served, over it 431."""
+    healthz = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    closing = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    raw = _exchange(small_server.port, healthz + healthz + closing)
+    assert _answers(raw) == [(200, {"status": "ok"})] * 3
+
+    with_body = b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789"
+    for size, expected in ((15_900, 200), (20_000, 431)):
+        second = (
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: " + b"a" * size + b"\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", small_server.port)) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(with_body + second[:8000])  # the first request, and half the second's head
+            time.sleep(0.3)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(second[8000:])
+            sock.settimeout(15)
+            out = b""
+            with contextlib.suppress(ConnectionResetError, TimeoutError):
+                while chunk := sock.recv(65536):
+                    out += chunk
+        answers = _answers(out)
+        assert [status for status, _ in answers] == [200, expected], out[:500]
+        if expected == 431:
+            assert answers[1][1]["error_code"] == "REQUEST_HEADER_FIELDS_TOO_LARGE"
 
 
 def test_a_page_token_at_its_documented_maximum_is_431_as_the_document_says(small_server):

@@ -1,4 +1,4 @@
-"""The HTTP/1.1 connection layer under the application (uvicorn's h11 protocol, extended).
+"""The HTTP/1.1 connection layer under the application (uvicorn's httptools protocol, extended).
 
 What it adds, because it happens before a request reaches the application:
 - errors are JSON like every other (`{"error_code","message","details"}`): a malformed request
@@ -37,8 +37,7 @@ import time
 from http import HTTPStatus
 from typing import Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from catalog.errors import error_body
 from catalog.wire.inputs import MAX_HEAD_BYTES
@@ -206,7 +205,7 @@ class Coalescing:
         return getattr(self.transport, name)
 
 
-class CatalogProtocol(H11Protocol):
+class CatalogProtocol(HttpToolsProtocol):
     def __init__(
         self,
         *args: Any,
@@ -223,6 +222,15 @@ class CatalogProtocol(H11Protocol):
         self.header_timeout = header_timeout
         self._header_timer: asyncio.TimerHandle | None = None
         self._silent = True  # nothing received yet on this connection
+        # where the parser is: a request's line and headers begun and not complete (`_head_open`),
+        # or its body being read; the bytes of that incomplete head received so far (what the
+        # next read's check adds to); how many heads began and whether a request ended, counted
+        # during each read
+        self._head_open = False
+        self._reading_body = False
+        self._pending = b""
+        self._began = 0
+        self._ended = False
 
     # --- the connection caps -------------------------------------------------------------------
 
@@ -271,11 +279,31 @@ class CatalogProtocol(H11Protocol):
         self._cancel_header_timer()
         super().connection_lost(exc)
 
-    # --- slow clients --------------------------------------------------------------------------
+    # --- where the parser is -------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_open = True
+        self._began += 1
+
+    def on_headers_complete(self) -> None:
+        hosts = sum(name == b"host" for name, _ in self.headers)
+        if hosts > 1 or (hosts == 0 and self.parser.get_http_version() == "1.1"):
+            # RFC 9112 3.2: an HTTP/1.1 request names its host once (the parser does not check it)
+            raise ValueError("an HTTP/1.1 request needs one Host header")  # answered 400 (send_400_response)
+        self._head_open = False
+        self._reading_body = True
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._reading_body = False
+        self._ended = True
+        super().on_message_complete()
+
+    # --- large heads and slow clients ----------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
-        waiting = self.conn.their_state is h11.IDLE
-        if waiting and self._head_too_large(data):
+        if not self._reading_body and self._head_too_large(data):
             _warn("head", "request refused: request line and headers too large", limit=MAX_HEAD_BYTES)
             self.refuse(
                 431,
@@ -285,20 +313,37 @@ class CatalogProtocol(H11Protocol):
             return
         first = self._silent and bool(data)
         self._silent = self._silent and not data
+        began, self._ended = self._began, False
         super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:
+        if self.transport.is_closing():
+            return
+        if self._head_open:
+            if self._ended:  # a request ended in this read and the next one's head began after it
+                end = data.rfind(b"\r\n\r\n")
+                self._pending = data[end + 4 :] if end >= 0 else data
+            else:
+                self._pending += data
+        else:
+            self._pending = b""
+        if self._head_open or not self._busy():
+            if first or self._began != began or self._header_timer is None:
+                self._arm_header_timer()  # the first bytes of a new request
+        else:
             self._cancel_header_timer()  # the request line and headers are complete
-        elif first or not waiting or self._header_timer is None:
-            self._arm_header_timer()  # the first bytes of a new request
+
+    def _busy(self) -> bool:
+        """Whether a request is being read or answered."""
+        return self._reading_body or (self.cycle is not None and not self.cycle.response_complete)
 
     def _head_too_large(self, data: bytes) -> bool:
-        """Whether the request whose head is arriving (what h11 holds, then `data`) has more than
-        MAX_HEAD_BYTES before the blank line that ends its headers. (h11's own limit only counts
-        what is still incomplete after a read, so a large head in one read would pass it.)"""
-        pending, _ = self.conn.trailing_data
+        """Whether the request whose head is arriving (what came of it before, then `data`) has
+        more than MAX_HEAD_BYTES before the blank line that ends its headers, however many reads
+        it arrives in (the parser itself sets no limit). A head that follows, in one read, a
+        request with a body is counted with that body's last bytes (never less than it is)."""
+        pending = self._pending
         if len(pending) + len(data) <= MAX_HEAD_BYTES:
             return False
-        head = (bytes(pending) + data).lstrip(b"\r\n")  # blank lines between requests are allowed
+        head = (pending + data).lstrip(b"\r\n")  # blank lines between requests are allowed
         end = head.find(b"\r\n\r\n")
         return (end + 4 if end >= 0 else len(head)) > MAX_HEAD_BYTES
 
@@ -315,12 +360,9 @@ class CatalogProtocol(H11Protocol):
 
     def _headers_too_slow(self) -> None:
         self._header_timer = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
-            return
-        if self.cycle is not None and not self.cycle.response_complete:
-            return  # a response is still being written (pipelining): not the client's fault
-        pending, _ = self.conn.trailing_data
-        if not pending:
+        if self.transport.is_closing() or self._busy():
+            return  # a request is being read or answered (pipelining): not the client's fault
+        if not self._head_open:
             self.transport.close()  # an idle connection: close quietly
             return
         _warn("slow", "connection closed: request headers too slow", timeout=self.header_timeout)
@@ -336,7 +378,7 @@ class CatalogProtocol(H11Protocol):
         self.refuse(400, "INVALID_PARAMETER_VALUE", "malformed HTTP request")
 
     def refuse(self, status: int, error_code: str, message: str, retry_after: int | None = None) -> None:
-        """Answer an error on the raw connection and close it (whatever state h11 is in)."""
+        """Answer an error on the raw connection and close it (whatever state the parser is in)."""
         self._cancel_header_timer()
         body = json.dumps(error_body(error_code, message)).encode()
         head = [

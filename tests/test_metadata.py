@@ -219,3 +219,29 @@ def test_metadata_changes_are_refused_under_legal_hold(client, token):
     )
     assert r.status_code == 409 and r.json()["error_code"] == "RESOURCE_CONFLICT"
     assert _get(client, token, store, "/a.md")["metadata"] == {"topic": "x"}
+
+
+def test_json_columns_read_back_as_written_even_past_a_doubles_range(database_url):
+    """The pool reads json/jsonb with msgspec; a number PostgreSQL's numeric holds but a double
+    does not (a fraction past 1e308, which msgspec refuses) still reads, as the standard library
+    reads it (infinity); an integer of any size reads exactly."""
+    import asyncio
+    import math
+
+    from catalog.db import create_pool
+
+    async def read() -> tuple[object, object, object]:
+        pool = await create_pool(database_url, min_size=1, max_size=1)
+        try:
+            return await pool.fetchrow(
+                "SELECT $1::jsonb AS doc, '1e400'::jsonb AS whole, "
+                "('{\"n\": ' || repeat('9', 400) || '.5}')::jsonb AS nested",
+                {"a": [1, 2.5, "x\u00e9", None, True], "big": 10**30, "nested": {"k": {}}},
+            )
+        finally:
+            await pool.close()
+
+    row = asyncio.run(read())
+    assert row["doc"] == {"a": [1, 2.5, "x\u00e9", None, True], "big": 10**30, "nested": {"k": {}}}
+    assert row["whole"] == 10**400
+    assert math.isinf(row["nested"]["n"])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import types
 import typing
+import weakref
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -87,9 +88,23 @@ def _integer(annotation: Any) -> bool:
     return False
 
 
+# what each route takes, read once per route (an app's handlers go with it)
+_INPUTS: weakref.WeakKeyDictionary[HTTPRouteHandler, _Inputs] = weakref.WeakKeyDictionary()
+
+
 def inputs_of(handler: HTTPRouteHandler) -> _Inputs:
     """What the gate checks for one route (from its signature, which Litestar parsed once). Path
     parameters are all strings here, so the integers are query parameters."""
+    try:
+        inputs = _INPUTS.get(handler)
+    except TypeError:  # a handler that cannot be weakly referred to (Litestar's own OPTIONS)
+        return _inputs_of(handler)
+    if inputs is None:
+        inputs = _INPUTS[handler] = _inputs_of(handler)
+    return inputs
+
+
+def _inputs_of(handler: HTTPRouteHandler) -> _Inputs:
     queries, body = [], None
     for name, field in handler.parsed_fn_signature.parameters.items():
         kwarg = field.kwarg_definition

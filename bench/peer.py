@@ -467,7 +467,12 @@ def main() -> None:
     )
     parser.add_argument("--no-memnos", action="store_true", help="leave memnos out even where it can run")
     parser.add_argument("--model", action="store_true", help="only what the model costs, three ways")
-    asyncio.run(run(parser.parse_args()))
+    args = parser.parse_args()
+    sides = args.order.split(",")
+    if not {"peer", "ours"} <= set(sides) or not set(sides) <= {"peer", "memnos", "ours"}:
+        # the report compares the catalog with the peer: both must run
+        parser.error("--order names peer and ours (and memnos, if it is to run), separated by commas")
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":

@@ -270,17 +270,8 @@ def test_pipelined_requests_are_answered_in_order_and_each_head_is_held_to_the_l
         second = (
             b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: " + b"a" * size + b"\r\n\r\n"
         )
-        with socket.create_connection(("127.0.0.1", small_server.port)) as sock:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(with_body + second[:8000])  # the first request, and half the second's head
-            time.sleep(0.3)
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                sock.sendall(second[8000:])
-            sock.settimeout(15)
-            out = b""
-            with contextlib.suppress(ConnectionResetError, TimeoutError):
-                while chunk := sock.recv(65536):
-                    out += chunk
+        # the first request and the start of the second's head in one read, the rest in more
+        out = _sent_in_pieces(small_server.port, with_body + second, 8000)
         answers = _answers(out)
         assert [status for status, _ in answers] == [200, expected], out[:500]
         if expected == 431:

@@ -315,6 +315,77 @@ def test_store_update_and_delete(client, token):
     assert (r.status_code, r.json()["error_code"]) == (404, "NOT_FOUND")
 
 
+def test_a_stores_details_are_its_row_as_every_other_read_shows_it(client, token):
+    """A store's details (read with its chain, as JSON) match what its update answers and what
+    its schema's list shows (read by the namespace's own statement), column for column."""
+    body = {"name": "every_column", "catalog_name": "main", "schema_name": "default"}
+    ok(client.post(f"{UC}/memory-stores", headers=token(), json=body))
+    time.sleep(0.002)  # an update a few milliseconds later: updated_at differs from created_at
+    changed = ok(
+        client.patch(
+            f"{UC}/memory-stores/main.default.every_column",
+            headers=token(),
+            json={
+                "description": 'every column set: ünïcode, "quotes"',
+                "properties": {"team": "support", "tier": "1"},
+                "scope_binding": "end_user",
+                "shared_scopes": ["team:a", "tenant:b"],
+                "legal_hold": True,
+                "default_ttl_seconds": 86_400,
+            },
+        )
+    )
+    details = ok(client.get(f"{UC}/memory-stores/main.default.every_column", headers=token()))
+    where = {"catalog_name": "main", "schema_name": "default"}
+    listed = ok(client.get(f"{UC}/memory-stores", headers=token(), params=where))
+    [in_list] = [m for m in listed["memory_stores"] if m["name"] == "every_column"]
+    assert details == changed == in_list
+    assert details["updated_at"] > details["created_at"]
+    assert (details["legal_hold"], details["default_ttl_seconds"]) == (True, 86_400)
+    assert details["properties"] == {"team": "support", "tier": "1"}
+    store = f"{UC}/memory-stores/main.default.every_column"
+    ok(client.patch(store, headers=token(), json={"legal_hold": False}))
+    assert client.delete(store, headers=token()).status_code == 200
+
+
+def test_times_read_as_json_round_to_the_millisecond_as_the_sql_reads_them(database_url):
+    """`store_of_row` reads a timestamptz from its JSON text (in whatever time zone the session
+    writes it) to the same epoch millisecond as the namespace's statements compute: half a
+    millisecond rounds away from zero, before 1970 too."""
+    import asyncio
+
+    import asyncpg
+
+    from catalog.governance.namespace.repo import _epoch_ms
+
+    times = [
+        "2026-12-05 19:00:00.000500+00",
+        "2026-12-05 19:00:00.000499+00",
+        "2026-12-05 19:00:00.999500+00",
+        "2026-12-05 19:00:00.123456+00",
+        "2026-12-05 19:00:00+00",
+        "1969-12-31 23:59:59.998500+00",
+        "1969-12-31 23:59:59.998501+00",
+        "1901-03-04 05:06:07.000001+00",
+    ]
+
+    async def read() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute("SET TIME ZONE 'Asia/Kolkata'")  # a half-hour offset in the JSON text
+            return await conn.fetch(
+                "SELECT to_jsonb(t)::text AS doc, (extract(epoch FROM t) * 1000)::bigint AS ms "
+                "FROM unnest($1::text[]) AS u(x), LATERAL (SELECT x::timestamptz AS t) AS v",
+                times,
+            )
+        finally:
+            await conn.close()
+
+    rows = asyncio.run(read())
+    assert [_epoch_ms(row["doc"].strip('"')) for row in rows] == [row["ms"] for row in rows]
+    assert rows[0]["ms"] % 1000 == 1 and rows[1]["ms"] % 1000 == 0  # the half rounded up, not down
+
+
 def test_schema_update_and_empty_delete(client, token):
     ok(client.post(f"{UC}/schemas", headers=token(), json={"name": "tmp_schema", "catalog_name": "main"}))
     r = client.patch(f"{UC}/schemas/main.tmp_schema", headers=token(), json={"comment": "hello"})

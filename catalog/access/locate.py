@@ -17,14 +17,16 @@ async def locate(
     parts: list[str],
     store_kind: str | None = "memory",
     fresh: bool = False,
+    whole: bool = False,
 ) -> Securable:
     """The chain of existing objects from the metastore down to `parts`. A store of another kind
     than `store_kind` (`memory` or `session`; None: either) is not found: each dialect's store
-    routes see only their own kind, while grants and permissions see every store."""
+    routes see only their own kind, while grants and permissions see every store. With `whole`,
+    the securable's own row comes with it (`Securable.row`), read in the same statement."""
     full_name = ".".join(parts) if parts else metastore.full_name
     chain = [metastore]
     catalog, schema, store = [*parts, None, None, None][:3]
-    row = await repo.chain_row(conn, catalog, schema, store, store_kind, fresh)
+    row = await repo.chain_row(conn, catalog, schema, store, store_kind, fresh, whole)
     if parts:
         for depth, (prefix, node_type) in enumerate(
             [("c", SecurableType.CATALOG), ("s", SecurableType.SCHEMA), ("m", SecurableType.MEMORY_STORE)],
@@ -42,6 +44,15 @@ async def locate(
         rules = (str(row["m_scope_binding"]), tuple(row["m_shared_scopes"] or ()))
         trust = row["m_trust_policy"]
     changes, unembedded = (row["changes"], row["unembedded"]) if store_found else (None, None)
+    exists = len(chain) == len(parts) + 1
     return Securable(
-        securable_type, full_name, tuple(chain), row["revision"], rules, trust, changes, unembedded
+        securable_type,
+        full_name,
+        tuple(chain),
+        row["revision"],
+        rules,
+        trust,
+        changes,
+        unembedded,
+        row["row"] if whole and exists else None,
     )

@@ -18,7 +18,9 @@ import asyncpg
 # and whether an entry of it lacks its vector (`unembedded`, on the partial index of such rows):
 # what its full-text index must hold, and whether its vectors are complete, for every write
 # committed before the request, known without queries of its own (other requests read NULL: the
-# subqueries in an untaken CASE branch do not run).
+# subqueries in an untaken CASE branch do not run). With $6, the row of the deepest object asked
+# for, whole, as JSON (`row`): what a request that shows that object answers with, read in the
+# same trip (the slice that owns the table reads its columns).
 _CHAIN = """
 SELECT c.id AS c_id, c.owner AS c_owner, s.id AS s_id, s.owner AS s_owner, m.id AS m_id, m.owner AS m_owner,
        m.scope_binding AS m_scope_binding, m.shared_scopes AS m_shared_scopes,
@@ -28,7 +30,11 @@ SELECT c.id AS c_id, c.owner AS c_owner, s.id AS s_id, s.owner AS s_owner, m.id 
        END AS changes,
        CASE WHEN $5::boolean THEN EXISTS (
            SELECT 1 FROM entries WHERE store_id = m.id AND embedded_version IS DISTINCT FROM version)
-       END AS unembedded
+       END AS unembedded,
+       CASE WHEN $6::boolean THEN
+           CASE WHEN $3::text IS NOT NULL THEN to_jsonb(m) WHEN $2::text IS NOT NULL THEN to_jsonb(s)
+                ELSE to_jsonb(c) END
+       END AS row
 FROM (SELECT 1) AS one
 LEFT JOIN catalogs c ON c.name = $1
 LEFT JOIN schemas s ON s.catalog_id = c.id AND s.name = $2
@@ -78,12 +84,14 @@ async def chain_row(
     store: str | None,
     store_kind: str | None,
     fresh: bool = False,
+    whole: bool = False,
 ) -> asyncpg.Record:
     """The ids and owners of the named catalog, schema and store (`c_`, `s_`, `m_`; NULL where
     absent; a store only of `store_kind` unless None), the store's `m_scope_binding`,
     `m_shared_scopes` and `m_trust_policy`, the policy `revision`; with `fresh` (a search), the
     store's head in the entries' change log `changes` (0 without a store) and whether an entry of
-    it lacks its vector `unembedded` (else both NULL)."""
-    row = await conn.fetchrow(_CHAIN, catalog, schema, store, store_kind, fresh)
+    it lacks its vector `unembedded` (else both NULL); with `whole`, the deepest named object's
+    row as JSON, `row` (NULL where absent or not asked for)."""
+    row = await conn.fetchrow(_CHAIN, catalog, schema, store, store_kind, fresh, whole)
     assert row is not None  # one row always: the joins are outer joins onto a single row
     return row

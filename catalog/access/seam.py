@@ -59,10 +59,11 @@ class Access:
         store_kind: str | None = "memory",
         *,
         fresh: bool = False,
+        whole: bool = False,
     ) -> Securable:
         """The securable named by `parts` (with `fresh`, a store's search freshness too:
-        `Securable.changes`, `Securable.unembedded`)."""
-        return await locate(self.pool, self.metastore, securable_type, list(parts), store_kind, fresh)
+        `Securable.changes`, `Securable.unembedded`; with `whole`, its own row: `Securable.row`)."""
+        return await locate(self.pool, self.metastore, securable_type, list(parts), store_kind, fresh, whole)
 
     async def resolve(
         self,
@@ -74,11 +75,12 @@ class Access:
         missing: type[NotFound] = NotFound,
         store_kind: str | None = "memory",
         fresh: bool = False,
+        whole: bool = False,
     ) -> Securable:
         """The securable, once `action_name` is allowed on it and it exists (else 403 / 404).
         A memory store is found only when of `store_kind` (`memory`, `session`; None: either);
-        `fresh`: for a search (`locate`)."""
-        securable = await self.locate(securable_type, parts, store_kind, fresh=fresh)
+        `fresh`: for a search, `whole`: with its row (`locate`)."""
+        securable = await self.locate(securable_type, parts, store_kind, fresh=fresh, whole=whole)
         await self.authorizer.ensure(principal, action(action_name), securable)
         if not securable.exists:
             kind = "session store" if store_kind == "session" else securable.kind

@@ -52,6 +52,9 @@ class Securable:
     changes: int | None = None
     # and whether one of its entries lacked its vector then (None: not read)
     unembedded: bool | None = None
+    # its own row, every column, as JSON, read with the chain when asked for (None: not read): the
+    # slice owning its table reads it (`namespace.repo.store_of_row`)
+    row: Mapping[str, Any] | None = None
 
     @property
     def exists(self) -> bool:

@@ -80,7 +80,10 @@ class JWTAuthMiddleware(AbstractAuthenticationMiddleware):
     """`Authorization: Bearer <JWT>` → `request.user` is the verified `Principal`."""
 
     async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
-        header = connection.headers.get("authorization")
+        # the first Authorization header, read from the raw list (ASGI names are lower-case):
+        # building the connection's header mapping costs more than the rest of this check
+        raw = next((value for name, value in connection.scope["headers"] if name == b"authorization"), None)
+        header = raw.decode("latin-1") if raw is not None else None
         if not header:
             raise Unauthenticated("missing bearer token", bearer_error=None)
         scheme, _, token = header.partition(" ")

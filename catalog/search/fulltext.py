@@ -636,13 +636,19 @@ class FullTextIndex:
         # each passage of the given entries holding a term; an entry's share is its best passage's
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, given), *bits])
         held = dict.fromkeys(ids, 0.0)
+        shares: dict[int, float] = {}  # by set of terms: passages mostly hold the same few sets
+        entry_of = view.entry_id
         for score, address in view.searcher.search(query, len(ids) * KEYWORD.most).hits:
             mask = round(score)
             if not mask:
                 break  # the rest hold no term (hits come best first)
-            share = min(sum(w for i, w in enumerate(weights) if mask >> i & 1) / total, 1.0)
-            entry_id = view.entry_id(address)
-            held[entry_id] = max(held[entry_id], share)
+            share = shares.get(mask)
+            if share is None:
+                held_weight = sum(w for i, w in enumerate(weights) if mask >> i & 1)
+                share = shares[mask] = min(held_weight / total, 1.0)
+            entry_id = entry_of(address)
+            if share > held[entry_id]:
+                held[entry_id] = share
         return held
 
     def _anywhere(self, term: str) -> tuple[Any, Any]:

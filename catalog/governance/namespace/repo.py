@@ -5,7 +5,9 @@ shapes them into the wire types."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
 import asyncpg
@@ -354,6 +356,38 @@ async def insert_store(
     row = await conn.fetchrow(_STORE_SELECT + " WHERE m.id = $1", store_id)
     assert row is not None
     return _store(row)
+
+
+def _epoch_ms(text: str) -> int:
+    """A timestamptz as JSON writes it, in epoch milliseconds rounded as `_MS` rounds them (half
+    away from zero, from exact microseconds)."""
+    micros = (datetime.fromisoformat(text) - _EPOCH) // timedelta(microseconds=1)
+    return (micros + 500) // 1000 if micros >= 0 else -((-micros + 500) // 1000)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def store_of_row(row: Mapping[str, Any], catalog_name: str, schema_name: str) -> StoreRow:
+    """A store from its row as JSON (`to_jsonb`, as the access seam reads it with the store's
+    chain: `Securable.row`), in the schema and catalog it was found by."""
+    return StoreRow(
+        id=str(row["id"]),
+        name=row["name"],
+        catalog_name=catalog_name,
+        schema_name=schema_name,
+        description=row["description"],
+        scope_binding=row["scope_binding"],
+        shared_scopes=list(row["shared_scopes"]),
+        legal_hold=row["legal_hold"],
+        default_ttl_seconds=row["default_ttl_seconds"],
+        owner=row["owner"],
+        properties=row["properties"],
+        created_at=_epoch_ms(row["created_at"]),
+        created_by=row["created_by"],
+        updated_at=_epoch_ms(row["updated_at"]),
+        updated_by=row["updated_by"],
+    )
 
 
 async def get_store(conn: Conn, store_id: str) -> StoreRow | None:

@@ -354,7 +354,9 @@ async def get_store(
     ctx: Context, principal: Principal, full_name: str, *, kind: str = "memory"
 ) -> MemoryStoreInfo:
     parts = split_full_name(full_name, 3)
-    securable = await ctx.access.resolve(principal, "memory_store.get", STORE, parts, store_kind=kind)
+    securable = await ctx.access.resolve(
+        principal, "memory_store.get", STORE, parts, store_kind=kind, whole=True
+    )
     return await _store_must(ctx, securable, full_name)
 
 
@@ -362,7 +364,7 @@ async def see_store(ctx: Context, principal: Principal, full_name: str) -> tuple
     """A memory store as a list shows it, for a caller holding any privilege on it (READ, WRITE or
     MANAGE: what `list_stores` shows it for), and its securable, to decide what else to show."""
     parts = split_full_name(full_name, 3)
-    securable = await ctx.access.resolve(principal, "memory_store.see", STORE, parts)
+    securable = await ctx.access.resolve(principal, "memory_store.see", STORE, parts, whole=True)
     return await _store_must(ctx, securable, full_name), securable
 
 
@@ -571,7 +573,11 @@ async def _must(result: Awaitable[T | None], what: str) -> T:
 
 
 async def _store_must(ctx: Context, store: Securable, full_name: str) -> MemoryStoreInfo:
-    """The store as it is now (404 naming `full_name` when it has just gone)."""
+    """The store as it is now: as read with its chain when it was (`whole`), else read now (404
+    naming `full_name` when it has just gone)."""
+    if store.row is not None:
+        catalog_name, schema_name, _ = store.full_name.split(".")
+        return _store_info(ctx, repo.store_of_row(store.row, catalog_name, schema_name))
     return _store_info(ctx, await _must(repo.get_store(ctx.pool, store.node.id), f"memory store {full_name}"))
 
 

@@ -107,3 +107,42 @@ def test_a_large_scope_gets_its_own_index_which_searches_use_until_it_shrinks(
             await pool.close()
 
     asyncio.run(scenario())
+
+
+def test_an_hnsw_search_sets_its_plan_and_candidates_for_itself_alone(database_url):
+    """The HNSW statement runs with custom plans and `hnsw.ef_search` at its candidate count, set
+    in the transaction that holds it (with its BEGIN, in one trip) and gone with it: the pooled
+    connection goes back as it was, also when the statement fails."""
+
+    class Reads(VectorSearch):  # the statement replaced by one that reads the two settings
+        def hnsw_sql(self, condition: str, candidates: int, own_scope: int | None = None) -> str:
+            return (
+                "SELECT current_setting('plan_cache_mode') || ' ' || current_setting('hnsw.ef_search'), "
+                "$6::float8 FROM (SELECT $1::text, $2::text[], $3::text, $4::text, $5::vector) AS given"
+            )
+
+    async def scenario() -> tuple[list[tuple[str, float]], list[str], str]:
+        pool = await create_pool(database_url, min_size=1, max_size=1)  # one connection: the same one
+        try:
+            search = Reads(pool)
+            args = ("s", ["u"], None, None, np.ones(384, dtype=np.float32), 7)
+            during = await search._hnsw(search.hnsw_sql(_FILTER, 123), 123, args)
+            after = [
+                await pool.fetchval("SELECT current_setting('plan_cache_mode')"),
+                await pool.fetchval("SELECT current_setting('hnsw.ef_search')"),
+            ]
+            try:
+                await search._hnsw("SELECT 1 / 0", 50, ())
+            except Exception as exc:
+                failed = type(exc).__name__
+            async with pool.acquire() as conn:
+                after += [await conn.fetchval("SELECT current_setting('hnsw.ef_search')")]
+                after += ["in a transaction" if conn.is_in_transaction() else "idle"]
+            return during, after, failed
+        finally:
+            await pool.close()
+
+    during, after, failed = asyncio.run(scenario())
+    assert during == [("force_custom_plan 123", 7.0)]
+    assert failed == "DivisionByZeroError"
+    assert after == ["auto", "40", "40", "idle"]

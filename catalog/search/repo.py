@@ -178,13 +178,19 @@ class VectorSearch:
         )
 
     async def _hnsw(self, sql: str, candidates: int, args: tuple[Any, ...]) -> list[tuple[str, float]]:
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.pool.acquire() as conn:
             # the limit is written into the statement (an int, never user text) and plans are custom,
             # so that the planner always sees a small LIMIT and walks the HNSW index (and sees the
-            # store and scope as constants, so that it can match a scope's own partial index)
-            await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-            await conn.execute("SELECT set_config('hnsw.ef_search', $1, true)", str(int(candidates)))
-            rows = await conn.fetch(sql, *args)
+            # store and scope as constants, so that it can match a scope's own partial index); the
+            # transaction that keeps both settings to this search begins with them, in one trip
+            await conn.execute(
+                "BEGIN; SET LOCAL plan_cache_mode = force_custom_plan; "
+                f"SET LOCAL hnsw.ef_search = {int(candidates)}"
+            )
+            try:
+                rows = await conn.fetch(sql, *args)
+            finally:  # a read: nothing to keep (a connection let go mid-transaction is rolled back)
+                await conn.execute("ROLLBACK")
         return [(row[0], float(row[1])) for row in rows]
 
     def hnsw_sql(self, condition: str, candidates: int, own_scope: int | None = None) -> str:

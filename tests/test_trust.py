@@ -840,3 +840,24 @@ def test_a_held_entry_is_left_out_of_the_store_as_it_was(live):
         assert [e["path"] for e in listed(alice, store, "s", as_of=now, include_quarantined="true")] == [
             "/h.md"
         ]
+
+
+def test_hits_a_reader_may_not_see_give_way_to_the_next_ones(live):
+    """Held entries rank for whoever asks for them, but only their author and the managers read
+    them: the hits a reader may not see are dropped after ranking, and `top_k` is filled from
+    further down the ranking (past the rows read first)."""
+    store = new_store(live, {"person": "review"})  # every write held until a manager approves it
+    with rest(live, "alice") as alice, rest(live, "mona") as manager, rest(live, "carol") as reader:
+        for i in range(8):  # the best matches: both words, often
+            body = {"path": f"/held/{i}.md", "contents": f"green tea, green tea and more green tea {i}"}
+            ok(alice.post(f"{UC}/memory-stores/{store}/entries", params={"scope": "s"}, json=body))
+        for i in range(3):  # weaker matches: one word
+            body = {"path": f"/kept/{i}.md", "contents": f"a pot of tea number {i}"}
+            ok(alice.post(f"{UC}/memory-stores/{store}/entries", params={"scope": "s"}, json=body))
+            decide = {"scope": "s", "path": f"/kept/{i}.md", "decision": "approve"}
+            ok(manager.post(f"{UC}/memory-stores/{store}/entries:review", json=decide))
+        asked = {"mode": "keyword", "top_k": 3, "include_quarantined": True}
+        mine = search(alice, store, "s", "green tea", **asked)
+        assert [h["memory_entry"]["path"][:6] for h in mine] == ["/held/"] * 3  # its author sees them first
+        theirs = search(reader, store, "s", "green tea", **asked)
+        assert sorted(h["memory_entry"]["path"] for h in theirs) == ["/kept/0.md", "/kept/1.md", "/kept/2.md"]

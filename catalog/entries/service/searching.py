@@ -26,6 +26,7 @@ from catalog.wire.entry_keys import validate_path_prefix, validate_scopes, valid
 from catalog.wire.metadata import validate as validate_metadata
 
 MIN_CANDIDATES = 30  # taken from each search mode before fusion (LoCoMo scores the same with more)
+REREAD_MARGIN = 3  # hits read beyond `top_k` with the first rows, for those that may be dropped
 
 
 def search_input(text: str, top_k: int) -> str:
@@ -107,7 +108,9 @@ async def _ranked(
     if op.min_score is not None:
         ranked = [(doc, score) for doc, score in ranked if score >= op.min_score]
     results: list[tuple[EntryRow, float]] = []
-    first, rest = ranked[: limit * 2], ranked[limit * 2 :]
+    # the rows of the best `limit` hits and a few more, in one statement (a hit is rarely dropped:
+    # changed since it was indexed, or held and not the caller's to read); the rest only if needed
+    first, rest = ranked[: limit + REREAD_MARGIN], ranked[limit + REREAD_MARGIN :]
     for chunk in (first, rest):
         if len(results) == limit or not chunk:
             break

@@ -240,11 +240,15 @@ async def run(args: argparse.Namespace) -> None:
         if server is not None:
             server.stop()
 
+    ingested = (
+        "ingest skipped (the data dir's store)"
+        if args.skip_ingest
+        else f"ingested in {ingest_s:.1f} s ({n_entries / max(ingest_s, 1e-9):.0f} entries/s), "
+        f"every vector stored {settle_s:.1f} s later"
+    )
     print(
         f"LoCoMo: {len(files)} conversation(s) ({', '.join(f.name for f in files)}), {n_entries} turns, "
-        f"{len(questions)} questions; ingested in {ingest_s:.1f} s "
-        f"({n_entries / max(ingest_s, 1e-9):.0f} entries/s), "
-        f"every vector stored {settle_s:.1f} s later\n"
+        f"{len(questions)} questions; {ingested}\n"
     )
     print("| mode | R@1 | R@5 | R@10 |")
     print("|---|---|---|---|")

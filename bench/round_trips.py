@@ -1,0 +1,111 @@
+"""What a round trip to PostgreSQL costs the server's side of the connection (asyncpg on uvloop):
+client CPU and wall time per call, on an embedded PostgreSQL in a temporary directory.
+
+- a statement through the pool (`pool.fetchrow`: acquire, the statement, release) and the same
+  statement on a connection held for all of them: what the pool's acquire and release add;
+- the HNSW search's transaction (`VectorSearch._hnsw`, the statement itself replaced by a small
+  query) as it was, five trips (`BEGIN`, `SET LOCAL plan_cache_mode`, `set_config('hnsw.ef_search')`,
+  the statement, `COMMIT`), and as it is, three (`BEGIN` with both settings in one message, the
+  statement, `ROLLBACK`).
+
+Run: .venv/bin/python bench/round_trips.py [--calls 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from catalog.cli import event_loop_factory
+from catalog.db import create_pool
+from catalog.db.embedded import EmbeddedPostgres
+from catalog.settings import Settings
+
+QUERY = "SELECT x::text, 0.5::float8 FROM generate_series(1, 10) AS x WHERE $1::int > 0"
+
+
+async def five_trips(pool: asyncpg.Pool) -> Any:
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        await conn.execute("SELECT set_config('hnsw.ef_search', $1, true)", "400")
+        return await conn.fetch(QUERY, 1)
+
+
+async def three_trips(pool: asyncpg.Pool) -> Any:
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "BEGIN; SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL hnsw.ef_search = 400"
+        )
+        try:
+            return await conn.fetch(QUERY, 1)
+        finally:
+            await conn.execute("ROLLBACK")
+
+
+async def measure(call: Callable[[], Awaitable[Any]], calls: int) -> tuple[float, float]:
+    """(client CPU µs per call, wall p50 µs), after a warm-up."""
+    for _ in range(200):
+        await call()
+    walls = []
+    cpu = time.thread_time()
+    for _ in range(calls):
+        started = time.perf_counter()
+        await call()
+        walls.append(time.perf_counter() - started)
+    return (time.thread_time() - cpu) / calls * 1e6, statistics.median(walls) * 1e6
+
+
+async def run(url: str, calls: int) -> None:
+    setup = await asyncpg.connect(url)
+    await setup.execute("CREATE EXTENSION IF NOT EXISTS vector")  # the pool registers its codec
+    await setup.close()
+    pool = await create_pool(url)
+    try:
+        async with pool.acquire() as held:
+            cases: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+                ("a statement on a held connection", lambda: held.fetchrow(QUERY, 1)),
+                ("a statement through the pool", lambda: pool.fetchrow(QUERY, 1)),
+            ]
+            rows = [(label, *await measure(call, calls)) for label, call in cases]
+        for label, call in [
+            ("HNSW search's transaction, before: five trips", lambda: five_trips(pool)),
+            ("HNSW search's transaction, now: three trips", lambda: three_trips(pool)),
+        ]:
+            rows.append((label, *await measure(call, calls)))
+    finally:
+        await pool.close()
+    print("| call | client CPU per call | wall p50 |")
+    print("|---|---:|---:|")
+    for label, cpu, wall in rows:
+        print(f"| {label} | {cpu:.0f} µs | {wall:.0f} µs |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=3000)
+    args = parser.parse_args()
+    where = Path(tempfile.mkdtemp(prefix="catalog-trips-"))
+    server = EmbeddedPostgres(where / "postgres")
+    try:
+        url = server.start()
+        with asyncio.Runner(loop_factory=event_loop_factory(Settings(data_dir=where))) as runner:
+            runner.run(run(url, args.calls))
+    finally:
+        server.stop()
+        shutil.rmtree(where, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,10 @@ variants of the scale, each at several floors:
 - `proximity`: a bonus for the query's neighbouring terms found near each other in the hit
   (a phrase-like match), the rest of the score lowered to match;
 - `long queries`: a long query's coverage counted against its heaviest terms only (a passage
-  that answers part of a long question holds part of its words).
+  that answers part of a long question holds part of its words);
+- `standing`: each hit's score moved by how far it stands above (or below) the median score of
+  its own search's top 10, less a constant (a clear answer stands out of its search's results;
+  a near answer in a foreign scope stands among others like it).
 
 A variant is "held" when at its floor both corpora keep the goal on R@5 lost (<= 0.03) and LoCoMo
 keeps hers on foreign scopes (>= 90% empty); the table gives each family's best BEAM figure among
@@ -338,6 +341,21 @@ def study(data: dict[str, tuple[Corpus, list[dict], Terms]]) -> None:
             return score
 
         run("long queries", f"coverage of the heaviest {heaviest} terms, less {shift}", capped, 0.5)
+
+    for lam, shift in itertools.product((0.25, 0.5, 1.0, 1.5), (-0.04, 0.0, 0.04, 0.08)):
+
+        def standing(c: str, lam: float = lam, shift: float = shift) -> Scale:
+            medians: dict[int, float] = {}
+
+            def score(row: dict, hit: dict) -> float:
+                if id(row) not in medians:  # the median of the search's own top 10, as shipped
+                    medians[id(row)] = statistics.median([shipped(row, h) for h in row["hits"]] or [0.0])
+                own = shipped(row, hit)
+                return own + lam * (own - medians[id(row)]) - shift
+
+            return score
+
+        run("standing", f"+ {lam} x (score - its top 10's median), less {shift}", standing, 0.5)
 
     names = list(data)
     print(

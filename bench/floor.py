@@ -11,6 +11,8 @@ variants of the scale, each at several floors:
   (a phrase-like match), the rest of the score lowered to match;
 - `long queries`: a long query's coverage counted against its heaviest terms only (a passage
   that answers part of a long question holds part of its words);
+- `query length`: a long question's hits lifted by the log of its length past 12 words (the
+  evidence the floor loses answers long, many-part questions), less a constant;
 - `standing`: each hit's score moved by how far it stands above (or below) the median score of
   its own search's top 10, less a constant (a clear answer stands out of its search's results;
   a near answer in a foreign scope stands among others like it).
@@ -356,6 +358,17 @@ def study(data: dict[str, tuple[Corpus, list[dict], Terms]]) -> None:
             return score
 
         run("standing", f"+ {lam} x (score - its top 10's median), less {shift}", standing, 0.5)
+
+    for gamma, shift in itertools.product((0.02, 0.04, 0.06, 0.08), (0.0, 0.02, 0.04)):
+
+        def wordy(c: str, gamma: float = gamma, shift: float = shift) -> Scale:
+            def score(row: dict, hit: dict) -> float:
+                words = len(row["query"].split())
+                return shipped(row, hit) + gamma * max(0.0, math.log(words / 12)) - shift
+
+            return score
+
+        run("query length", f"+ {gamma} x ln(query words / 12) above 12 words, less {shift}", wordy, 0.5)
 
     names = list(data)
     print(

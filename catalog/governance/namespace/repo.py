@@ -43,7 +43,7 @@ class NamespaceRow:
     updated_by: str
 
 
-def _common(row: asyncpg.Record) -> dict[str, Any]:
+def _common(row: Mapping[str, Any]) -> dict[str, Any]:
     return {field.name: row[field.name] for field in fields(NamespaceRow)}
 
 
@@ -242,7 +242,7 @@ class StoreRow(NamespaceRow):
     default_ttl_seconds: int | None
 
 
-def _store(row: asyncpg.Record) -> StoreRow:
+def _store(row: Mapping[str, Any]) -> StoreRow:
     return StoreRow(
         id=str(row["id"]),
         name=row["name"],
@@ -371,23 +371,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def store_of_row(row: Mapping[str, Any], catalog_name: str, schema_name: str) -> StoreRow:
     """A store from its row as JSON (`to_jsonb`, as the access seam reads it with the store's
     chain: `Securable.row`), in the schema and catalog it was found by."""
-    return StoreRow(
-        id=str(row["id"]),
-        name=row["name"],
-        catalog_name=catalog_name,
-        schema_name=schema_name,
-        description=row["description"],
-        scope_binding=row["scope_binding"],
-        shared_scopes=list(row["shared_scopes"]),
-        legal_hold=row["legal_hold"],
-        default_ttl_seconds=row["default_ttl_seconds"],
-        owner=row["owner"],
-        properties=row["properties"],
-        created_at=_epoch_ms(row["created_at"]),
-        created_by=row["created_by"],
-        updated_at=_epoch_ms(row["updated_at"]),
-        updated_by=row["updated_by"],
-    )
+    times = {"created_at": _epoch_ms(row["created_at"]), "updated_at": _epoch_ms(row["updated_at"])}
+    return _store({**row, **times, "catalog_name": catalog_name, "schema_name": schema_name})
 
 
 async def get_store(conn: Conn, store_id: str) -> StoreRow | None:

@@ -232,6 +232,9 @@ class _Terminal(io.StringIO):
 def test_logs_are_plain_on_a_terminal_and_json_otherwise(monkeypatch):
     root = logging.getLogger()
     saved = root.handlers[:], root.level
+    # what configure_logging turns off for every logger of the process, put back afterwards
+    for flag in ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing"):
+        monkeypatch.setattr(logging, flag, getattr(logging, flag))
     try:
         monkeypatch.setattr("sys.stderr", _Terminal())
         configure_logging()

@@ -46,32 +46,38 @@ HASHED_COLUMNS = (
 )
 
 
+_AS_IS = (str, int, float, bool, dict, list)  # JSON values already (a tuple: built once)
+
+
 def plain(value: Any) -> Any:
+    if value is None or isinstance(value, _AS_IS):
+        return value
     if isinstance(value, datetime):
         return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    if value is not None and not isinstance(value, str | int | float | bool | dict | list):
-        return str(value)
-    return value
+    return str(value)
 
 
 _BEFORE_SEQ = tuple(column for column in sorted(HASHED_COLUMNS) if column < "seq")
 _AFTER_SEQ = tuple(column for column in sorted(HASHED_COLUMNS) if column > "seq")
+_BODY_COLUMNS = tuple(column for column in HASHED_COLUMNS if column != "seq")
+# one encoder for every event (`json.dumps` with options builds a new one at each call)
+_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _encode(value)
 
 
 def plain_body(event: Mapping[str, Any]) -> dict[str, Any]:
     """Every hashed column but `seq`, as JSON values."""
-    return {column: plain(event.get(column)) for column in HASHED_COLUMNS if column != "seq"}
+    return {column: plain(event.get(column)) for column in _BODY_COLUMNS}
 
 
 def canonical_parts(body: Mapping[str, Any]) -> tuple[bytes, bytes]:
     """The canonical encoding of a `plain_body` cut around the value of `seq`: head + str(seq) +
     tail. (The database numbers the events: `audit_append()` puts the seq in between and hashes.)"""
-    head = _json({column: body[column] for column in _BEFORE_SEQ})[:-1] + ',"seq":'
-    tail = "," + _json({column: body[column] for column in _AFTER_SEQ})[1:]
+    head = _encode({column: body[column] for column in _BEFORE_SEQ})[:-1] + ',"seq":'
+    tail = "," + _encode({column: body[column] for column in _AFTER_SEQ})[1:]
     return head.encode(), tail.encode()
 
 

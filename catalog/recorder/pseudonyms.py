@@ -160,31 +160,33 @@ async def pseudonymize(conn: asyncpg.Connection | asyncpg.Pool, events: Sequence
     and patterns their reasons name, by their pseudonyms (once: an event appended again keeps the
     pseudonyms it got)."""
     todo = [event for event in events if not event.get(DONE)]
-    for event in todo:  # the event's own scopes, where its reason names them
+    scopes = [_scopes_of(event) for event in todo]  # each event's own scopes, its first the owner's
+    for event, own in zip(todo, scopes, strict=True):  # the event's own scopes, where its reason names them
         if isinstance(event.get("reason"), str):
-            event["reason"] = mark(event["reason"], scopes=_scopes_of(event))
-    lookups = {id(event) for event in todo if event.get("action_name") in LOOKUPS}
-
-    def subjects_of(event: dict[str, Any]) -> set[str]:
-        named = {_subject(kind, value) for kind, value in _named(event)}
-        return {subject_of(scope) for scope in _scopes_of(event)} | {s for s in named if s is not None}
-
-    subjects = {subject for event in todo if id(event) not in lookups for subject in subjects_of(event)}
-    keys = await keys_for(conn, subjects) if subjects else {}
-    looked_up = {subject for event in todo if id(event) in lookups for subject in subjects_of(event)}
+            event["reason"] = mark(event["reason"], scopes=own)
+    subjects = [_subjects_of(event, own) for event, own in zip(todo, scopes, strict=True)]
+    lookups = [event.get("action_name") in LOOKUPS for event in todo]
+    wanted = {s for theirs, lookup in zip(subjects, lookups, strict=True) if not lookup for s in theirs}
+    keys = await keys_for(conn, wanted) if wanted else {}
+    looked_up = {s for theirs, lookup in zip(subjects, lookups, strict=True) if lookup for s in theirs}
     if looked_up - keys.keys():
         keys.update(await keys_for(conn, looked_up - keys.keys(), create=False))
-    for event in todo:
+    for event, own, theirs in zip(todo, scopes, subjects, strict=True):
         event[DONE] = True
-        for subject in subjects_of(event) - keys.keys():
+        for subject in theirs - keys.keys():
             keys[subject] = secrets.token_bytes(32)  # a lookup of a subject without a key: unlinkable
-        scopes = _scopes_of(event)
-        owner = keys[subject_of(scopes[0])] if scopes else None
+        owner = keys[subject_of(own[0])] if own else None
         event["request_params"] = _params(event.get("request_params") or {}, keys, owner)
         if isinstance(event.get("on_behalf_of"), str):
             event["on_behalf_of"] = _hide(keys, "s", event["on_behalf_of"])
         if isinstance(event.get("reason"), str):
             event["reason"] = _MARKED.sub(lambda m: _hide(keys, m[1], m[2]), event["reason"])
+
+
+def _subjects_of(event: dict[str, Any], scopes: list[str]) -> set[str]:
+    """The subjects whose keys an event needs: its scopes' and those its (marked) reason names."""
+    named = {_subject(kind, value) for kind, value in _named(event)}
+    return {subject_of(scope) for scope in scopes} | {s for s in named if s is not None}
 
 
 def _hide(keys: dict[str, bytes], kind: str, value: str) -> str:
@@ -200,12 +202,17 @@ def _params(params: dict[str, Any], keys: dict[str, bytes], owner: bytes | None)
     """The request parameters as an event keeps them; `owner`: the key its paths and filter are
     keyed with (None: the event names no subject, and they are kept as `[redacted]`)."""
     kept = dict(params)
+    keyed = False  # whether a parameter is kept as a scope, a path or a filter
     for key, value in params.items():
         declared = PARAMS.get(key)
         if declared is None and value != REDACTED:
             UNDECLARED.add(key)  # a new parameter: declare it in catalog.event_params
         if declared is None or declared is Kept.REDACTED:
             kept[key] = REDACTED
+        elif declared is not Kept.CLEAR:
+            keyed = True
+    if not keyed:
+        return kept
     for key in SCOPE_KEYS:
         if isinstance(kept.get(key), str):
             kept[key] = _hide(keys, "s", kept[key])

@@ -12,7 +12,7 @@ import functools
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import propagate, trace
@@ -463,10 +463,16 @@ def audit_append(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]
     return run
 
 
-@contextmanager
-def audit_queued(event: Mapping[str, Any]) -> Iterator[None]:
+def audit_queued(event: Mapping[str, Any]) -> AbstractContextManager[None]:
     """A request waiting for its event to be appended by the audit writer's next batch: an
     `audit append` span in the request's trace (the batch's own statement has no trace)."""
+    if not tracing.in_trace():
+        return tracing.NO_SPAN
+    return _audit_queued(event)
+
+
+@contextmanager
+def _audit_queued(event: Mapping[str, Any]) -> Iterator[None]:
     with tracing.span("audit append", {"catalog.audit.events": 1, "catalog.audit.queued": True}) as span:
         yield
         _note_pseudonyms(span, [event])

@@ -26,7 +26,7 @@ import logging
 import os
 import re
 from collections.abc import Iterator, Mapping, MutableMapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -136,15 +136,24 @@ def failed(span: Span, exc: BaseException) -> None:
     span.set_status(StatusCode.ERROR)
 
 
-@contextmanager
+# what `span()` and `server_span()` answer when no span is made: one shared context that holds None
+NO_SPAN: AbstractContextManager[None] = nullcontext()
+
+
 def span(
     name: str, attributes: Mapping[str, Any] | None = None, kind: SpanKind = SpanKind.INTERNAL
-) -> Iterator[Span | None]:
+) -> AbstractContextManager[Span | None]:
     """A child span of the current one, current inside the block (None: no trace to add to)."""
     tracer = STATE.tracer
     if tracer is None or not in_trace():
-        yield None
-        return
+        return NO_SPAN
+    return _child_span(tracer, name, attributes, kind)
+
+
+@contextmanager
+def _child_span(
+    tracer: trace.Tracer, name: str, attributes: Mapping[str, Any] | None, kind: SpanKind
+) -> Iterator[Span]:
     with tracer.start_as_current_span(
         name, kind=kind, attributes=attributes, record_exception=False, set_status_on_exception=False
     ) as current:
@@ -155,26 +164,23 @@ def span(
             raise
 
 
-@contextmanager
 def server_span(
     name: str, carrier: Mapping[str, str], attributes: Mapping[str, Any]
-) -> Iterator[Span | None]:
+) -> AbstractContextManager[Span | None]:
     """A request's span: a child of the caller's `traceparent` in `carrier` (the request's
     headers), else a root. None when tracing is off."""
     tracer = STATE.tracer
     if tracer is None:
-        yield None
-        return
+        return NO_SPAN
     parent: TraceContext = propagate.extract(carrier)
-    with tracer.start_as_current_span(
+    return tracer.start_as_current_span(
         name,
         context=parent,
         kind=SpanKind.SERVER,
         attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
-    ) as current:
-        yield current
+    )
 
 
 def inject(headers: MutableMapping[str, str]) -> None:

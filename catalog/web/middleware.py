@@ -42,11 +42,19 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line; `extra=` fields become top-level keys (with `trace_id` and
     `span_id` inside a trace)."""
 
+    _encode = json.JSONEncoder(default=str).encode  # built once (`json.dumps(default=)` builds one a call)
+    _second: tuple[int, str] = (-1, "")  # the last whole second formatted, and its text
+
+    def _time(self, created: float) -> str:
+        second = int(created)
+        if self._second[0] != second:
+            self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+        return self._second[1]
+
     def format(self, record: logging.LogRecord) -> str:
         _trace_ids(record)
         line: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "time": self._time(record.created) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -56,7 +64,7 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str)
+        return self._encode(line)
 
 
 class PlainFormatter(logging.Formatter):
@@ -87,6 +95,10 @@ def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> No
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # neither format shows where a line was logged from, nor its thread or process: a record
+    # need not look them up (the logging HOWTO's "Optimization")
+    logging._srcfile = None  # type: ignore[attr-defined]
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     # uvicorn's own error logger repeats what the request line says; casbin dumps its model at
     # info; asyncpg's pool logs a trace per failed reconnect during an outage, which the database
     # monitor reports in one line; the MCP transport logs every stateless message's end at info

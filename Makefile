@@ -81,7 +81,8 @@ BENCHES := authz locomo beam keyword_statistics peer search request_floor round_
 # inside `make bench` the soak runs 30 s after a 10 s warm-up (a smoke check); `make soak` runs it in full
 SOAK_SHORT := --duration 30 --warmup 10
 
-bench: $(VENV)/.installed-bench ## run the benchmarks in bench/ and print their tables (a few minutes)
+bench: $(VENV)/.installed-bench ## type-check bench/, then run the benchmarks and print their tables (a few minutes)
+	$(BIN)/mypy bench
 	@set -e; for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py; echo; done
 	@echo "== bench/soak.py $(SOAK_SHORT)"; $(BIN)/python bench/soak.py $(SOAK_SHORT)
 

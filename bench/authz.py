@@ -197,27 +197,31 @@ async def main() -> None:
             schema = Securable(S, securable.chain[2].full_name, securable.chain[:3])
             async with pool.acquire() as conn:
                 await change_grants(
-                    conn, schema, add=[(principal.name, "READ_MEMORY_STORE")], remove=[], granted_by="admin"
+                    conn,
+                    schema,
+                    put=[(principal.name, "READ_MEMORY_STORE", None)],
+                    delete=[],
+                    granted_by="admin",
                 )
             await authorizer.sync()
             store = Securable(T, securable.full_name, securable.chain)
             async with pool.acquire() as conn:
                 await change_grants(
-                    conn, store, add=[], remove=[(principal.name, "READ_MEMORY_STORE")], granted_by="admin"
+                    conn, store, put=[], delete=[(principal.name, "READ_MEMORY_STORE")], granted_by="admin"
                 )
-            t0 = time.perf_counter()
+            started = time.perf_counter()
             async with pool.acquire() as conn:
                 await change_grants(
-                    conn, schema, add=[], remove=[(principal.name, "READ_MEMORY_STORE")], granted_by="admin"
+                    conn, schema, put=[], delete=[(principal.name, "READ_MEMORY_STORE")], granted_by="admin"
                 )
-            revoke_ms.append((time.perf_counter() - t0) * 1000)
-            t0 = time.perf_counter()
+            revoke_ms.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
             revision = await pool.fetchval("SELECT max(seq) FROM policy_log")
             await authorizer.sync(revision)
-            sync_ms.append((time.perf_counter() - t0) * 1000)
-            t0 = time.perf_counter_ns()
+            sync_ms.append((time.perf_counter() - started) * 1000)
+            t0_ns = time.perf_counter_ns()
             after = authorizer.authorize(principal, get, securable)
-            first_check_us.append((time.perf_counter_ns() - t0) / 1000)
+            first_check_us.append((time.perf_counter_ns() - t0_ns) / 1000)
             flips += not after.allowed or "via group" in after.reason or "ALL_PRIVILEGES" in after.reason
         await pool.close()
     finally:

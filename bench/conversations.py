@@ -107,7 +107,7 @@ async def reads(
 ) -> list[tuple[str, float, float]]:
     ids: list[str] = []  # oldest first, up to the middle of the conversation
     while True:
-        params: dict[str, object] = {"limit": 100, "order": "asc", **({"after": ids[-1]} if ids else {})}
+        params: dict[str, str | int] = {"limit": 100, "order": "asc", **({"after": ids[-1]} if ids else {})}
         r = await http.get(f"{BASE}/{conversation}/items", params=params)
         r.raise_for_status()
         ids += [item["id"] for item in r.json()["data"]]
@@ -115,7 +115,7 @@ async def reads(
             break
     middle = ids[min(len(ids), items // 2) - 1]
     cursor = ids[len(ids) // 2]
-    cases: list[tuple[str, str, dict[str, object]]] = [
+    cases: list[tuple[str, str, dict[str, str | int]]] = [
         ("list, limit 20, newest first", f"{BASE}/{conversation}/items", {}),
         ("list, limit 100, newest first", f"{BASE}/{conversation}/items", {"limit": 100}),
         ("list, limit 100, oldest first", f"{BASE}/{conversation}/items", {"limit": 100, "order": "asc"}),

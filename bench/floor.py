@@ -307,12 +307,11 @@ def study(data: dict[str, tuple[Corpus, list[dict], Terms]]) -> None:
     )
     for a, m, centre, width, power in grid:
         scale = weights_scale(a, m, centre, width, power, 0.0)
-        run(
-            "weights",
-            f"semantic {a}, single {m}, cosine {centre}/{width}, power {power}",
-            lambda c, s=scale: s,
-            0.5,
-        )
+
+        def same(c: str, scale: Scale = scale) -> Scale:  # the one scale for every corpus
+            return scale
+
+        run("weights", f"semantic {a}, single {m}, cosine {centre}/{width}, power {power}", same, 0.5)
     for beta, shift in itertools.product((0.1, 0.2, 0.3), (0.0, 0.02, 0.04, 0.06)):
 
         def proximity(c: str, beta: float = beta, shift: float = shift) -> Scale:

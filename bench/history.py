@@ -81,7 +81,7 @@ async def statements(db: str, n: int, rounds: int) -> None:
                 path = f"/stmt/{uuid.uuid4().hex}.md" if i % 2 else f"/stmt-hot/{i % 50}.md"
                 fields = repo.Fields(contents=f"fact {i} " * 20, description=None, source_type=None)
                 async with conn.transaction():
-                    await repo.upsert_overwrite(conn, (store_id, "bench", "", path), fields, "admin")
+                    await repo.upsert_overwrite(conn, repo.Key(store_id, "bench", "", path), fields, "admin")
             return (time.perf_counter() - began) / n * 1e6
 
         await burst()  # warm-up
@@ -146,9 +146,12 @@ def main() -> None:
     try:
         asyncio.run(run(server, args.writes, args.rounds))
     finally:
-        server.stop()
-    if args.statements:
-        asyncio.run(statements_alone(server.data_dir, args.statements, max(args.rounds, 3)))
+        server.stop(keep=True)  # its embedded PostgreSQL's files serve the statement-level rounds
+    try:
+        if args.statements:
+            asyncio.run(statements_alone(server.data_dir, args.statements, max(args.rounds, 3)))
+    finally:
+        server.remove()
 
 
 if __name__ == "__main__":

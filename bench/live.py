@@ -4,6 +4,7 @@ an already running one (--url with --token)."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,6 +33,7 @@ class BenchServer:
         checkout whose `catalog` package to run (this one by default: another checkout's, to
         compare two versions)."""
         self.repo = repo or REPO
+        self.temporary = data_dir is None  # a data dir of its own, removed by stop()
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="catbench"))
         self.data_dir.mkdir(parents=True, exist_ok=True)  # a --data-dir named for a first run
         self.port = free_port()
@@ -79,10 +81,20 @@ class BenchServer:
         )
         return out.stdout.strip()
 
-    def stop(self) -> None:
+    def stop(self, keep: bool = False) -> None:
+        """Stop the server; the data dir it made for itself (no `data_dir` given) goes too, unless
+        `keep` (the caller removes it: `remove()`)."""
         self.process.terminate()
         try:
             self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()
         self.log.close()
+        if not keep:
+            self.remove()
+
+    def remove(self) -> None:
+        """Remove the data dir, if the server made it (a benchmark's given one stays)."""
+        if self.temporary:
+            shutil.rmtree(self.data_dir, ignore_errors=True)

@@ -26,11 +26,13 @@ import asyncio
 import dataclasses
 import json
 import math
+import operator
 import re
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -377,7 +379,7 @@ def tune(questions: list, foreign: list, scopes: list[str], raw: dict, floor: fl
     print("| held out | chosen weights | set | R@1 | R@5 | R@10 | foreign: empty | R@5 drop |")
     print("|---|---|---|---|---|---|---|---|")
     for held in scopes:
-        train = part(lambda s, held=held: s != held)
+        train = part(partial(operator.ne, held))
         best: tuple | None = None
         for w in GRID:
             r, e, d = evaluate(*train, w, floor)
@@ -386,9 +388,9 @@ def tune(questions: list, foreign: list, scopes: list[str], raw: dict, floor: fl
                 best = (key, w)
         assert best is not None
         w = best[1]
-        for label, t in (("tuned on", train), ("held out", part(lambda s, held=held: s == held))):
+        for label, t in (("tuned on", train), ("held out", part(partial(operator.eq, held)))):
             print(row(f"{held} | {name(w)} | {label}", w, *t))
-        print(row(f"{held} | shipped | held out", DEFAULT_WEIGHTS, *part(lambda s, held=held: s == held)))
+        print(row(f"{held} | shipped | held out", DEFAULT_WEIGHTS, *part(partial(operator.eq, held))))
 
 
 def main() -> None:

@@ -41,14 +41,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import random
 import statistics
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import asyncpg
 import httpx
@@ -93,12 +96,18 @@ def text_of(entry: dict) -> str:
 
 async def run_peer(url: str, datasets: list, encoder: Encoder, concurrency: int) -> Side:
     from langgraph.store.postgres.aio import AsyncPostgresStore
+    from langgraph.store.postgres.base import PostgresIndexConfig
 
-    async def embed(texts: list[str]) -> list[list[float]]:
-        return (await asyncio.to_thread(encoder.encode, texts)).tolist()
+    async def embed(texts: Sequence[str]) -> list[list[float]]:
+        return (await asyncio.to_thread(encoder.encode, list(texts))).tolist()
 
     side = Side("LangGraph AsyncPostgresStore (in-process)")
-    index = {"dims": DIMENSIONS, "embed": embed, "fields": ["text"], "distance_type": "cosine"}
+    index: PostgresIndexConfig = {
+        "dims": DIMENSIONS,
+        "embed": embed,
+        "fields": ["text"],
+        "distance_type": "cosine",
+    }
     async with AsyncPostgresStore.from_conn_string(
         url, pool_config={"min_size": 1, "max_size": concurrency}, index=index
     ) as store:
@@ -352,8 +361,10 @@ async def run(args: argparse.Namespace) -> None:
         model_costs(datasets, encoder)
         return
     model_rate = await model_alone(datasets, encoder)
+    memnos_peer: ModuleType | None
+    missing: str | None
     try:
-        from bench import memnos_peer
+        memnos_peer = importlib.import_module("bench.memnos_peer")
     except ImportError as exc:  # the module is optional
         memnos_peer, missing = None, f"bench/memnos_peer.py: {exc}"
     else:

@@ -162,7 +162,9 @@ async def bulk_load(settings: Settings, total: int, have: int, base: np.ndarray)
         records = []
         for i in range(have, total):
             scope = "shared" if i % 10 == 0 and i // 10 < shared else f"user-{i % users}"
-            vector = base[rng.integers(len(base))] + rng.normal(0, 0.02, base.shape[1]).astype(np.float32)
+            vector = base[rng.integers(len(base))] + np.asarray(
+                rng.normal(0, 0.02, base.shape[1]), dtype=np.float32
+            )
             vector /= np.linalg.norm(vector)
             records.append(
                 (store_id, scope, "", f"/bulk/{i}.md", sentence(RNG), None, "bench", "bench", vector, 1, 1)

@@ -36,7 +36,6 @@ import os
 import random
 import re
 import shlex
-import shutil
 import statistics
 import sys
 import time
@@ -514,7 +513,6 @@ async def soak(args: argparse.Namespace) -> Run:
             )
     finally:
         server.stop()
-        shutil.rmtree(server.data_dir, ignore_errors=True)
     entries = (first_entries, last_entries)
     return Run(stats, samples, settings, entries, elapsed, (load_before, load_after), behind)
 

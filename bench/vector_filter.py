@@ -86,9 +86,8 @@ async def load(settings: Settings, total: int, base: np.ndarray) -> tuple[str, d
             i = 0
             for scope, size in layout(total):
                 for _ in range(size):
-                    vector = base[rng.integers(len(base))] + rng.normal(0, 0.02, base.shape[1]).astype(
-                        np.float32
-                    )
+                    noise = np.asarray(rng.normal(0, 0.02, base.shape[1]), dtype=np.float32)
+                    vector = base[rng.integers(len(base))] + noise
                     vector /= np.linalg.norm(vector)
                     batch.append((store_id, scope, "", f"/v/{i}.md", "x", None, "b", "b", vector, 1, 1))
                     i += 1

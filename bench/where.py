@@ -178,9 +178,8 @@ def _report(path: Path, *args: str) -> list[tuple[float, str]]:
     )
     if out.returncode != 0:
         print(f"perf report: {out.stderr.strip()[-300:]}", file=sys.stderr)
-    out = out.stdout
     rows = []
-    for line in out.splitlines():
+    for line in out.stdout.splitlines():
         if line.startswith("#"):
             continue
         match = _ROW.match(line)
@@ -192,11 +191,11 @@ def _report(path: Path, *args: str) -> list[tuple[float, str]]:
 def libraries(path: Path) -> dict[str, float]:
     """Each part's share of the samples in a `perf record` file, largest first (empty when perf
     recorded nothing)."""
-    shares: Counter[str] = Counter()
+    shares: dict[str, float] = {}
     for share, dso in _report(path, "--no-children", "--sort", "dso"):
         part = next((name for name, marks in LIBRARIES if any(m in dso for m in marks)), "other")
-        shares[part] += share
+        shares[part] = shares.get(part, 0.0) + share
     if shares:
         futex = [s for s, sym in _report(path, "--children", "--sort", "sym") if sym == "__x64_sys_futex"]
         shares[FUTEX] = futex[0] if futex else 0.0
-    return dict(shares.most_common())
+    return dict(sorted(shares.items(), key=lambda kv: -kv[1]))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import statistics
 import sys
@@ -31,11 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx
 
 from bench.live import BenchServer
-from bench.load import Request, cpu_of_postgres, cpu_of_server, load, load_average
-from bench.request_floor import STORE, UC, prepare, queries
+from bench.load import cpu_of_postgres, cpu_of_server, load, load_average
+from bench.request_floor import DETAILS, prepared, searches
 
 HERE = str(Path(__file__).resolve())
 PARTS = ("audit", "log", "telemetry")
@@ -66,23 +64,8 @@ async def measure(off: set[str], count: int) -> dict[str, tuple[float, float]]:
     argv = [HERE, "--serve", ",".join(sorted(off)) or "none"]
     server = BenchServer(argv=argv)
     try:
-        token = server.token()
-        async with httpx.AsyncClient(
-            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-        ) as client:
-            await prepare(client)
-            await client.post(  # every entry embedded and indexed before the clock starts
-                f"{UC}/memory-stores/{STORE}/entries:search",
-                json={"scope": "u1", "query": "tea", "mode": "hybrid"},
-            )
-        target = f"{UC}/memory-stores/{STORE}/entries:search"
-        cases: dict[str, list[Request]] = {
-            "details": [("GET", f"{UC}/memory-stores/{STORE}", None)],
-            "keyword": [
-                ("POST", target, json.dumps({"scope": "u1", "query": q, "mode": "keyword"}).encode())
-                for q in queries()
-            ],
-        }
+        token = await prepared(server)
+        cases = {"details": DETAILS, "keyword": searches("keyword")}
         figures = {}
         for case, requests in cases.items():
             await load([server.url], token, requests, processes=2, connections=2, count=100)

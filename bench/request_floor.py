@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import threading
@@ -57,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import where
 from bench.live import BenchServer
-from bench.load import cpu_of_postgres, cpu_of_server, load, load_average
+from bench.load import Request, cpu_of_postgres, cpu_of_server, load, load_average
 
 UC = "/api/2.1/unity-catalog"
 STORE = "main.default.floor"
@@ -229,6 +230,32 @@ def queries() -> list[str]:
     return [" ".join(words[i % len(words) :][:3] + words[: (i * 3) % 4]) for i in range(20)]
 
 
+DETAILS: list[Request] = [("GET", f"{UC}/memory-stores/{STORE}", None)]
+
+
+def searches(mode: str) -> list[Request]:
+    """The twenty questions of `queries()` as searches of the floor's scope in `mode`."""
+    target = f"{UC}/memory-stores/{STORE}/entries:search"
+    return [
+        ("POST", target, json.dumps({"scope": "u1", "query": q, "mode": mode}).encode()) for q in queries()
+    ]
+
+
+async def prepared(server: BenchServer) -> str:
+    """The floor's store on `server` (`prepare`), every entry embedded and indexed; the admin's
+    token."""
+    token = server.token()
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+    ) as client:
+        await prepare(client)
+        await client.post(
+            f"{UC}/memory-stores/{STORE}/entries:search",
+            json={"scope": "u1", "query": "tea", "mode": "hybrid"},
+        )
+    return token
+
+
 def model_cpu_ms(texts: list[str]) -> float:
     """The model alone on a query: CPU ms of one `encode` of one text on one thread (as a lane of
     the server runs it), the mean over the texts after a warm-up."""
@@ -257,30 +284,11 @@ async def cpu(
 ) -> None:
     """Server-side CPU per request (the server's processes and PostgreSQL's) for each case
     (`settings`: more of the server's CATALOG_ variables)."""
-    import json
-
     server = BenchServer(env={"CATALOG_WORKERS": str(workers), **(settings or {})}, repo=repo)
     try:
-        token = server.token()
-        async with httpx.AsyncClient(
-            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-        ) as client:
-            await prepare(client)
-            # every entry embedded and indexed before the clock starts
-            await client.post(
-                f"{UC}/memory-stores/{STORE}/entries:search",
-                json={"scope": "u1", "query": "tea", "mode": "hybrid"},
-            )
-        target = f"{UC}/memory-stores/{STORE}/entries:search"
-
-        def searches(mode: str) -> list[tuple[str, str, bytes | None]]:
-            return [
-                ("POST", target, json.dumps({"scope": "u1", "query": q, "mode": mode}).encode())
-                for q in queries()
-            ]
-
-        cases: list[tuple[str, list[tuple[str, str, bytes | None]], int]] = [
-            ("`GET` a store's details", [("GET", f"{UC}/memory-stores/{STORE}", None)], count),
+        token = await prepared(server)
+        cases: list[tuple[str, list[Request], int]] = [
+            ("`GET` a store's details", DETAILS, count),
             ("search, keyword mode", searches("keyword"), count),
             ("search, hybrid mode", searches("hybrid"), max(1, count * 2 // 5)),
         ]

@@ -13,6 +13,8 @@ import asyncpg
 import pytest
 from rest import UC
 
+from catalog.recorder.pseudonyms import KeyCache
+
 AUDIT = f"{UC}/system/audit"
 SECRET = "zanzibar-7781-confidential"
 
@@ -414,3 +416,22 @@ def test_a_page_token_is_never_kept(client, token, aud):
     assert r.status_code == 400 and "page_token" in r.text, r.text
     event = event_for(client, token, r.headers["x-request-id"])
     assert event["request_params"]["page_token"] == "[redacted]", event
+
+
+def test_the_writers_keys_go_with_a_newer_epoch_and_when_their_time_is_up():
+    now = [1000.0]
+    cache = KeyCache(clock=lambda: now[0])
+    assert cache.get(["alice"]) is None and cache.left() is None
+    cache.hold({"alice": b"a" * 32}, 3)
+    assert cache.get(["alice"]) == {"alice": b"a" * 32} and cache.left() == KeyCache.TTL
+    assert cache.get(["alice", "bob"]) is None  # all of them, or none
+    cache.hold({"bob": b"b" * 32}, 3)
+    assert cache.get(["alice", "bob"]) == {"alice": b"a" * 32, "bob": b"b" * 32}
+    cache.hold({"carol": b"c" * 32}, 4)  # read after an erasure: what was read before it goes
+    assert cache.get(["alice"]) is None and cache.get(["carol"]) == {"carol": b"c" * 32}
+    now[0] += KeyCache.TTL / 2
+    cache.expire()
+    assert cache.get(["carol"]) is not None  # not yet
+    now[0] += KeyCache.TTL / 2
+    cache.expire()
+    assert cache.keys == {} and cache.epoch is None and cache.left() is None

@@ -27,6 +27,7 @@ from stores import make_store
 
 from catalog.access import repo as policy_repo
 from catalog.access.policy import PolicyState
+from catalog.recorder import repo as recorder_repo
 from catalog.settings import Settings
 
 AGENTS = "/api/2.0/agents"
@@ -543,3 +544,47 @@ def test_what_an_erasure_leaves_in_the_files_until_vacuum_full(own_client, own_t
     assert "entries" in left, left  # deleted rows stay in the files: what the scan here looks for
     asyncio.run(_sql(url, "ANALYZE", "VACUUM FULL"))
     assert asyncio.run(files_holding(url, needles)) == []
+
+
+def test_the_audit_writer_keys_from_memory_until_the_key_is_erased(client, token, monkeypatch):
+    """A read's or a search's event finds its subject's key without a statement once the audit
+    writer has used it; erasing the subject moves the keys' epoch on in the database, so the
+    writer's next append with the erased key is refused and its events are keyed again: they get
+    the subject's new key, never the erased one."""
+    store = make_store(client, token, "es-keys")
+    subject = "zqkeys"
+    read: list[list[str]] = []
+    create_keys = recorder_repo.create_keys
+
+    async def counted(conn, subjects, fresh):  # type: ignore[no-untyped-def]
+        read.append(list(subjects))
+        return await create_keys(conn, subjects, fresh)
+
+    monkeypatch.setattr(recorder_repo, "create_keys", counted)
+    write(client, token, store, subject, "/a.md", "alpha beta")
+
+    def search() -> None:
+        r = client.post(f"{store}/entries:search", headers=token(), json={"scope": subject, "query": "alpha"})
+        assert r.status_code == 200, r.text
+
+    for _ in range(3):
+        search()
+    # read in the write's own transaction (a change), then by the writer for the first search: the
+    # two searches after it found the key in memory
+    assert [s for s in read if subject in s] == [[subject], [subject]]
+    # the searches name their scope in the body: their events keep it (a pseudonym) all the same
+    events = audit(client, token, subject)
+    searched = [e["request_params"]["scopes"] for e in events if e["action_name"] == "entries.read"]
+    assert len(searched) == 3 and all(len(s) == 1 for s in searched), events
+    (written,) = [e["request_params"]["scope"] for e in events if e["action_name"] == "entries.write"]
+    (erased,) = {s[0] for s in searched} | {written}  # the key read and the key held agree
+
+    r = client.post(f"{UC}/system/erase-subject", headers=token(), json={"subject": subject})
+    assert r.status_code == 200 and r.json()["audit_key_destroyed"] is True, r.text
+    search()  # the writer still holds the erased key: its append is refused, the event keyed anew
+    assert [s for s in read if subject in s] == [[subject], [subject], [subject]]
+    after = audit(client, token, subject)  # found with the subject's new key
+    assert [e["action_name"] for e in after] == ["entries.read"], after
+    (kept,) = after[0]["request_params"]["scopes"]
+    assert kept.startswith("ps_") and kept != erased
+    assert client.get(f"{UC}/system/audit:verify", headers=token()).json()["ok"] is True

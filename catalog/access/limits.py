@@ -93,6 +93,13 @@ def named() -> tuple[list[str], list[str]]:
     return patterns, [scope for scopes in held.reached.values() for scope in scopes]
 
 
+def scopes_reached(pending: PendingEvent) -> list[str]:
+    """Every scope a request (its pending event) reached, on any store, sorted: what its audit
+    event names when no parameter of the request did (a search's scopes come in its body)."""
+    held = _BY_EVENT.get(pending)
+    return [] if held is None else sorted({scope for scopes in held.reached.values() for scope in scopes})
+
+
 def unheld(pending: PendingEvent) -> ScopeLimit | None:
     """A scope limit the request (its pending event) never held its scopes to: its answer must
     not go out."""

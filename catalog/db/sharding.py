@@ -60,6 +60,7 @@ LOCAL: tuple[str, ...] = (
     "audit_events",
     "audit_pepper",
     "subject_keys",
+    "audit_key_epoch",
     "page_token_key",
     "change_log_pruned",
     "memory_pipelines",

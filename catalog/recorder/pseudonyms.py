@@ -41,7 +41,8 @@ import hashlib
 import hmac
 import re
 import secrets
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import asyncpg
@@ -133,21 +134,74 @@ def _named(event: dict[str, Any]) -> list[tuple[str, str]]:
     return _MARKED.findall(reason) if isinstance(reason, str) else []
 
 
+class KeyCache:
+    """The subjects' keys an audit writer has used, all read at one epoch of `audit_key_epoch`
+    (which every erasure of a key moves on, in its transaction), kept for at most `TTL` seconds:
+    an event of a subject seen lately is keyed without a statement, and its append is made only
+    if the epoch has not moved (`repo.append(key_epoch=)`); else the writer forgets them all and
+    keys the events again with the keys as they are now. An erased key leaves the memory of
+    every process within `TTL`, or at its next append."""
+
+    TTL = 60.0
+    MAX = 10_000
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.keys: dict[str, bytes] = {}
+        self.epoch: int | None = None
+        self._clock = clock
+        self._until = 0.0  # the clock's time the keys are forgotten
+
+    def get(self, subjects: Sequence[str]) -> dict[str, bytes] | None:
+        """Their keys, when every one is held."""
+        if self._clock() >= self._until:
+            self.forget()
+            return None
+        keys = self.keys
+        return {s: keys[s] for s in subjects} if all(s in keys for s in subjects) else None
+
+    def hold(self, keys: dict[str, bytes], epoch: int) -> None:
+        if epoch != self.epoch or len(self.keys) + len(keys) > self.MAX or self._clock() >= self._until:
+            self.keys, self.epoch, self._until = {}, epoch, self._clock() + self.TTL
+        self.keys.update(keys)
+
+    def forget(self) -> None:
+        self.keys, self.epoch, self._until = {}, None, 0.0
+
+    def left(self) -> float | None:
+        """Seconds until the keys held are forgotten (None: none is held)."""
+        return max(0.0, self._until - self._clock()) if self.keys else None
+
+    def expire(self) -> None:
+        """Forget the keys once their time is up (the writer calls it whenever it wakes)."""
+        if self.keys and self._clock() >= self._until:
+            self.forget()
+
+
 async def keys_for(
-    conn: asyncpg.Connection | asyncpg.Pool, subjects: Iterable[str], *, create: bool = True
+    conn: asyncpg.Connection | asyncpg.Pool,
+    subjects: Iterable[str],
+    *,
+    create: bool = True,
+    cache: KeyCache | None = None,
 ) -> dict[str, bytes]:
     """The subjects' keys, created for those that have none (in the caller's transaction, so a
     key exists exactly when an event made with it does); with `create=False`, only the existing
-    ones."""
+    ones. With `cache`, those it holds (all of them, or none is taken from it), and it keeps
+    those read."""
     wanted = sorted(set(subjects))
     if not wanted:
         return {}
     if not create:
         return await repo.existing_keys(conn, wanted)
+    held = cache.get(wanted) if cache is not None else None
+    if held is not None:
+        return held
     fresh = [secrets.token_bytes(32) for _ in wanted]
     for _ in range(3):  # a concurrent first event of the same subject: read what it committed
-        keys = await repo.create_keys(conn, wanted, fresh)
+        keys, epoch = await repo.create_keys(conn, wanted, fresh)
         if len(keys) == len(wanted):
+            if cache is not None:
+                cache.hold(keys, epoch)
             return keys
     raise RuntimeError(f"could not read or create the audit keys of {len(wanted)} subjects")
 
@@ -155,10 +209,13 @@ async def keys_for(
 DONE = "_pseudonymized"  # marks an event already rewritten (an append retried after a failure)
 
 
-async def pseudonymize(conn: asyncpg.Connection | asyncpg.Pool, events: Sequence[dict[str, Any]]) -> None:
+async def pseudonymize(
+    conn: asyncpg.Connection | asyncpg.Pool, events: Sequence[dict[str, Any]], cache: KeyCache | None = None
+) -> int | None:
     """Replace, in place, the scopes, paths, filters and end users of the events, and the scopes
     and patterns their reasons name, by their pseudonyms (once: an event appended again keeps the
-    pseudonyms it got)."""
+    pseudonyms it got). With `cache` (`keys_for`), the epoch of the keys it keyed them with (None
+    when it needed none): their append must check it."""
     todo = [event for event in events if not event.get(DONE)]
     scopes = [_scopes_of(event) for event in todo]  # each event's own scopes, its first the owner's
     for event, own in zip(todo, scopes, strict=True):  # the event's own scopes, where its reason names them
@@ -167,7 +224,7 @@ async def pseudonymize(conn: asyncpg.Connection | asyncpg.Pool, events: Sequence
     subjects = [_subjects_of(event, own) for event, own in zip(todo, scopes, strict=True)]
     lookups = [event.get("action_name") in LOOKUPS for event in todo]
     wanted = {s for theirs, lookup in zip(subjects, lookups, strict=True) if not lookup for s in theirs}
-    keys = await keys_for(conn, wanted) if wanted else {}
+    keys = await keys_for(conn, wanted, cache=cache) if wanted else {}
     looked_up = {s for theirs, lookup in zip(subjects, lookups, strict=True) if lookup for s in theirs}
     if looked_up - keys.keys():
         keys.update(await keys_for(conn, looked_up - keys.keys(), create=False))
@@ -181,6 +238,7 @@ async def pseudonymize(conn: asyncpg.Connection | asyncpg.Pool, events: Sequence
             event["on_behalf_of"] = _hide(keys, "s", event["on_behalf_of"])
         if isinstance(event.get("reason"), str):
             event["reason"] = _MARKED.sub(lambda m: _hide(keys, m[1], m[2]), event["reason"])
+    return cache.epoch if cache is not None and wanted else None
 
 
 def _subjects_of(event: dict[str, Any], scopes: list[str]) -> set[str]:

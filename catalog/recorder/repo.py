@@ -64,6 +64,10 @@ def append_statement(rows: list[dict[str, Any]], heads: list[bytes], tails: list
     )
 
 
+# the epoch of the subjects' keys (migration 0040): one row, a missing one read as 0
+_KEY_EPOCH = "coalesce((SELECT epoch FROM audit_key_epoch), 0)"
+
+
 async def append(
     conn: asyncpg.Connection,
     rows: list[dict[str, Any]],
@@ -72,22 +76,32 @@ async def append(
     *,
     commit: bool = False,
     early_unlock: bool = True,
-) -> None:
+    key_epoch: int | None = None,
+) -> bool:
     """`audit_append(rows, heads, tails)` in the connection's transaction (or as its own when there
     is none): PostgreSQL numbers and hashes the events under the chain's lock, held until the
     transaction ends. `commit=True` ends the caller's transaction in the same message, so that no
-    other work of this process runs while the lock is held."""
+    other work of this process runs while the lock is held. With `key_epoch` (the events were
+    keyed with keys read at that epoch of `audit_key_epoch`), nothing is appended when a key has
+    been erased since (the epoch moved on): False."""
     if not commit:
-        await conn.execute("SELECT audit_append($1, $2, $3)", rows, heads, tails)
-        return
+        if key_epoch is None:
+            await conn.execute("SELECT audit_append($1, $2, $3)", rows, heads, tails)
+            return True
+        appended = await conn.fetchval(
+            f"SELECT audit_append($1, $2, $3) WHERE {_KEY_EPOCH} = $4", rows, heads, tails, key_epoch
+        )
+        return appended is not None
+    assert key_epoch is None, "a change's event is keyed in its own transaction"
     append_sql = append_statement(rows, heads, tails)
     if not early_unlock:
         await conn.execute("SET LOCAL synchronous_commit = on; " + append_sql + "COMMIT")
-        return
+        return True
     # The commit itself does not wait for its WAL flush, so the chain's lock is let go before the
     # disk is reached and concurrent changes share their flushes; FLUSH_TAIL then waits for a
     # flush that covers the change too: nothing is answered before it is durable.
     await conn.execute("SET LOCAL synchronous_commit = off; " + append_sql + "COMMIT; " + FLUSH_TAIL)
+    return True
 
 
 # --- the transaction of an audited change ------------------------------------------------------------
@@ -121,8 +135,9 @@ async def existing_keys(conn: asyncpg.Connection | asyncpg.Pool, subjects: Seque
 
 async def create_keys(
     conn: asyncpg.Connection | asyncpg.Pool, subjects: Sequence[str], fresh: Sequence[bytes]
-) -> dict[str, bytes]:
-    """Each subject's key: the one it has, else `fresh[i]`, stored for it. A subject whose first
+) -> tuple[dict[str, bytes], int]:
+    """Each subject's key: the one it has, else `fresh[i]`, stored for it; and the keys' epoch,
+    read in the same statement (an erasure after it moves the epoch on). A subject whose first
     key a concurrent transaction is storing is missing from the answer (its key is not yet
     visible): the caller asks again."""
     rows = await conn.fetch(
@@ -133,11 +148,11 @@ async def create_keys(
         "  ON CONFLICT (subject_id) DO NOTHING RETURNING subject_id, key), "
         "found AS (SELECT subject_id, key FROM new UNION ALL "
         "  SELECT k.subject_id, k.key FROM subject_keys k JOIN wanted w USING (subject_id)) "
-        "SELECT w.subject, f.key FROM wanted w JOIN found f USING (subject_id)",
+        f"SELECT w.subject, f.key, {_KEY_EPOCH} AS epoch FROM wanted w JOIN found f USING (subject_id)",
         subjects,
         fresh,
     )
-    return {row["subject"]: bytes(row["key"]) for row in rows}
+    return {row["subject"]: bytes(row["key"]) for row in rows}, (rows[0]["epoch"] if rows else 0)
 
 
 async def subject_key(conn: asyncpg.Connection | asyncpg.Pool, subject: str) -> bytes | None:
@@ -148,8 +163,14 @@ async def subject_key(conn: asyncpg.Connection | asyncpg.Pool, subject: str) -> 
 
 
 async def delete_subject_key(conn: asyncpg.Connection, subject: str) -> bool:
-    """Whether the subject had a key."""
-    status: str = await conn.execute(
-        f"DELETE FROM subject_keys WHERE subject_id = {_SUBJECT_ID.format(subject='$1::text')}", subject
+    """Whether the subject had a key. Deleting it moves the keys' epoch on, in the same
+    transaction: a writer holding the key in memory can no longer append with it."""
+    deleted: int = await conn.fetchval(
+        "WITH gone AS (DELETE FROM subject_keys "
+        f"  WHERE subject_id = {_SUBJECT_ID.format(subject='$1::text')} RETURNING 1), "
+        "moved AS (INSERT INTO audit_key_epoch (epoch) SELECT 1 WHERE EXISTS (SELECT 1 FROM gone) "
+        "  ON CONFLICT (only_row) DO UPDATE SET epoch = audit_key_epoch.epoch + 1 RETURNING 1) "
+        "SELECT count(*) FROM gone",
+        subject,
     )
-    return status.endswith(" 1")
+    return deleted == 1

@@ -41,7 +41,7 @@ from catalog import telemetry
 from catalog.errors import is_unavailable
 from catalog.recorder import repo
 from catalog.recorder.chain import HASHED_COLUMNS, canonical_parts, plain_body
-from catalog.recorder.pseudonyms import mark, pseudonymize
+from catalog.recorder.pseudonyms import KeyCache, mark, pseudonymize
 
 log = logging.getLogger("catalog.audit")
 
@@ -231,6 +231,7 @@ class AuditWriter:
         # deferred events of a batch whose append failed in flight: it may have committed all the
         # same (the answer was lost), so they are looked up before they are appended again
         self._uncertain: set[str] = set()
+        self.keys = KeyCache()  # the subjects' keys of its recent batches
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="audit-writer")
@@ -296,6 +297,9 @@ class AuditWriter:
             timeout = None
             if self._deferred:
                 timeout = max(0.0, self._retry_at - time.monotonic())
+            left = self.keys.left()  # wake to forget the keys held when their time is up
+            if left is not None:
+                timeout = left if timeout is None else min(timeout, left)
             try:
                 item = await asyncio.wait_for(self._queue.get(), timeout)
                 batch.append(item)
@@ -324,6 +328,7 @@ class AuditWriter:
                 if self._closing and self._queue.empty() and (not self._deferred or self._retry_at):
                     return  # everything appended (or the database is away: reported by close)
                 batch = await self._next_batch()
+                self.keys.expire()
                 if not batch:
                     continue
                 try:
@@ -334,7 +339,7 @@ class AuditWriter:
                     if batch:
                         self._appending_since = time.monotonic()
                         try:
-                            await append_on(conn, [event for event, _ in batch])
+                            await append_on(conn, [event for event, _ in batch], keys=self.keys)
                         finally:
                             self._appending_since = None
                 except Exception as exc:
@@ -425,15 +430,46 @@ async def append_on(
     *,
     commit: bool = False,
     early_unlock: bool = True,
+    keys: KeyCache | None = None,
 ) -> None:
     """Append events in the connection's transaction (or as their own when there is none);
     PostgreSQL numbers and hashes them under the chain's lock, held until the transaction ends.
     `commit=True` ends the caller's transaction in the same message, so that no other work of
     this process runs while the lock is held (`repo.append`).
-    Scopes, paths and end users are replaced by their pseudonyms first (`pseudonyms`)."""
-    await pseudonymize(conn, events)
-    rows, heads, tails = _append_arguments(events)
-    await repo.append(conn, rows, heads, tails, commit=commit, early_unlock=early_unlock)
+    Scopes, paths and end users are replaced by their pseudonyms first (`pseudonyms`), with the
+    keys `keys` holds where it holds them (the batch writer's, outside any transaction): if a key
+    was erased since it was read, nothing is appended and the events are keyed again."""
+    if keys is None:
+        await pseudonymize(conn, events)
+        rows, heads, tails = _append_arguments(events)
+        await repo.append(conn, rows, heads, tails, commit=commit, early_unlock=early_unlock)
+        return
+    originals = [dict(event) for event in events]  # pseudonymize replaces values, never changes them
+    try:
+        for _ in range(KEY_ROUNDS):
+            epoch = await pseudonymize(conn, events, keys)
+            rows, heads, tails = _append_arguments(events)
+            if await repo.append(conn, rows, heads, tails, key_epoch=epoch):
+                return
+            keys.forget()  # a key was erased since it was read: the events are keyed again
+            _restore(events, originals)
+        raise RuntimeError(
+            f"the audit keys changed {KEY_ROUNDS} times while {len(events)} events were appended"
+        )
+    except BaseException:
+        # appended again later (a deferred event), an event is keyed then, with the keys as they are
+        keys.forget()
+        _restore(events, originals)
+        raise
+
+
+KEY_ROUNDS = 3  # appends of one batch refused for a key erased since it was read, before giving up
+
+
+def _restore(events: list[dict[str, Any]], originals: list[dict[str, Any]]) -> None:
+    for event, original in zip(events, originals, strict=True):
+        event.clear()
+        event.update(original)
 
 
 @asynccontextmanager

@@ -490,6 +490,13 @@ def request_event(
         # binding, a shared scope not offered): the request was denied, and auditors who look for
         # denials find it (the reason names no scope: it would need pseudonymizing)
         decision, reason = "deny", f"refused after the privilege check ({error_code or 'PERMISSION_DENIED'})"
+    params = {**_params(scope), **(audit.params or {})}
+    if "scope" not in params and "scopes" not in params:
+        # the scopes the request reached, named in its body (a search's, a write's): auditors find
+        # the event by any of them (`?scope=`), as a pseudonym
+        reached = limits.scopes_reached(audit)
+        if reached:
+            params["scopes"] = reached
     headers = dict(scope.get("headers") or [])
     client = scope.get("client")
     return {
@@ -507,7 +514,7 @@ def request_event(
         "reason": reason or error_code,
         "status_code": status,
         "error_code": error_code,
-        "request_params": {**_params(scope), **(audit.params or {})},
+        "request_params": params,
         "result_count": audit.result_count,
         "policy_revision": audit.policy_revision,
     }

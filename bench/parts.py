@@ -9,7 +9,9 @@ switching the part off measures all of it at once. The parts:
   `bench/audit.py` uses it): the event's encoding, its pseudonyms, the batch's statement and the
   wait for its commit, and PostgreSQL's side of the append;
 - `log`: no request log line (the `catalog.request` logger disabled);
-- `telemetry`: the request's span and duration histogram (`telemetry.http_server`) left out.
+- `telemetry`: the request's span and duration histogram (`telemetry.http_server`) left out;
+- `keys`: the audit writer's keys in memory (`KeyCache`): each event that names a scope reads
+  its subject's key with a statement of its own, as a change's event does.
 
 Each configuration is a fresh `catalog serve` (the real model) with one store of 200 short
 entries in one scope (`bench/request_floor.py`'s), loaded by two client processes over two
@@ -36,7 +38,8 @@ from bench.load import cpu_of_postgres, cpu_of_server, load, load_average
 from bench.request_floor import DETAILS, prepared, searches
 
 HERE = str(Path(__file__).resolve())
-PARTS = ("audit", "log", "telemetry")
+PARTS = ("audit", "log", "telemetry", "keys")
+ALL = ("audit", "log", "telemetry")  # `all`: every part (the keys are the audit's)
 
 
 def serve(port: int, off: set[str]) -> int:
@@ -46,6 +49,10 @@ def serve(port: int, off: set[str]) -> int:
     from catalog.settings import Settings
     from catalog.web.middleware import RequestMiddleware
 
+    if "keys" in off:  # the writer finds no key in memory: every keyed event reads its keys
+        from catalog.recorder.pseudonyms import KeyCache
+
+        KeyCache.get = lambda self, subjects: None  # type: ignore[method-assign]
     if "telemetry" in off:  # the seam's wrapper around the middleware's __call__
         RequestMiddleware.__call__ = RequestMiddleware.__call__.__wrapped__  # type: ignore[attr-defined,method-assign]
     app = create_app(Settings.from_env(None, port=port))
@@ -81,7 +88,7 @@ async def measure(off: set[str], count: int) -> dict[str, tuple[float, float]]:
 
 
 async def run(count: int, rounds: int, configurations: list[str]) -> None:
-    offs = [set[str]()] + [set(PARTS) if c == "all" else {c} for c in configurations]
+    offs = [set[str]()] + [set(ALL) if c == "all" else {c} for c in configurations]
     results: list[list[dict[str, tuple[float, float]]]] = [[] for _ in offs]
     print(
         f"{count} requests a case, two client processes x two keep-alive connections, one worker; "
@@ -107,8 +114,9 @@ async def run(count: int, rounds: int, configurations: list[str]) -> None:
         for case in ("details", "keyword"):
             server, postgres = median(k, case, 0), median(k, case, 1)
             together = server + postgres
-            saved = "" if k == 0 else f" (-{median(0, case, 0) + median(0, case, 1) - together:.2f})"
-            cells += [f"{server:.2f} ms", f"{postgres:.2f} ms", f"{together:.2f} ms{saved}"]
+            base = median(0, case, 0) + median(0, case, 1)
+            change = "" if k == 0 else f" ({together - base:+.2f})"
+            cells += [f"{server:.2f} ms", f"{postgres:.2f} ms", f"{together:.2f} ms{change}"]
         print(f"| {label} | " + " | ".join(cells) + " |")
 
 
@@ -119,7 +127,7 @@ def main() -> int:
     parser.add_argument(
         "--off",
         nargs="*",
-        default=["audit", "log", "telemetry", "all"],
+        default=["audit", "log", "telemetry", "keys", "all"],
         choices=[*PARTS, "all"],
         help="the configurations beside the whole path: one part off, or all of them",
     )

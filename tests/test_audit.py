@@ -435,3 +435,37 @@ def test_the_writers_keys_go_with_a_newer_epoch_and_when_their_time_is_up():
     now[0] += KeyCache.TTL / 2
     cache.expire()
     assert cache.keys == {} and cache.epoch is None and cache.left() is None
+
+
+def test_an_event_names_the_scopes_a_request_named_only_in_its_body(client, token):
+    """A search's scopes and a write's scope sent in the body, not as parameters: the events keep
+    them (pseudonyms, under `scopes`), and an auditor's `?scope=` finds each request by any."""
+    r = client.post(
+        f"{UC}/memory-stores",
+        headers=token(),
+        json={"name": "body-scopes", "catalog_name": "main", "schema_name": "default"},
+    )
+    assert r.status_code == 200, r.text
+    store = f"{UC}/memory-stores/main.default.body-scopes"
+    body = {"scope": "bsc-carol", "memory_entry": {"path": "/a.md", "contents": "kept"}}
+    assert client.post(f"{store}/entries", headers=token(), json=body).status_code == 200
+    search = {"scopes": ["bsc-alice", "bsc-bob:x"], "query": "kept"}
+    assert client.post(f"{store}/entries:search", headers=token(), json=search).status_code == 200
+
+    def found(scope: str) -> list[dict]:
+        r = client.get(
+            AUDIT, headers=token(), params={"scope": scope, "securable_full_name": "main.default.body-scopes"}
+        )
+        assert r.status_code == 200, r.text
+        return r.json()["events"]
+
+    (written,) = found("bsc-carol")
+    assert written["action_name"] == "entries.write" and written["request_params"]["scopes"][0].startswith(
+        "ps_"
+    )
+    for scope in ("bsc-alice", "bsc-bob:x"):
+        (searched,) = found(scope)
+        assert searched["action_name"] == "entries.read", searched
+        assert len(searched["request_params"]["scopes"]) == 2
+        assert all(p.startswith("ps_") for p in searched["request_params"]["scopes"])
+    assert found("bsc-dave") == []

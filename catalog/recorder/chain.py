@@ -64,10 +64,6 @@ _BODY_COLUMNS = tuple(column for column in HASHED_COLUMNS if column != "seq")
 _encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
-def _json(value: Any) -> str:
-    return _encode(value)
-
-
 def plain_body(event: Mapping[str, Any]) -> dict[str, Any]:
     """Every hashed column but `seq`, as JSON values."""
     return {column: plain(event.get(column)) for column in _BODY_COLUMNS}
@@ -84,7 +80,7 @@ def canonical_parts(body: Mapping[str, Any]) -> tuple[bytes, bytes]:
 def canonical(event: Mapping[str, Any]) -> bytes:
     """The JSON of every hashed column, keys sorted, no spaces, UTF-8."""
     head, tail = canonical_parts(plain_body(event))
-    return head + _json(event.get("seq")).encode() + tail
+    return head + _encode(event.get("seq")).encode() + tail
 
 
 def chain_hash(prev_hash: str, event: Mapping[str, Any]) -> str:

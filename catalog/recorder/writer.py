@@ -49,6 +49,7 @@ SERVICE_NAME = "memory-catalog"
 COLUMNS = (*HASHED_COLUMNS, "prev_hash", "hash")
 MAX_DEFERRED = 20_000
 RETRY_SECONDS = 1.0
+KEY_ROUNDS = 3  # appends of one batch refused for a key erased since it was read, before giving up
 
 
 async def early_unlock_supported(conn: asyncpg.Connection) -> bool:
@@ -461,9 +462,6 @@ async def append_on(
         keys.forget()
         _restore(events, originals)
         raise
-
-
-KEY_ROUNDS = 3  # appends of one batch refused for a key erased since it was read, before giving up
 
 
 def _restore(events: list[dict[str, Any]], originals: list[dict[str, Any]]) -> None:

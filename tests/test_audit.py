@@ -12,6 +12,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 from rest import UC
+from stores import make_store
 
 from catalog.recorder.pseudonyms import KeyCache
 
@@ -440,13 +441,7 @@ def test_the_writers_keys_go_with_a_newer_epoch_and_when_their_time_is_up():
 def test_an_event_names_the_scopes_a_request_named_only_in_its_body(client, token):
     """A search's scopes and a write's scope sent in the body, not as parameters: the events keep
     them (pseudonyms, under `scopes`), and an auditor's `?scope=` finds each request by any."""
-    r = client.post(
-        f"{UC}/memory-stores",
-        headers=token(),
-        json={"name": "body-scopes", "catalog_name": "main", "schema_name": "default"},
-    )
-    assert r.status_code == 200, r.text
-    store = f"{UC}/memory-stores/main.default.body-scopes"
+    store = make_store(client, token, "body-scopes")
     body = {"scope": "bsc-carol", "memory_entry": {"path": "/a.md", "contents": "kept"}}
     assert client.post(f"{store}/entries", headers=token(), json=body).status_code == 200
     search = {"scopes": ["bsc-alice", "bsc-bob:x"], "query": "kept"}

@@ -15,7 +15,10 @@ variants of the scale, each at several floors:
   evidence the floor loses answers long, many-part questions), less a constant;
 - `standing`: each hit's score moved by how far it stands above (or below) the median score of
   its own search's top 10, less a constant (a clear answer stands out of its search's results;
-  a near answer in a foreign scope stands among others like it).
+  a near answer in a foreign scope stands among others like it);
+- `scope's words`: every hit lowered by how much of the query's term weight its scope holds in
+  no entry at all (a question about a conversation the scope never had uses words it never saw),
+  subtracted, multiplied, or on the semantic leg only (which knows nothing of the words).
 
 A variant is "held" when at its floor both corpora keep the goal on R@5 lost (<= 0.03) and LoCoMo
 keeps hers on foreign scopes (>= 90% empty); the table gives each family's best BEAM figure among
@@ -176,6 +179,14 @@ class Terms:
             weights = [term_weight(self.sizes[scope], self.counts[scope].get(t, 0)) for t in terms]
             self._query[key] = (terms, weights)
         return self._query[key]
+
+    def held(self, scope: str, text: str) -> float:
+        """The share of the query's term weight that some entry of the scope holds."""
+        terms, weights = self.query(scope, text)
+        total = sum(weights)
+        if total <= 0:
+            return 1.0
+        return sum(w for t, w in zip(terms, weights, strict=True) if self.counts[scope].get(t, 0)) / total
 
     def coverage(self, scope: str, text: str, path: str, heaviest: int | None = None) -> float:
         """The share of the query's term weight the hit's best passage holds; with `heaviest`,
@@ -368,6 +379,26 @@ def study(data: dict[str, tuple[Corpus, list[dict], Terms]]) -> None:
             return score
 
         run("query length", f"+ {gamma} x ln(query words / 12) above 12 words, less {shift}", wordy, 0.5)
+
+    hows = ("less", "times", "semantic")
+    for how, beta, shift in itertools.product(hows, (0.1, 0.2, 0.5, 1.0), (-0.06, -0.03, 0.0)):
+
+        def unheld(c: str, how: str = how, beta: float = beta, shift: float = shift) -> Scale:
+            _, _, terms = data[c]
+
+            def score(row: dict, hit: dict) -> float:
+                held = terms.held(row["scope"], row["query"])
+                if how == "less":
+                    return shipped(row, hit) - beta * (1 - held) - shift
+                if how == "times":
+                    return shipped(row, hit) * held**beta - shift
+                s = logistic(hit.get("cosine"), 0.3, 0.15) * held**beta
+                k = (hit.get("coverage") or 0.0) ** 0.7
+                return max(0.4 * s + 0.6 * k, 0.6 * max(s, k)) - shift
+
+            return score
+
+        run("scope's words", f"{how} {beta} x the share its scope lacks, less {shift}", unheld, 0.5)
 
     names = list(data)
     print(

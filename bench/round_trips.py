@@ -1,8 +1,9 @@
 """What a round trip to PostgreSQL costs the server's side of the connection (asyncpg on uvloop):
 client CPU and wall time per call, on an embedded PostgreSQL in a temporary directory.
 
-- a statement through the pool (`pool.fetchrow`: acquire, the statement, release) and the same
-  statement on a connection held for all of them: what the pool's acquire and release add;
+- a statement through the pool (`pool.fetchrow`: acquire, the statement, release), through
+  asyncpg's own pool class, and the same statement on a connection held for all of them: what
+  the pool's acquire and release add, and what the lean pool (`catalog.db.pool.LeanPool`) saves;
 - the HNSW search's transaction (`VectorSearch._hnsw`, the statement itself replaced by a small
   query) as it was, five trips (`BEGIN`, `SET LOCAL plan_cache_mode`, `set_config('hnsw.ef_search')`,
   the statement, `COMMIT`), and as it is, three (`BEGIN` with both settings in one message, the
@@ -72,19 +73,27 @@ async def run(url: str, calls: int) -> None:
     await setup.execute("CREATE EXTENSION IF NOT EXISTS vector")  # the pool registers its codec
     await setup.close()
     pool = await create_pool(url)
+    stock = await create_pool(url, lean=False)
     try:
         async with pool.acquire() as held:
             cases: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
                 ("a statement on a held connection", lambda: held.fetchrow(QUERY, 1)),
                 ("a statement through the pool", lambda: pool.fetchrow(QUERY, 1)),
+                ("a statement through asyncpg's own pool", lambda: stock.fetchrow(QUERY, 1)),
             ]
-            rows = [(label, *await measure(call, calls)) for label, call in cases]
+            # each case twice, in turn, so that the machine's drift weighs on each alike
+            runs = [await measure(call, calls) for _ in range(2) for _, call in cases]
+            rows = [
+                (label, *map(statistics.mean, zip(*runs[k :: len(cases)], strict=True)))
+                for k, (label, _) in enumerate(cases)
+            ]
         for label, call in [
             ("HNSW search's transaction, before: five trips", lambda: five_trips(pool)),
             ("HNSW search's transaction, now: three trips", lambda: three_trips(pool)),
         ]:
             rows.append((label, *await measure(call, calls)))
     finally:
+        await stock.close()
         await pool.close()
     print("| call | client CPU per call | wall p50 |")
     print("|---|---:|---:|")

@@ -2,6 +2,17 @@
 
 `register_vector` needs the `vector` type to exist, so migrations (which create the extension
 first of all) must have run before the pool opens.
+
+Every statement a request sends through the pool (`pool.fetchrow(...)`) acquires a connection
+and gives it back. asyncpg's own acquire awaits two coroutines and a queue, and its release runs
+the connection's reset in a task of its own (`asyncio.shield`) on every statement: about as much
+of the event loop's time as the statement's own round trip. `LeanPool` does the common case of
+each at once (a connection is free and healthy; one given back is idle, outside any
+transaction, and its reset is the no-op `_keep_session`), exactly as asyncpg would, and leaves
+every other case (waiting for a connection, a new or expired one, a transaction left open, a
+cancelled query, a connection closed) to asyncpg. It reads asyncpg's pool internals, so it is
+used only with the asyncpg releases it was checked against (`LEAN_RELEASES`); any other runs the
+stock pool.
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import asyncpg
+import asyncpg.pool
 import msgspec
 from pgvector.asyncpg import register_vector
 
@@ -50,17 +62,94 @@ SESSION_SETTINGS = {"synchronous_commit": "on"}
 CONNECT_TIMEOUT = 5.0  # an unreachable database fails a request quickly (503) rather than hang it
 
 
-async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
-    pool = await asyncpg.create_pool(
+# the asyncpg releases whose pool internals `LeanPool` was read against (0.30.0-0.32.0: the same
+# holder fields, acquire and release steps)
+LEAN_RELEASES = ("0.30.", "0.31.", "0.32.")
+
+
+class LeanPool(asyncpg.Pool):
+    """asyncpg's pool with the common acquire and release done without awaiting (see the module's
+    docstring); every other case is asyncpg's own."""
+
+    __slots__ = ()
+
+    def _usable(self) -> bool:
+        return bool(self._initialized and not self._closing and not self._closed)  # type: ignore[attr-defined]
+
+    async def _acquire(self, timeout: float | None) -> Any:  # noqa: ASYNC109 (asyncpg's signature)
+        queue = self._queue  # type: ignore[attr-defined]
+        if self._usable() and not queue.empty():
+            holder = queue.get_nowait()  # the one asyncpg's acquire would take (its queue's order)
+            con = holder._con
+            if (
+                con is not None
+                and not con.is_closed()
+                and holder._generation == self._generation  # type: ignore[attr-defined]
+                and holder._setup is None
+            ):
+                # asyncpg's PoolConnectionHolder.acquire, for a connection that needs nothing done
+                holder._maybe_cancel_inactive_callback()
+                holder._proxy = proxy = asyncpg.pool.PoolConnectionProxy(holder, con)
+                holder._in_use = self._loop.create_future()  # type: ignore[attr-defined]
+                holder._timeout = timeout
+                return proxy
+            # back on top, and asyncpg's acquire (which takes it without waiting) connects it
+            queue.put_nowait(holder)
+        return await super()._acquire(timeout)  # type: ignore[misc]
+
+    async def release(self, connection: Any, *, timeout: float | None = None) -> None:  # noqa: ASYNC109 (asyncpg's)
+        holder = getattr(connection, "_holder", None)
+        con = getattr(connection, "_con", None)
+        if (
+            type(connection) is asyncpg.pool.PoolConnectionProxy
+            and holder is not None
+            and holder._pool is self
+            and con is not None
+            and holder._in_use is not None
+            and self._usable()
+            and not con.is_closed()
+            and holder._generation == self._generation  # type: ignore[attr-defined]
+            and con._protocol.queries_count < holder._max_queries
+            and not con._protocol._is_cancelling()
+            and not con.is_in_transaction()
+            and con._top_xact is None
+            and not con._listeners
+            and not con._log_listeners
+        ):
+            # asyncpg's Pool.release and PoolConnectionHolder.release for an idle connection:
+            # its reset would clear no listener and roll back nothing, and `_keep_session` is a no-op
+            con._on_release()
+            holder._timeout = None
+            holder._release()
+            holder._setup_inactive_callback()
+            return
+        await super().release(connection, timeout=timeout)
+
+
+async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10, lean: bool = True) -> asyncpg.Pool:
+    """The pool (`lean=False`: asyncpg's own pool class, as bench/round_trips.py compares them)."""
+    options: dict[str, Any] = {
+        "min_size": min_size,
+        "max_size": max_size,
+        "init": _init_connection,
+        "reset": _keep_session,
+        "timeout": CONNECT_TIMEOUT,
+    }
+    if not lean or not asyncpg.__version__.startswith(LEAN_RELEASES):
+        pool = await asyncpg.create_pool(url, **options)
+        assert pool is not None
+        return pool
+    # what asyncpg.create_pool does, with this class (its defaults for the rest)
+    lean = LeanPool(
         url,
-        min_size=min_size,
-        max_size=max_size,
-        init=_init_connection,
-        reset=_keep_session,
-        timeout=CONNECT_TIMEOUT,
+        max_queries=50_000,
+        max_inactive_connection_lifetime=300.0,
+        loop=None,
+        connection_class=asyncpg.Connection,
+        record_class=asyncpg.Record,
+        **options,
     )
-    assert pool is not None
-    return pool
+    return await lean
 
 
 def atomic(conn: asyncpg.Connection) -> AbstractAsyncContextManager[Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -150,6 +151,16 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10, lean: 
         **options,
     )
     return await lean
+
+
+# Ids as one parameter: asyncpg checks each element of a list parameter against two abstract base
+# classes (whether it is an array itself), about 0.4 µs an id; the same ids joined by commas are one
+# string. A statement reads them as `string_to_array($n, ',')::uuid[]` (no id holds a comma).
+IDS = "string_to_array({}, ',')::uuid[]"
+
+
+def joined_ids(ids: Iterable[str]) -> str:
+    return ",".join(ids)
 
 
 def atomic(conn: asyncpg.Connection) -> AbstractAsyncContextManager[Any]:

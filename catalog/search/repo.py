@@ -26,6 +26,7 @@ from typing import Any, TypeAlias
 import asyncpg
 import numpy as np
 
+from catalog.db.pool import IDS, joined_ids
 from catalog.search import scope_index
 from catalog.search.corpus import ENTRIES, Corpus
 from catalog.search.passages import PASSAGE_PENALTY
@@ -369,8 +370,8 @@ async def similarities(
         return {}
     rows = await conn.fetch(
         f"SELECT id::text, 1 - (embedding <=> $2) - {_PENALTY} FROM {corpus.table} "
-        "WHERE store_id = $3 AND id = ANY($1::uuid[]) AND embedding IS NOT NULL",
-        list(ids),
+        f"WHERE store_id = $3 AND id = ANY({IDS.format('$1')}) AND embedding IS NOT NULL",
+        joined_ids(ids),
         vector,
         store_id,
     )
@@ -400,7 +401,7 @@ async def vectors_at(
 # `entries_written`), kept when written within the gap and short: at most `short_words`
 # whitespace-separated words and `short_words` x 24 characters (`passages.is_short`, whose long
 # words count one per 24 characters).
-_NEIGHBOURS_SQL = """
+_NEIGHBOURS_SQL = f"""
 SELECT hit.id::text, other.id::text
 FROM entries hit
 CROSS JOIN LATERAL (
@@ -416,7 +417,7 @@ CROSS JOIN LATERAL (
      AND ($4 OR o.state = 'active')
    ORDER BY o.written ASC LIMIT 1)
 ) AS other
-WHERE hit.store_id = $3 AND hit.id = ANY($1::uuid[]) AND hit.session_id <> ''
+WHERE hit.store_id = $3 AND hit.id = ANY({IDS.format("$1")}) AND hit.session_id <> ''
   AND abs(extract(epoch FROM other.created_at - hit.created_at)) <= $5
   AND length(coalesce(other.contents, '')) <= $6 * 24
   AND cardinality(regexp_split_to_array(btrim(coalesce(other.contents, '')), '\\s+')) <= $6
@@ -429,7 +430,7 @@ _CONTEXT_SQL = f"""
 SELECT n.*, NULL::float8 FROM ({_NEIGHBOURS_SQL}) AS n
 UNION ALL
 SELECT id::text, NULL::text, 1 - (embedding <=> $7) - {_PENALTY} FROM entries
-WHERE store_id = $3 AND id = ANY($8::uuid[]) AND embedding IS NOT NULL
+WHERE store_id = $3 AND id = ANY({IDS.format("$8")}) AND embedding IS NOT NULL
 """
 
 
@@ -449,14 +450,14 @@ async def neighbours_and_similarities(
     `similar`, in one statement."""
     rows = await conn.fetch(
         _CONTEXT_SQL,
-        list(ids),
+        joined_ids(ids),
         path_prefix,
         store_id,
         include_inactive,
         gap_seconds,
         short_words,
         vector,
-        list(similar),
+        joined_ids(similar),
     )
     pairs = [(row[0], row[1]) for row in rows if row[2] is None]
     return pairs, {row[0]: float(row[2]) for row in rows if row[2] is not None}
@@ -475,6 +476,6 @@ async def written_neighbours(
     """(id, id of a neighbour) for the given entries of the store, the neighbours within
     `path_prefix` (same store, scope and session by construction)."""
     rows = await conn.fetch(
-        _NEIGHBOURS_SQL, list(ids), path_prefix, store_id, include_inactive, gap_seconds, short_words
+        _NEIGHBOURS_SQL, joined_ids(ids), path_prefix, store_id, include_inactive, gap_seconds, short_words
     )
     return [(hit, other) for hit, other in rows]

@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 import msgspec
 
+from catalog.db.pool import IDS, joined_ids
 from catalog.entries.repo.rows import (
     COLUMNS,
     KEY,
@@ -330,9 +331,9 @@ async def by_ids(conn: Conn, store_id: str, ids: Sequence[str]) -> dict[str, Ent
     """The live entries of the store with these ids."""
     rows = rows_of(
         await conn.fetch(
-            f"SELECT {COLUMNS} FROM entries WHERE store_id = $1 AND id = ANY($2::uuid[]) AND {LIVE}",
+            f"SELECT {COLUMNS} FROM entries WHERE store_id = $1 AND id = ANY({IDS.format('$2')}) AND {LIVE}",
             store_id,
-            list(ids),
+            joined_ids(ids),
         )
     )
     return {row.id: row for row in rows}

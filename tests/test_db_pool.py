@@ -68,15 +68,15 @@ def test_statements_on_free_connections_take_neither_of_asyncpgs_paths(database_
 
 
 def test_a_connection_given_back_inside_a_transaction_is_rolled_back_by_asyncpg(database_url, stock_calls):
-    async def scenario(pool: asyncpg.Pool) -> tuple[bool, object, int]:
+    async def scenario(pool: asyncpg.Pool) -> tuple[bool, object]:
         await pool.execute("CREATE TEMP TABLE IF NOT EXISTS t (n int)")  # the session's own table
         conn = await pool.acquire()
         await conn.execute("BEGIN; INSERT INTO t VALUES (1)")  # left open: not a managed transaction
         await pool.release(conn)
         async with pool.acquire() as again:  # the one connection, as it was given back
-            return again.is_in_transaction(), await again.fetchval("SELECT count(*) FROM t"), 0
+            return again.is_in_transaction(), await again.fetchval("SELECT count(*) FROM t")
 
-    in_transaction, rows, _ = _with_pool(database_url, scenario, min_size=1, max_size=1)
+    in_transaction, rows = _with_pool(database_url, scenario, min_size=1, max_size=1)
     assert not in_transaction and rows == 0  # asyncpg's reset rolled the insert back
     assert stock_calls["release"] == 1  # that release, and only it, was asyncpg's
 

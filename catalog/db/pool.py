@@ -5,14 +5,14 @@ first of all) must have run before the pool opens.
 
 Every statement a request sends through the pool (`pool.fetchrow(...)`) acquires a connection
 and gives it back. asyncpg's own acquire awaits two coroutines and a queue, and its release runs
-the connection's reset in a task of its own (`asyncio.shield`) on every statement: about as much
-of the event loop's time as the statement's own round trip. `LeanPool` does the common case of
-each at once (a connection is free and healthy; one given back is idle, outside any
-transaction, and its reset is the no-op `_keep_session`), exactly as asyncpg would, and leaves
-every other case (waiting for a connection, a new or expired one, a transaction left open, a
-cancelled query, a connection closed) to asyncpg. It reads asyncpg's pool internals, so it is
-used only with the asyncpg releases it was checked against (`LEAN_RELEASES`); any other runs the
-stock pool.
+the connection's reset in a task of its own (`asyncio.shield`) on every statement: about three
+quarters of the event loop's time that the statement's own round trip takes. `LeanPool` does the
+common case of each at once (a connection is free and healthy; one given back is idle, outside
+any transaction, and its reset is the no-op `_keep_session`), exactly as asyncpg would, and
+leaves every other case (waiting for a connection, a new or expired one, a transaction left
+open, a cancelled query, a connection closed) to asyncpg. It reads asyncpg's pool internals, so
+it is used only with the asyncpg releases it was checked against (`LEAN_RELEASES`); any other
+runs the stock pool.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10, lean: 
         assert pool is not None
         return pool
     # what asyncpg.create_pool does, with this class (its defaults for the rest)
-    lean = LeanPool(
+    pool = LeanPool(
         url,
         max_queries=50_000,
         max_inactive_connection_lifetime=300.0,
@@ -150,7 +150,7 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10, lean: 
         record_class=asyncpg.Record,
         **options,
     )
-    return await lean
+    return await pool
 
 
 # Ids as one parameter: asyncpg checks each element of a list parameter against two abstract base

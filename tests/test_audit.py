@@ -464,3 +464,43 @@ def test_an_event_names_the_scopes_a_request_named_only_in_its_body(client, toke
         assert len(searched["request_params"]["scopes"]) == 2
         assert all(p.startswith("ps_") for p in searched["request_params"]["scopes"])
     assert found("bsc-dave") == []
+
+
+def test_a_scope_parameter_does_not_hide_the_scopes_a_request_reached(client, token):
+    """A `?scope=` the route does not read, sent beside a search's scopes in the body: the event
+    keeps the parameter as given and every scope the search reached as well, so an auditor's
+    `?scope=` finds the search by the scope it read (not only by the decoy)."""
+    store = make_store(client, token, "decoy-scopes")
+    body = {"scope": "dcy-alice", "memory_entry": {"path": "/a.md", "contents": "kept"}}
+    assert client.post(f"{store}/entries", headers=token(), json=body).status_code == 200
+    search = {"scopes": ["dcy-alice"], "query": "kept"}
+    r = client.post(f"{store}/entries:search", headers=token(), params={"scope": "dcy-decoy"}, json=search)
+    assert r.status_code == 200 and len(r.json()["results"]) == 1
+
+    def searches(scope: str) -> list[dict]:
+        params = {"scope": scope, "securable_full_name": "main.default.decoy-scopes"}
+        r = client.get(AUDIT, headers=token(), params=params)
+        assert r.status_code == 200, r.text
+        return [e for e in r.json()["events"] if e["action_name"] == "entries.read"]
+
+    (by_scope_read,) = searches("dcy-alice")
+    (by_decoy,) = searches("dcy-decoy")
+    assert by_scope_read["request_id"] == by_decoy["request_id"]
+    kept = by_scope_read["request_params"]
+    assert kept["scope"].startswith("ps_") and len(kept["scopes"]) == 1
+    assert kept["scopes"][0].startswith("ps_")
+    assert kept["scope"] != kept["scopes"][0]  # two subjects, two pseudonyms
+
+
+def test_an_erasure_of_a_scope_is_found_by_the_scope(client, token):
+    """`erase-scope` names its scope in the body: its event names it too (a pseudonym), so an
+    auditor asking for the scope's events finds its erasure."""
+    store = make_store(client, token, "erased-scope")
+    body = {"scope": "ers-gone", "memory_entry": {"path": "/a.md", "contents": "soon gone"}}
+    assert client.post(f"{store}/entries", headers=token(), json=body).status_code == 200
+    r = client.post(f"{UC}/system/erase-scope", headers=token(), json={"scope": "ers-gone"})
+    assert r.status_code == 200, r.text
+    r = client.get(AUDIT, headers=token(), params={"scope": "ers-gone"})
+    assert r.status_code == 200, r.text
+    actions = [e["action_name"] for e in r.json()["events"]]
+    assert actions.count("system.erase_scope") == 1 and actions.count("entries.write") == 1

@@ -455,6 +455,10 @@ def test_runs_act_as_the_creator_and_are_audited_as_them(live, llm):
     assert write["securable_full_name"] == "main.default.owned-memory"
     extract = next(e for e in events if e["action_name"] == "memories.extract")
     assert extract["request_params"]["session_id"] == "s1" and extract["status_code"] == 200
+    # the session's extraction names the scope its work reached (its actor's), as a request's
+    # event does: an auditor asking for that scope's events finds it
+    by_scope = [e for e in audit_events(live, scope="hal") if e["request_params"].get("run") == run["name"]]
+    assert "memories.extract" in {e["action_name"] for e in by_scope}
     end = events[0]
     assert end["request_params"]["state"] == "SUCCEEDED" and end["result_count"] == 1
     # the request that asked for it is the admin's

@@ -94,8 +94,9 @@ def named() -> tuple[list[str], list[str]]:
 
 
 def scopes_reached(pending: PendingEvent) -> list[str]:
-    """Every scope a request (its pending event) reached, on any store, sorted: what its audit
-    event names when no parameter of the request did (a search's scopes come in its body)."""
+    """Every scope a request (its pending event) reached, on any store, sorted: its audit event
+    names those no parameter of the request did (`pseudonyms.with_scopes`; a search's scopes
+    come in its body)."""
     held = _BY_EVENT.get(pending)
     return [] if held is None else sorted({scope for scopes in held.reached.values() for scope in scopes})
 

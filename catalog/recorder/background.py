@@ -18,10 +18,11 @@ inside one:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from catalog.recorder.pseudonyms import with_scopes
 from catalog.recorder.writer import AuditWriter, PendingEvent, current
 
 USER_AGENT = "memory-catalog background worker"
@@ -29,12 +30,19 @@ USER_AGENT = "memory-catalog background worker"
 
 @contextmanager
 def background(
-    writer: AuditWriter, *, request_id: str, principal: str, params: dict[str, Any]
+    writer: AuditWriter,
+    *,
+    request_id: str,
+    principal: str,
+    params: dict[str, Any],
+    reached: Callable[[PendingEvent], Sequence[str]] | None = None,
 ) -> Iterator[PendingEvent]:
+    """`reached`: the scopes an event's work reached through the access seam
+    (`catalog.access.limits.scopes_reached`), which its event names as a request's does."""
     pending = PendingEvent(enabled=writer.enabled, early_unlock=writer.early_unlock)
 
     def event_for(inner: PendingEvent, status: int) -> dict[str, Any]:
-        return _event(inner, status, request_id, principal, params)
+        return _event(inner, status, request_id, principal, params, reached(inner) if reached else ())
 
     pending.event_for = event_for
     pending.describe = lambda status: event_for(pending, status)
@@ -74,7 +82,12 @@ async def record(
 
 
 def _event(
-    pending: PendingEvent, status: int, request_id: str, principal: str, params: dict[str, Any]
+    pending: PendingEvent,
+    status: int,
+    request_id: str,
+    principal: str,
+    params: dict[str, Any],
+    reached: Sequence[str],
 ) -> dict[str, Any]:
     """An event as `catalog.web.middleware.request_event` builds a request's, without the HTTP parts."""
     error_code = None
@@ -96,7 +109,7 @@ def _event(
         "reason": pending.reason or error_code,
         "status_code": status,
         "error_code": error_code,
-        "request_params": {**params, **(pending.params or {})},
+        "request_params": with_scopes({**params, **(pending.params or {})}, reached),
         "result_count": pending.result_count,
         "policy_revision": pending.policy_revision,
     }

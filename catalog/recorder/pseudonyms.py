@@ -56,6 +56,30 @@ SCOPE_KEYS = keys_of(Kept.SCOPE)  # a scope, or an end user (the scope it acts i
 SCOPE_LISTS = keys_of(Kept.SCOPES)  # a list of them, or one string (the parameter given once)
 PATH_KEYS = keys_of(Kept.PATH)  # an entry's path or the start of one; the paths an action names
 FILTER_KEYS = keys_of(Kept.FILTER)
+
+
+def with_scopes(params: dict[str, Any], reached: Sequence[str]) -> dict[str, Any]:
+    """`params` naming, under `scopes`, every scope of `reached` (the scopes a request or an
+    operation reached through the access seam) that none of its scope parameters names: an event
+    is found by an auditor's `?scope=` for each scope its work reached, whether the scope came in
+    a body, or beside a parameter naming another one."""
+    if not reached:
+        return params
+    named: set[str] = set()
+    for key in (*SCOPE_KEYS, *SCOPE_LISTS):
+        value = params.get(key)
+        if isinstance(value, str):
+            named.add(value)
+        elif isinstance(value, list):
+            named.update(v for v in value if isinstance(v, str))
+    more = [scope for scope in reached if scope not in named]
+    if not more:
+        return params
+    given = params.get("scopes")
+    listed = [] if given is None else [given] if isinstance(given, str) else list(given)
+    return {**params, "scopes": [*listed, *more]}
+
+
 PREFIX = "ps_"
 # actions whose scope parameters look a scope up rather than act on it: they create no key
 LOOKUPS = frozenset({"audit.read"})

@@ -21,6 +21,7 @@ from catalog.access import limits
 from catalog.auth import PROTECTED_RESOURCE_METADATA
 from catalog.errors import RequestTimeout, error_body, is_unavailable, log_unexpected
 from catalog.event_params import PARAMS, REDACTED
+from catalog.recorder.pseudonyms import with_scopes
 from catalog.recorder.writer import PendingEvent, current
 from catalog.settings import Settings
 from catalog.web.deps import ServerParts, server_parts
@@ -490,13 +491,9 @@ def request_event(
         # binding, a shared scope not offered): the request was denied, and auditors who look for
         # denials find it (the reason names no scope: it would need pseudonymizing)
         decision, reason = "deny", f"refused after the privilege check ({error_code or 'PERMISSION_DENIED'})"
-    params = {**_params(scope), **(audit.params or {})}
-    if "scope" not in params and "scopes" not in params:
-        # the scopes the request reached, named in its body (a search's, a write's): auditors find
-        # the event by any of them (`?scope=`), as a pseudonym
-        reached = limits.scopes_reached(audit)
-        if reached:
-            params["scopes"] = reached
+    # the scopes the request reached, named in its body (a search's, a write's) or not at all
+    # beside a parameter naming another: auditors find the event by any of them (`?scope=`)
+    params = with_scopes({**_params(scope), **(audit.params or {})}, limits.scopes_reached(audit))
     headers = dict(scope.get("headers") or [])
     client = scope.get("client")
     return {

@@ -60,6 +60,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from catalog.access import limits
 from catalog.access.seam import Refusal
 from catalog.auth import Principal
 from catalog.context import Context
@@ -252,7 +253,11 @@ class PipelineWorker:
         }
         answers_to = run_principals(pipeline, requested_by)
         with background(
-            self.audit, request_id=f"run-{run.id}", principal=pipeline.creator, params=params
+            self.audit,
+            request_id=f"run-{run.id}",
+            principal=pipeline.creator,
+            params=params,
+            reached=limits.scopes_reached,
         ) as audit:
             phase = "start" if run.attempts <= 1 else "resume"
             await record_background(

@@ -64,6 +64,7 @@ async def review(ctx: Context, principal: Principal, op: ops.Review) -> Reviewed
     note_params({"decision": op.decision})
     store = await resolve_store(ctx, principal, op.store, "entries.review")
     key = _key(store, op.key)
+    note_params({"scope": key.scope, "path": key.path})  # the body named them: auditors find it by them
     decided = {
         "decision": "approved" if op.decision == "approve" else "rejected",
         "by": principal.name,

@@ -336,8 +336,11 @@ async def test_an_injected_instruction_saved_over_mcp_is_held_invisible_then_app
         assert approved["memory_entry"]["provenance"]["principal"] == "alice"  # the text is still the model's
         # a decision names the entry's scope in its event (the body named it): found by it
         by_scope = events(live, scope="dora", securable_full_name=store)
-        decided = [e for e in by_scope if e["action_name"] == "entries.review"]
+        reviews = [e for e in by_scope if e["action_name"] == "entries.review"]
+        decided = [e for e in reviews if "decision" in e["request_params"]]
         assert sorted(e["status_code"] for e in decided) == [200, 409]  # the refused author named none
+        # and the queue's page that held the entry names its scope (the empty page after, none)
+        assert len([e for e in reviews if "decision" not in e["request_params"]]) == 1
         assert ok(manager.get(f"{UC}/memory-stores/{store}/entries:quarantined"))["entries"] == []
         assert [v["operation"] for v in history(reader, store, "dora", "/memories/tea.md")] == [
             "approve",

@@ -38,6 +38,8 @@ async def quarantined(ctx: Context, principal: Principal, op: ops.Quarantined) -
     rows = await repo.quarantined(ctx.pool, store.node.id, scope, after, limit + 1)
     page = rows[:limit]
     note_result(len(page))
+    if scope is None and page:  # the scopes the page read: auditors find the read by each
+        note_params({"scopes": sorted({row.scope for row in page})})
     if len(rows) <= limit:
         return Page(page, None)
     last = page[-1]

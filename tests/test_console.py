@@ -143,13 +143,28 @@ class Web:
         return self.driver.current_url.removeprefix(self.base)
 
     def submit_with(self, action) -> None:  # type: ignore[no-untyped-def]
-        """Do what submits a form or follows a link (a key, a click), and wait for the next page."""
-        from selenium.webdriver.support import expected_conditions
+        """Do what submits a form or follows a link (a key, a click), and wait for the next page.
+        The old page is gone when its root is stale, or when the browser says its node no longer
+        belongs to the document (what Chrome answers instead, now and then, while the next page
+        replaces it: seen in a full run)."""
+        from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
         from selenium.webdriver.support.ui import WebDriverWait
 
         old = self.css("html")
         action()
-        WebDriverWait(self.driver, 60).until(expected_conditions.staleness_of(old))
+
+        def replaced(_: object) -> bool:
+            try:
+                old.is_enabled()
+            except StaleElementReferenceException:
+                return True
+            except WebDriverException as exc:
+                if "does not belong to the document" not in str(exc):
+                    raise
+                return True
+            return False
+
+        WebDriverWait(self.driver, 60).until(replaced)
         WebDriverWait(self.driver, 60).until(
             lambda d: d.execute_script("return document.readyState") == "complete"
         )

@@ -57,29 +57,6 @@ SCOPE_LISTS = keys_of(Kept.SCOPES)  # a list of them, or one string (the paramet
 PATH_KEYS = keys_of(Kept.PATH)  # an entry's path or the start of one; the paths an action names
 FILTER_KEYS = keys_of(Kept.FILTER)
 
-
-def with_scopes(params: dict[str, Any], reached: Sequence[str]) -> dict[str, Any]:
-    """`params` naming, under `scopes`, every scope of `reached` (the scopes a request or an
-    operation reached through the access seam) that none of its scope parameters names: an event
-    is found by an auditor's `?scope=` for each scope its work reached, whether the scope came in
-    a body, or beside a parameter naming another one."""
-    if not reached:
-        return params
-    named: set[str] = set()
-    for key in (*SCOPE_KEYS, *SCOPE_LISTS):
-        value = params.get(key)
-        if isinstance(value, str):
-            named.add(value)
-        elif isinstance(value, list):
-            named.update(v for v in value if isinstance(v, str))
-    more = [scope for scope in reached if scope not in named]
-    if not more:
-        return params
-    given = params.get("scopes")
-    listed = [] if given is None else [given] if isinstance(given, str) else list(given)
-    return {**params, "scopes": [*listed, *more]}
-
-
 PREFIX = "ps_"
 # actions whose scope parameters look a scope up rather than act on it: they create no key
 LOOKUPS = frozenset({"audit.read"})
@@ -142,14 +119,33 @@ def _listed(value: Any) -> list[str]:
     return []
 
 
-def _scopes_of(event: dict[str, Any]) -> list[str]:
-    params = event.get("request_params") or {}
+def _params_scopes(params: dict[str, Any]) -> list[str]:
+    """The scopes an event's parameters name."""
     found = [params[k] for k in SCOPE_KEYS if isinstance(params.get(k), str)]
     for key in SCOPE_LISTS:
         found += _listed(params.get(key))
+    return found
+
+
+def _scopes_of(event: dict[str, Any]) -> list[str]:
+    found = _params_scopes(event.get("request_params") or {})
     if isinstance(event.get("on_behalf_of"), str):
         found.append(event["on_behalf_of"])
     return found
+
+
+def with_scopes(params: dict[str, Any], reached: Sequence[str]) -> dict[str, Any]:
+    """`params` naming, under `scopes`, every scope of `reached` (the scopes a request or an
+    operation reached through the access seam) that none of its scope parameters names: an event
+    is found by an auditor's `?scope=` for each scope its work reached, whether the scope came in
+    a body, or beside a parameter naming another one."""
+    if not reached:
+        return params
+    named = set(_params_scopes(params))
+    more = [scope for scope in reached if scope not in named]
+    if not more:
+        return params
+    return {**params, "scopes": [*_listed(params.get("scopes")), *more]}
 
 
 def _named(event: dict[str, Any]) -> list[tuple[str, str]]:

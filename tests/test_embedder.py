@@ -13,6 +13,7 @@ from fake_embedder import HashEncoder
 from catalog.runtime import load_encoder
 from catalog.search.embedder import (
     DIMENSIONS,
+    INT8_PRODUCTS,
     RUN_PADDING,
     RUN_TEXTS,
     TOKENIZER_FILE,
@@ -46,6 +47,16 @@ def test_padding_to_the_batch_does_not_change_a_vector(model):
     assert np.allclose(alone, batched, atol=1e-4)
 
 
+def test_the_bundled_model_runs_its_products_in_int8_and_each_text_alone(model):
+    # the int8 products quantize a run's activations together: each text is run alone, so its
+    # vector does not depend on the texts embedded beside it
+    assert model.model_id.endswith(INT8_PRODUCTS) and model.run_texts == 1
+    texts = ["short text", "a much longer text " * 20, "another one of about this length", "x"]
+    together = model.encode(texts)
+    for text, vector in zip(texts, together, strict=True):
+        assert np.array_equal(model.encode([text])[0], vector)
+
+
 def test_an_altered_model_file_is_refused(tmp_path):
     files = ModelFiles.default()
     with pytest.raises(ModelError, match="sha256"):
@@ -58,7 +69,11 @@ def test_another_model_can_be_configured_by_path(tmp_path):
     settings = Settings(
         data_dir=tmp_path, embedding_model=ModelFiles.default().model, embedding_tokenizer=TOKENIZER_FILE
     )
-    assert load_encoder(settings).dimensions == DIMENSIONS
+    configured = load_encoder(settings)
+    assert configured.dimensions == DIMENSIONS
+    # a configured model runs as exported (only the bundled one's products are made int8)
+    assert isinstance(configured, OnnxEncoder) and configured.run_texts == RUN_TEXTS
+    assert not configured.model_id.endswith(INT8_PRODUCTS)
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"not a model")
     with pytest.raises(Exception):  # noqa: B017 (onnxruntime's own error type)
@@ -219,3 +234,15 @@ def test_two_lanes_run_two_batches_at_once():
     vectors = asyncio.run(scenario())
     assert vectors.shape == (2, DIMENSIONS) and embedder.batches == 2
     assert np.array_equal(vectors, HashEncoder().encode(["one", "two"]))
+
+
+def test_where_the_int8_graph_does_not_load_the_model_runs_as_exported(monkeypatch, caplog):
+    # an ONNX Runtime built without its contrib operators refuses DynamicQuantizeMatMul
+    from catalog.search import int8_matmul
+
+    monkeypatch.setattr(int8_matmul, "rewrite", lambda model: int8_matmul.Rewritten(b"not a model", 36))
+    encoder = OnnxEncoder(ModelFiles.default())
+    assert encoder.run_texts == RUN_TEXTS and not encoder.model_id.endswith(INT8_PRODUCTS)
+    assert "weight products run in float32" in caplog.text
+    vectors = encoder.encode(["The user prefers email.", "Likes email rather than calls"])
+    assert float(vectors[0] @ vectors[1]) > 0.5

@@ -2,11 +2,15 @@
 
 Rules:
 - the model and tokenizer are local files whose sha256 is checked at load; nothing is downloaded;
+- the bundled model's weight products run in int8 (`int8_matmul`: half its CPU); they quantize a
+  run's activations together, so it runs each text alone, and a text's vector never depends on
+  the texts embedded beside it (alone costs no more in int8: the cost is per token);
 - inputs are truncated at 256 tokens and padded only to the longest text of a run (the shipped
-  tokenizer.json pads every input to 128 tokens, which costs several times more); a batch is
-  sorted by length and split into runs of texts of about one length, so short texts are not
-  padded to a long one's length (unsorted batches of 16 LoCoMo turns cost the model about 1.5
-  times the CPU of the same texts sorted), and the vectors come back in the caller's order;
+  tokenizer.json pads every input to 128 tokens, which costs several times more); for a model
+  set by path (run as exported), a batch is sorted by length and split into runs of texts of
+  about one length, so short texts are not padded to a long one's length (unsorted batches of 16
+  LoCoMo turns cost the model about 1.5 times the CPU of the same texts sorted); the vectors come
+  back in the caller's order;
 - the vector is the mean of the last hidden state over the attention mask, L2-normalised, so the
   cosine similarity of two vectors is their dot product;
 - a query is run as soon as a lane of the model is free; texts from concurrent requests that
@@ -38,6 +42,7 @@ from typing import Protocol
 import numpy as np
 
 from catalog import telemetry
+from catalog.search import int8_matmul
 
 log = logging.getLogger("catalog.search")
 
@@ -52,6 +57,10 @@ DIMENSIONS = 384
 # (batching more texts buys little on a CPU: the cost is per token; padding is pure waste)
 RUN_TEXTS = 32
 RUN_PADDING = 0.125
+# what the bundled model's id and name say once its weight products run in int8: its vectors are
+# not the float graph's (within a cosine of 0.99 of them), so `catalog reindex --embeddings` can
+# tell which rows an earlier release embedded
+INT8_PRODUCTS = "+int8-products"
 
 
 class ModelError(RuntimeError):
@@ -102,6 +111,14 @@ class OnnxEncoder:
         # which model makes the vectors (kept with each one: catalog reindex, catalog/backup)
         self.model_id = f"sha256:{files.model_sha256 or sha256_of(files.model)}"
         self.model_name = "all-MiniLM-L6-v2-int8" if files.model_sha256 == MODEL_SHA256 else files.model.name
+        # The bundled model's weight products run in int8 (catalog.search.int8_matmul): half the
+        # model's CPU. Its activations are then quantized per run, so a text's vector would depend
+        # on the texts run beside it: each text is run alone (which costs no more in int8: the
+        # cost is per token, and nothing is padded), and the same text always gets the same vector.
+        rewritten = (
+            int8_matmul.rewrite(files.model.read_bytes()) if files.model_sha256 == MODEL_SHA256 else None
+        )
+        self.run_texts = RUN_TEXTS
         self.tokenizer = Tokenizer.from_file(str(files.tokenizer))
         self.tokenizer.no_padding()  # each run is padded here, to its own longest text
         self.tokenizer.enable_truncation(max_length=MAX_TOKENS)
@@ -115,9 +132,19 @@ class OnnxEncoder:
         # length, so with them the process grew by about 300 MB more (bench/embedder_memory.py),
         # at the same speed without them.
         options.enable_mem_pattern = False
-        self.session = onnxruntime.InferenceSession(
-            str(files.model), options, providers=["CPUExecutionProvider"]
-        )
+        providers = ["CPUExecutionProvider"]
+        session = None
+        if rewritten is not None:
+            try:
+                session = onnxruntime.InferenceSession(rewritten.model, options, providers=providers)
+            except Exception as exc:  # a build of ONNX Runtime without its contrib operators
+                log.warning("the model's weight products run in float32: %s", exc)
+            else:
+                self.run_texts = 1
+                self.model_id += INT8_PRODUCTS
+        if session is None:
+            session = onnxruntime.InferenceSession(str(files.model), options, providers=providers)
+        self.session = session
         self.input_names = {i.name for i in self.session.get_inputs()}
         if not {"input_ids", "attention_mask"} <= self.input_names:
             raise ModelError(f"{files.model} lacks the inputs input_ids and attention_mask")
@@ -128,7 +155,7 @@ class OnnxEncoder:
         lengths = [len(e.ids) for e in encodings]
         parts: list[np.ndarray] = []
         order: list[int] = []
-        for run in length_runs(lengths):
+        for run in length_runs(lengths, self.run_texts):
             width = max(lengths[i] for i in run)
             ids = np.zeros((len(run), width), dtype=np.int64)
             mask = np.zeros((len(run), width), dtype=np.int64)
@@ -153,17 +180,17 @@ class OnnxEncoder:
         return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
 
 
-def length_runs(lengths: Sequence[int]) -> list[list[int]]:
-    """The indexes of `lengths`, shortest first, cut into runs of at most `RUN_TEXTS` whose padding
-    to the run's longest stays within `RUN_PADDING` of the run's tokens plus one token a text
-    (so that short texts of nearly one length still share a model call)."""
+def length_runs(lengths: Sequence[int], most: int = RUN_TEXTS) -> list[list[int]]:
+    """The indexes of `lengths`, shortest first, cut into runs of at most `most` texts whose
+    padding to the run's longest stays within `RUN_PADDING` of the run's tokens plus one token a
+    text (so that short texts of nearly one length still share a model call)."""
     runs: list[list[int]] = []
     run: list[int] = []
     tokens = 0
     for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
         width = lengths[i]  # the longest so far: the order is ascending
         count, total = len(run) + 1, tokens + width
-        if run and (count > RUN_TEXTS or width * count - total > RUN_PADDING * total + count):
+        if run and (count > most or width * count - total > RUN_PADDING * total + count):
             runs.append(run)
             run, tokens = [], 0
         run.append(i)

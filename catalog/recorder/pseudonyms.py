@@ -236,7 +236,19 @@ async def pseudonymize(
     and patterns their reasons name, by their pseudonyms (once: an event appended again keeps the
     pseudonyms it got). With `cache` (`keys_for`), the epoch of the keys it keyed them with (None
     when it needed none): their append must check it."""
-    todo = [event for event in events if not event.get(DONE)]
+    todo = []
+    for event in events:
+        if event.get(DONE):
+            continue
+        reason = event.get("reason")
+        if (
+            event.get("request_params")
+            or isinstance(event.get("on_behalf_of"), str)
+            or (isinstance(reason, str) and _OPEN in reason)
+        ):
+            todo.append(event)
+        else:  # names no scope, path, filter or end user (a store's details): nothing to key
+            event[DONE] = True
     scopes = [_scopes_of(event) for event in todo]  # each event's own scopes, its first the owner's
     for event, own in zip(todo, scopes, strict=True):  # the event's own scopes, where its reason names them
         if isinstance(event.get("reason"), str):

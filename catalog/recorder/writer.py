@@ -62,9 +62,6 @@ async def early_unlock_supported(conn: asyncpg.Connection) -> bool:
     return True
 
 
-_WAKE: tuple[dict[str, Any], None] = ({}, None)  # a queue item that only wakes the writer
-
-
 @dataclass(eq=False)  # one object per request or operation: what others keep for it is keyed by it
 class PendingEvent:
     """What a request learns about itself on the way (filled by the authorizer and services), which
@@ -220,7 +217,9 @@ class AuditWriter:
     def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 500) -> None:
         self.pool = pool
         self.max_batch = max_batch
-        self._queue: asyncio.Queue[tuple[dict[str, Any], asyncio.Future[None] | None]] = asyncio.Queue()
+        # requests' events waiting for the writer, each with the future its request awaits
+        self._pending: deque[tuple[dict[str, Any], asyncio.Future[None] | None]] = deque()
+        self._wake: asyncio.Future[None] | None = None  # what the writer awaits while nothing waits
         self._deferred: deque[dict[str, Any]] = deque()
         self._retry_at = 0.0
         self._appending_since: float | None = None  # monotonic time the append in progress began
@@ -242,7 +241,7 @@ class AuditWriter:
         if self._task is not None:
             self._closing = True
             self._retry_at = 0.0
-            self._queue.put_nowait(_WAKE)
+            self._notify()
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), 10)
             except TimeoutError:
@@ -262,7 +261,8 @@ class AuditWriter:
         assert self._task is not None, "start() first (events before it: record_system_events)"
         complete(event)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((event, future))
+        self._pending.append((event, future))
+        self._notify()
         with telemetry.audit_queued(event):
             await future
 
@@ -277,8 +277,7 @@ class AuditWriter:
             if self.dropped == 1:
                 log.error("audit backlog full: dropping the oldest events of refused requests")
         self._deferred.append(complete(event))
-        if self._queue.empty():
-            self._queue.put_nowait(_WAKE)  # the writer may be waiting for the queue: wake it
+        self._notify()  # the writer may be waiting: wake it
 
     @property
     def backlog(self) -> int:
@@ -291,31 +290,37 @@ class AuditWriter:
         since = self._appending_since
         return 0.0 if since is None else time.monotonic() - since
 
+    def _notify(self) -> None:
+        """Wake the writer if it waits for work."""
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    async def _wait(self, seconds: float | None) -> None:
+        """Until a request's event (or a wake-up) comes, or `seconds` pass."""
+        loop = asyncio.get_running_loop()
+        wake = self._wake = loop.create_future()
+        timer = None if seconds is None else loop.call_later(seconds, self._notify)
+        try:
+            await wake
+        finally:
+            self._wake = None
+            if timer is not None:
+                timer.cancel()
+
     async def _next_batch(self) -> list[tuple[dict[str, Any], asyncio.Future[None] | None]]:
         """Waiting requests' events, preceded by deferred ones when it is time to retry them."""
-        batch: list[tuple[dict[str, Any], asyncio.Future[None] | None]] = []
-        if self._queue.empty():
+        if not self._pending and not self._closing:
             timeout = None
             if self._deferred:
                 timeout = max(0.0, self._retry_at - time.monotonic())
             left = self.keys.left()  # wake to forget the keys held when their time is up
             if left is not None:
                 timeout = left if timeout is None else min(timeout, left)
-            try:
-                item = await asyncio.wait_for(self._queue.get(), timeout)
-                batch.append(item)
-            except TimeoutError:
-                pass
-        else:
-            batch.append(self._queue.get_nowait())
+            await self._wait(timeout)
         await asyncio.sleep(0)  # let requests that are ready finish and join this batch
-        while not self._queue.empty() and len(batch) < self.max_batch:
-            batch.append(self._queue.get_nowait())
-        wakes = sum(1 for item in batch if item is _WAKE)
-        if wakes:
-            batch = [item for item in batch if item is not _WAKE]
-            for _ in range(wakes):
-                self._queue.task_done()
+        pending = self._pending
+        batch = [pending.popleft() for _ in range(min(len(pending), self.max_batch))]
         if self._deferred and time.monotonic() >= self._retry_at:
             take = min(len(self._deferred), self.max_batch)
             batch[:0] = [(self._deferred.popleft(), None) for _ in range(take)]
@@ -326,7 +331,7 @@ class AuditWriter:
         conn: asyncpg.Connection | None = None
         try:
             while True:
-                if self._closing and self._queue.empty() and (not self._deferred or self._retry_at):
+                if self._closing and not self._pending and (not self._deferred or self._retry_at):
                     return  # everything appended (or the database is away: reported by close)
                 batch = await self._next_batch()
                 self.keys.expire()
@@ -362,9 +367,6 @@ class AuditWriter:
                     for _, future in batch:
                         if future is not None and not future.done():
                             future.set_result(None)
-                for _, future in batch:
-                    if future is not None:
-                        self._queue.task_done()
         finally:
             await self._let_go(conn)
 

@@ -35,7 +35,8 @@ import numpy as np
 
 # onnx.proto field numbers
 _MODEL_OPSET_IMPORT, _MODEL_GRAPH = 8, 7
-_GRAPH_NODE, _GRAPH_INITIALIZER = 1, 5
+_GRAPH_NODE, _GRAPH_INITIALIZER, _GRAPH_OUTPUT = 1, 5, 12
+_VALUE_INFO_NAME = 1
 _NODE_INPUT, _NODE_OUTPUT, _NODE_NAME, _NODE_OP_TYPE, _NODE_ATTRIBUTE, _NODE_DOMAIN = 1, 2, 3, 4, 5, 7
 _ATTRIBUTE_NAME, _ATTRIBUTE_I = 1, 3
 _TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_FLOAT_DATA, _TENSOR_NAME, _TENSOR_RAW_DATA = 1, 2, 4, 8, 9
@@ -354,9 +355,9 @@ def rewrite(model: bytes) -> Rewritten | None:
 def _graph_output_names(graph: list[_Field]) -> set[str]:
     names = set()
     for f in graph:
-        if f.number == 12 and isinstance(f.value, bytes):  # GraphProto.output: ValueInfoProto
+        if f.number == _GRAPH_OUTPUT and isinstance(f.value, bytes):
             for g in _fields(f.value):
-                if g.number == 1 and isinstance(g.value, bytes):  # ValueInfoProto.name
+                if g.number == _VALUE_INFO_NAME and isinstance(g.value, bytes):
                     names.add(g.value.decode())
     return names
 

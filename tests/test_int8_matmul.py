@@ -69,6 +69,7 @@ def _product_model(
     weights_type: int = 3,
     scale_shape: list[int] | None = None,
     cast_read_too: bool = False,
+    scaled_out: bool = False,
     scale_tensor: bytes | None = None,
 ) -> bytes:
     raw = WEIGHTS.tobytes() if weights_type == 3 else WEIGHTS.astype(np.float32).tobytes()
@@ -81,6 +82,8 @@ def _product_model(
     if cast_read_too:
         nodes.append(_node("Identity", ["w_float"], ["w_out"]))
         outputs.append(("w_out", [4, 3]))
+    if scaled_out:  # the scaled weights are an output of the graph as well
+        outputs.append(("w_scaled", [4, 3]))
     initializers = [
         _tensor("w", weights_type, [4, 3], raw),
         scale_tensor or _tensor("s", 1, scale_shape or [1, 3], SCALES.tobytes()),
@@ -160,6 +163,16 @@ def test_a_cast_that_something_else_reads_stays():
     assert _ops(rewritten.model) == ["Cast", "DynamicQuantizeMatMul", "Identity"]
     got, weights = _run(rewritten.model)
     assert np.array_equal(weights, WEIGHTS.astype(np.float32))
+    expected = X @ (WEIGHTS.astype(np.float32) * SCALES)
+    assert np.allclose(got, expected, atol=0.03 * np.abs(expected).max())
+
+
+def test_scaled_weights_the_graph_gives_out_stay():
+    rewritten = rewrite(_product_model(scaled_out=True))
+    assert rewritten is not None
+    assert _ops(rewritten.model) == ["Cast", "Mul", "DynamicQuantizeMatMul"]
+    got, scaled = _run(rewritten.model)
+    assert np.allclose(scaled, WEIGHTS.astype(np.float32) * SCALES)
     expected = X @ (WEIGHTS.astype(np.float32) * SCALES)
     assert np.allclose(got, expected, atol=0.03 * np.abs(expected).max())
 

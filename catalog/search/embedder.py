@@ -57,9 +57,9 @@ DIMENSIONS = 384
 # (batching more texts buys little on a CPU: the cost is per token; padding is pure waste)
 RUN_TEXTS = 32
 RUN_PADDING = 0.125
-# what the bundled model's id and name say once its weight products run in int8: its vectors are
-# not the float graph's (within a cosine of 0.99 of them), so `catalog reindex --embeddings` can
-# tell which rows an earlier release embedded
+# what the bundled model's id says once its weight products run in int8: its vectors are not the
+# float graph's (within a cosine of 0.99 of them), so `catalog reindex --embeddings` can tell
+# which rows an earlier release embedded
 INT8_PRODUCTS = "+int8-products"
 
 

@@ -56,7 +56,6 @@ SCOPE_KEYS = keys_of(Kept.SCOPE)  # a scope, or an end user (the scope it acts i
 SCOPE_LISTS = keys_of(Kept.SCOPES)  # a list of them, or one string (the parameter given once)
 PATH_KEYS = keys_of(Kept.PATH)  # an entry's path or the start of one; the paths an action names
 FILTER_KEYS = keys_of(Kept.FILTER)
-
 PREFIX = "ps_"
 # actions whose scope parameters look a scope up rather than act on it: they create no key
 LOOKUPS = frozenset({"audit.read"})

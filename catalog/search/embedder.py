@@ -103,21 +103,28 @@ class OnnxEncoder:
         import onnxruntime
         from tokenizers import Tokenizer
 
+        bundled = files.model_sha256 == MODEL_SHA256
+        model_bytes: bytes | None = None  # the bundled model's: read once, checked, then rewritten
         for path, expected in ((files.model, files.model_sha256), (files.tokenizer, files.tokenizer_sha256)):
             if not path.is_file():
                 raise ModelError(f"model file {path} does not exist")
-            if expected is not None and sha256_of(path) != expected:
+            if expected is None:
+                continue
+            if path == files.model and bundled:
+                model_bytes = path.read_bytes()
+                digest = hashlib.sha256(model_bytes).hexdigest()
+            else:
+                digest = sha256_of(path)
+            if digest != expected:
                 raise ModelError(f"{path} does not have the expected sha256 {expected}")
         # which model makes the vectors (kept with each one: catalog reindex, catalog/backup)
         self.model_id = f"sha256:{files.model_sha256 or sha256_of(files.model)}"
-        self.model_name = "all-MiniLM-L6-v2-int8" if files.model_sha256 == MODEL_SHA256 else files.model.name
+        self.model_name = "all-MiniLM-L6-v2-int8" if bundled else files.model.name
         # The bundled model's weight products run in int8 (catalog.search.int8_matmul): half the
         # model's CPU. Its activations are then quantized per run, so a text's vector would depend
         # on the texts run beside it: each text is run alone (which costs no more in int8: the
         # cost is per token, and nothing is padded), and the same text always gets the same vector.
-        rewritten = (
-            int8_matmul.rewrite(files.model.read_bytes()) if files.model_sha256 == MODEL_SHA256 else None
-        )
+        rewritten = int8_matmul.rewrite(model_bytes) if model_bytes is not None else None
         self.run_texts = RUN_TEXTS
         self.tokenizer = Tokenizer.from_file(str(files.tokenizer))
         self.tokenizer.no_padding()  # each run is padded here, to its own longest text

@@ -401,6 +401,14 @@ def study(data: dict[str, tuple[Corpus, list[dict], Terms]]) -> None:
         run("scope's words", f"{how} {beta} x the share its scope lacks, less {shift}", unheld, 0.5)
 
     names = list(data)
+    chart = (0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
+    print("Hybrid, as shipped, floor by floor: foreign-scope searches empty / true-scope R@5 kept\n")
+    print("| floor | " + " | ".join(str(f) for f in chart) + " |")
+    print("|---|" + "---|" * len(chart))
+    for c, (_, rows, _) in data.items():
+        kept = [replay(rows, shipped, floor) for floor in chart]
+        print(f"| {c} | " + " | ".join(f"{e:.0%} / {r5 - lost:.3f}" for r5, e, lost in kept) + " |")
+    print()
     print(
         "| variant | settings | best setting | "
         + " | ".join(f"{c}: R@5 / empty / lost" for c in names)

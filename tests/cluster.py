@@ -490,6 +490,12 @@ class Node:
         assert self.process is not None
         try:
             code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # what it was doing is in the end of its log (killed below; the log is removed after)
+            tail = self.log_path.read_text().splitlines()[-40:] if self.log_path.exists() else []
+            raise AssertionError(
+                f"{self.name} did not exit within {timeout:g} s; the end of its log:\n" + "\n".join(tail)
+            ) from None
         finally:
             if self.process.poll() is None:
                 self.process.kill()

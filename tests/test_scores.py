@@ -8,10 +8,12 @@ from __future__ import annotations
 import math
 import uuid
 
+import numpy as np
 import pytest
 from rest import UC
 
 from catalog.db import create_pool
+from catalog.search import repo
 from catalog.search.fulltext import FullTextIndex, IndexedEntry
 from catalog.search.fusion import (
     DEFAULT_WEIGHTS,
@@ -24,6 +26,7 @@ from catalog.search.fusion import (
     with_context,
 )
 from catalog.search.neighbours import GAP_SECONDS, among, neighbours
+from catalog.search.passages import VECTOR, is_short, spans
 
 STORE = f"{UC}/memory-stores/main.default.scores"
 MODES = ("hybrid", "keyword", "semantic")
@@ -303,6 +306,9 @@ async def test_the_sql_finds_the_neighbours_the_rule_names(client, token, databa
         ("/i", "s", "five", 0, "active"),
         ("/j", "", "a note", 0, "active"),  # no session: no neighbours
         ("/k", "", "another note", 0, "active"),
+        ("/l", "t", "a turn", 0, "active"),
+        # 96 words of 24 characters: one passage by the rule, though longer than 96 x 24 characters
+        ("/m", "t", " ".join(["x" * 24] * 96), 0, "active"),
     ]
     pool = await create_pool(database_url, min_size=1, max_size=2)
     try:
@@ -311,9 +317,12 @@ async def test_the_sql_finds_the_neighbours_the_rule_names(client, token, databa
         for path, session, contents, ago, state in rows:
             ids[path] = str(
                 await pool.fetchval(
+                    # each row held by another embedder for an hour: the server's embedding
+                    # worker leaves them alone, so a row has a vector only when the test stores one
                     "INSERT INTO entries (store_id, scope, session_id, path, contents, created_by, "
-                    "updated_by, created_at, state) VALUES ($1, 'u', $2, $3, $4, 'a', 'a', "
-                    "clock_timestamp() - make_interval(secs => $5), $6) RETURNING id",
+                    "updated_by, created_at, state, embedding_claim) VALUES ($1, 'u', $2, $3, $4, "
+                    "'a', 'a', clock_timestamp() - make_interval(secs => $5), $6, "
+                    "clock_timestamp() + interval '1 hour') RETURNING id",
                     store_id,
                     session,
                     path,
@@ -335,5 +344,22 @@ async def test_the_sql_finds_the_neighbours_the_rule_names(client, token, databa
         assert await near("/i") == ["/g"]
         assert await near("/b", prefix="/d") == ["/d"]
         assert await near("/j") == [] and await near("/k") == []
+        # short is counted from the text until its vector is stored, then read from the vector's
+        # passages (the rule's own count), and from the text again once it changes
+        long_words = rows[-1][2]
+        assert is_short(long_words) and len(spans(long_words, VECTOR)) == 1
+        assert await near("/l") == []  # measured: more than 96 x 24 characters
+        unit = np.full(384, 1 / math.sqrt(384), dtype=np.float32)
+        await repo.set_embeddings(pool, [(ids["/m"], 1, unit, 1)])
+        assert await near("/l") == ["/m"]
+        await pool.execute(
+            "UPDATE entries SET contents = $2, version = version + 1, "
+            "embedding_claim = clock_timestamp() + interval '1 hour' WHERE id = $1",
+            ids["/m"],
+            " ".join(["long"] * 200),
+        )
+        assert await near("/l") == []  # its vector is not the current text's: measured again
+        await repo.set_embeddings(pool, [(ids["/m"], 2, unit, 3)])
+        assert await near("/l") == []  # three passages
     finally:
         await pool.close()

@@ -25,7 +25,7 @@ query, so that `min_score` is an absolute floor (RECOMMENDED_FLOOR says "nothing
 Measured on the development conversations of both benchmarks (bench/locomo.py, bench/beam.py;
 docs/benchmarks.md): the weights, the passages' penalty and the neighbours' rule were chosen so
 that a gain on one corpus costs the other nothing; at the recommended floor 0.5, 91% of LoCoMo's
-questions searched in another conversation's scope come back empty (87% of BEAM's; no other scale
+questions searched in another conversation's scope come back empty (86% of BEAM's; no other scale
 tried did better there: bench/floor.py).
 """
 

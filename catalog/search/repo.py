@@ -398,20 +398,25 @@ async def vectors_at(
 
 # The rule of `catalog.search.neighbours`, in SQL: for each hit written in a session, the entry
 # written just before and the one just after it in its store, scope and session (an index probe each, on
-# `entries_written`), kept when written within the gap and short: at most `short_words`
-# whitespace-separated words and `short_words` x 24 characters (`passages.is_short`, whose long
-# words count one per 24 characters).
+# `entries_written`), kept when written within the gap and short (`passages.is_short`). Short is
+# read from the row's vector where it is current: one passage (`passages`, counted by the rule
+# itself when the text was embedded). A row whose vector is not current yet is measured here: fewer
+# than 2 x `short_words` characters cannot hold more words; else at most `short_words`
+# whitespace-separated words and `short_words` x 24 characters (the rule counts a long word one
+# per 24 characters). Splitting every neighbour's text cost about half of the statement.
 _NEIGHBOURS_SQL = f"""
 SELECT hit.id::text, other.id::text
 FROM entries hit
 CROSS JOIN LATERAL (
-  (SELECT o.id, o.created_at, o.contents FROM entries o
+  (SELECT o.id, o.created_at, o.contents, o.passages, o.embedded_version = o.version AS counted
+   FROM entries o
    WHERE o.store_id = hit.store_id AND o.scope = hit.scope AND o.session_id = hit.session_id
      AND o.written < hit.written AND ($2::text IS NULL OR starts_with(o.path, $2))
      AND ($4 OR o.state = 'active')
    ORDER BY o.written DESC LIMIT 1)
   UNION ALL
-  (SELECT o.id, o.created_at, o.contents FROM entries o
+  (SELECT o.id, o.created_at, o.contents, o.passages, o.embedded_version = o.version AS counted
+   FROM entries o
    WHERE o.store_id = hit.store_id AND o.scope = hit.scope AND o.session_id = hit.session_id
      AND o.written > hit.written AND ($2::text IS NULL OR starts_with(o.path, $2))
      AND ($4 OR o.state = 'active')
@@ -419,8 +424,12 @@ CROSS JOIN LATERAL (
 ) AS other
 WHERE hit.store_id = $3 AND hit.id = ANY({IDS.format("$1")}) AND hit.session_id <> ''
   AND abs(extract(epoch FROM other.created_at - hit.created_at)) <= $5
-  AND length(coalesce(other.contents, '')) <= $6 * 24
-  AND cardinality(regexp_split_to_array(btrim(coalesce(other.contents, '')), '\\s+')) <= $6
+  AND CASE
+    WHEN other.counted THEN other.passages = 1
+    WHEN length(coalesce(other.contents, '')) < 2 * $6 THEN true
+    ELSE length(coalesce(other.contents, '')) <= $6 * 24
+      AND cardinality(regexp_split_to_array(btrim(coalesce(other.contents, '')), '\\s+')) <= $6
+  END
 """
 
 

@@ -7,7 +7,9 @@ the scope in keyword mode and in hybrid mode (which adds the query's embedding a
 search).
 
 With --cpu, what a request costs the server in CPU instead of time: the same cases (and the model
-alone on the query), each sent `--count` times by two client processes over two keep-alive
+alone on the query), and a hybrid search of a second store, a conversation's 200 turns in ten
+sessions (where a search also reads each hit's neighbours), each sent `--count` times (a
+hybrid search 2/5 of it) by two client processes over two keep-alive
 connections each (bench/load.py), the CPU time of the server's processes (every worker) and of
 PostgreSQL's measured around them and divided by the requests answered; the clients' own CPU is
 printed beside it. `--workers N` serves with N worker processes.
@@ -62,6 +64,7 @@ from bench.load import Request, cpu_of_postgres, cpu_of_server, load, load_avera
 
 UC = "/api/2.1/unity-catalog"
 STORE = "main.default.floor"
+TALK = "main.default.floor_talk"  # --cpu's second store: a conversation's turns, in sessions
 WORDS = [
     "the",
     "user",
@@ -241,18 +244,58 @@ def searches(mode: str) -> list[Request]:
     ]
 
 
+def talk_searches() -> list[Request]:
+    """The twenty questions of `queries()` as hybrid searches of the conversation's scope."""
+    target = f"{UC}/memory-stores/{TALK}/entries:search"
+    return [
+        ("POST", target, json.dumps({"scope": "u1", "query": q, "mode": "hybrid"}).encode())
+        for q in queries()
+    ]
+
+
+async def converse(client: httpx.AsyncClient) -> None:
+    """A second store: 200 turns of two speakers in ten sessions of twenty, written in order
+    (`entries:batchCreate`), each some forty words (a chat's turn): a hybrid search there also
+    finds each hit's neighbours, the turns written just before and after it in its session."""
+    r = await client.post(
+        f"{UC}/memory-stores", json={"name": "floor_talk", "catalog_name": "main", "schema_name": "default"}
+    )
+    r.raise_for_status()
+    for session in range(10):
+        turns = []
+        for i in range(20):
+            k = session * 20 + i
+            said = " ".join(WORDS[k % 11 :] + WORDS[: k % 11] + WORDS[k % 5 :][:6] + WORDS[: k % 3 + 15])
+            speaker = "Ana" if i % 2 == 0 else "Ben"
+            turns.append(
+                {
+                    "path": f"/dialog/{session}/{i}",
+                    "contents": f"{speaker}: {said} ({k})",
+                    "session_id": f"s{session}",
+                }
+            )
+        r = await client.post(
+            f"{UC}/memory-stores/{TALK}/entries:batchCreate", params={"scope": "u1"}, json={"entries": turns}
+        )
+        r.raise_for_status()
+        assert all(x["status"] != "FAILED" for x in r.json()["results"]), r.text
+
+
 async def prepared(server: BenchServer) -> str:
-    """The floor's store on `server` (`prepare`), every entry embedded and indexed; the admin's
-    token."""
+    """The floor's store on `server` (`prepare`) and the conversation's (`converse`), every entry
+    embedded and indexed; the admin's token."""
     token = server.token()
     async with httpx.AsyncClient(
         base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
     ) as client:
         await prepare(client)
-        await client.post(
-            f"{UC}/memory-stores/{STORE}/entries:search",
-            json={"scope": "u1", "query": "tea", "mode": "hybrid"},
-        )
+        await converse(client)
+        for store in (STORE, TALK):
+            r = await client.post(
+                f"{UC}/memory-stores/{store}/entries:search",
+                json={"scope": "u1", "query": "tea", "mode": "hybrid"},
+            )
+            r.raise_for_status()
     return token
 
 
@@ -291,6 +334,7 @@ async def cpu(
             ("`GET` a store's details", DETAILS, count),
             ("search, keyword mode", searches("keyword"), count),
             ("search, hybrid mode", searches("hybrid"), max(1, count * 2 // 5)),
+            ("search, hybrid mode, a conversation's turns", talk_searches(), max(1, count * 2 // 5)),
         ]
         model = model_cpu_ms(queries())
         profiles: dict[str, tuple[float, dict[str, float]]] = {}

@@ -321,8 +321,9 @@ class SearchEngine:
             candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
             unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
             uncovered = [doc for doc in candidates if doc not in coverage.of]  # by the vectors only
-            more_covered, (near, more_cosine) = await asyncio.gather(
-                self._more_coverage(query, coverage, uncovered),
+            # the context statement first: PostgreSQL runs it while the keyword leg's count of the
+            # other candidates' terms runs here (on the event loop, when its index is small)
+            (near, more_cosine), more_covered = await asyncio.gather(
                 neighbours.context(
                     self.pool,
                     query.store_id,
@@ -333,6 +334,7 @@ class SearchEngine:
                     vector,
                     include_inactive=query.include_inactive,
                 ),
+                self._more_coverage(query, coverage, uncovered),
             )
             cosine.update(more_cosine)
             covered = {**coverage.of, **more_covered}

@@ -58,7 +58,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import where
+from bench import locomo, where
 from bench.live import BenchServer
 from bench.load import Request, cpu_of_postgres, cpu_of_server, load, load_average
 
@@ -255,14 +255,14 @@ def talk_searches() -> list[Request]:
 
 async def converse(client: httpx.AsyncClient) -> None:
     """A second store: 200 turns of two speakers in ten sessions of twenty, written in order
-    (`entries:batchCreate`), each some forty words (a chat's turn): a hybrid search there also
-    finds each hit's neighbours, the turns written just before and after it in its session."""
+    (`locomo.ingest`), each some forty words (a chat's turn): a hybrid search there also finds
+    each hit's neighbours, the turns written just before and after it in its session."""
     r = await client.post(
         f"{UC}/memory-stores", json={"name": "floor_talk", "catalog_name": "main", "schema_name": "default"}
     )
     r.raise_for_status()
+    turns = []
     for session in range(10):
-        turns = []
         for i in range(20):
             k = session * 20 + i
             said = " ".join(WORDS[k % 11 :] + WORDS[: k % 11] + WORDS[k % 5 :][:6] + WORDS[: k % 3 + 15])
@@ -274,11 +274,7 @@ async def converse(client: httpx.AsyncClient) -> None:
                     "session_id": f"s{session}",
                 }
             )
-        r = await client.post(
-            f"{UC}/memory-stores/{TALK}/entries:batchCreate", params={"scope": "u1"}, json={"entries": turns}
-        )
-        r.raise_for_status()
-        assert all(x["status"] != "FAILED" for x in r.json()["results"]), r.text
+    await locomo.ingest(client, "u1", turns, 1, store=TALK)  # in order, as a conversation is imported
 
 
 async def prepared(server: BenchServer) -> str:

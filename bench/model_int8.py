@@ -1,13 +1,15 @@
-"""The bundled model with its weight products in float32 (the graph as exported) and in int8
-(`catalog.search.int8_matmul`, what the server runs): CPU per text on one thread, and how close
-the vectors are.
+"""The bundled model with its weight products in float32 (the graph as exported), in int8
+(`catalog.search.int8_matmul`) with the exported attention, and in int8 with its attentions and
+GELUs fused (`catalog.search.fused_attention`, what the server runs): CPU per text on one thread,
+and how close the vectors are.
 
 Texts: the twenty questions of bench/request_floor.py (short queries), chat turns of about
 thirty words, and long replies of about 180 words (cut by the model at 256 tokens), made from a
 fixed vocabulary (no corpus needed). Each set is embedded one text at a time (how the server runs
 a search's query) and, for the float graph, also in the runs the server made of a batch of
-background texts (texts of one length together, at most 32); the int8 graph runs each text alone
-(see catalog/search/embedder.py).
+background texts (texts of one length together, at most 32); the int8 graphs run each text alone
+(see catalog/search/embedder.py). The unfused int8 graph runs as the server ran it before the
+fusion: with ONNX Runtime's SkipLayerNormalization fusion, which the server now turns off.
 
 Run: .venv/bin/python bench/model_int8.py [--rounds 3]
 """
@@ -23,11 +25,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.request_floor import queries
-from catalog.search.embedder import RUN_TEXTS, ModelFiles, OnnxEncoder
+from catalog.search import int8_matmul
+from catalog.search.embedder import FUSED_ATTENTION, RUN_TEXTS, ModelFiles, OnnxEncoder
 
 SENTENCE = (
     "the user said that we should move the weekly planning meeting to thursday because the design "
@@ -65,10 +69,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     files = ModelFiles.default()
-    int8 = OnnxEncoder(files)
+    fused = OnnxEncoder(files)
     # the same file, without its checksum: loaded as exported (no rewrite)
     plain = OnnxEncoder(replace(files, model_sha256=None))
-    assert int8.run_texts == 1 and plain.run_texts == RUN_TEXTS
+    assert fused.model_id.endswith(FUSED_ATTENTION) and plain.run_texts == RUN_TEXTS
+    # int8 products, the exported attention, ONNX Runtime's own fusions all on (before the fusion)
+    int8 = OnnxEncoder(files)
+    rewritten = int8_matmul.rewrite(files.model.read_bytes())
+    assert rewritten is not None
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.enable_mem_pattern = False
+    int8.session = onnxruntime.InferenceSession(rewritten.model, options, providers=["CPUExecutionProvider"])
     sets = [
         ("queries (request_floor's twenty)", queries()),
         ("chat turns, 30 words", texts(64, 30, 1)),
@@ -77,20 +90,24 @@ def main() -> None:
     print("CPU per text, one thread (median of rounds), and the int8 vectors against the float ones\n")
     print(
         "| texts | tokens (mean) | float32, one at a time | float32, in runs | int8, one at a time | "
-        "int8 / float32 one at a time | int8 / float32 in runs | cosine: min / mean |"
+        "int8 fused, one at a time | fused / int8 | fused / float32 in runs | "
+        "cosine to float32: int8 / fused (min) | cosine fused to int8: min / mean |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, batch in sets:
-        tokens = statistics.mean(len(int8.tokenizer.encode(t).ids) for t in batch)
+        tokens = statistics.mean(len(fused.tokenizer.encode(t).ids) for t in batch)
         alone = cpu_ms_per_text(plain, batch, True, args.rounds)
         runs = cpu_ms_per_text(plain, batch, False, args.rounds)
         quick = cpu_ms_per_text(int8, batch, True, args.rounds)
-        a, b = plain.encode(batch), int8.encode(batch)
-        cosines = (a * b).sum(axis=1)  # both are unit vectors
-        low, mean = float(np.min(cosines)), float(np.mean(cosines))
+        quicker = cpu_ms_per_text(fused, batch, True, args.rounds)
+        a, b, c = plain.encode(batch), int8.encode(batch), fused.encode(batch)
+        to_float = float(np.min((a * b).sum(axis=1))), float(np.min((a * c).sum(axis=1)))  # unit vectors
+        to_int8 = (b * c).sum(axis=1)
         print(
             f"| {label} | {tokens:.0f} | {alone:.2f} ms | {runs:.2f} ms | {quick:.2f} ms | "
-            f"{quick / alone:.2f} | {quick / runs:.2f} | {low:.4f} / {mean:.4f} |",
+            f"{quicker:.2f} ms | "
+            f"{quicker / quick:.2f} | {quicker / runs:.2f} | {to_float[0]:.4f} / {to_float[1]:.4f} | "
+            f"{float(np.min(to_int8)):.4f} / {float(np.mean(to_int8)):.4f} |",
             flush=True,
         )
 

@@ -13,6 +13,7 @@ from fake_embedder import HashEncoder
 from catalog.runtime import load_encoder
 from catalog.search.embedder import (
     DIMENSIONS,
+    FUSED_ATTENTION,
     INT8_PRODUCTS,
     RUN_PADDING,
     RUN_TEXTS,
@@ -50,7 +51,7 @@ def test_padding_to_the_batch_does_not_change_a_vector(model):
 def test_the_bundled_model_runs_its_products_in_int8_and_each_text_alone(model):
     # the int8 products quantize a run's activations together: each text is run alone, so its
     # vector does not depend on the texts embedded beside it
-    assert model.model_id.endswith(INT8_PRODUCTS) and model.run_texts == 1
+    assert model.model_id.endswith(INT8_PRODUCTS + FUSED_ATTENTION) and model.run_texts == 1
     texts = ["short text", "a much longer text " * 20, "another one of about this length", "x"]
     together = model.encode(texts)
     for text, vector in zip(texts, together, strict=True):
@@ -242,7 +243,7 @@ def test_where_the_int8_graph_does_not_load_the_model_runs_as_exported(monkeypat
 
     monkeypatch.setattr(int8_matmul, "rewrite", lambda model: int8_matmul.Rewritten(b"not a model", 36))
     encoder = OnnxEncoder(ModelFiles.default())
-    assert encoder.run_texts == RUN_TEXTS and not encoder.model_id.endswith(INT8_PRODUCTS)
+    assert encoder.run_texts == RUN_TEXTS and INT8_PRODUCTS not in encoder.model_id
     assert "weight products run in float32" in caplog.text
     vectors = encoder.encode(["The user prefers email.", "Likes email rather than calls"])
     assert float(vectors[0] @ vectors[1]) > 0.5

@@ -25,10 +25,10 @@ def measure(patterns: bool, batches: int) -> None:
 
     original = onnxruntime.InferenceSession
 
-    def session(path: str, options: onnxruntime.SessionOptions, providers: list[str]) -> object:
+    def session(path: str, options: onnxruntime.SessionOptions, **kwargs: object) -> object:
         if patterns:
             options.enable_mem_pattern = True
-        return original(path, options, providers=providers)
+        return original(path, options, **kwargs)
 
     onnxruntime.InferenceSession = session  # type: ignore[misc]
     encoder = embedder.OnnxEncoder(embedder.ModelFiles.default())

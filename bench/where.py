@@ -46,6 +46,10 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("event loop (asyncio)", ("asyncio/", "selectors.py", "concurrent/futures/")),
 ]
 SOCKETS = ("_SelectorSocketTransport.write", "_read_ready", "sock_sendall", "sock_recv")
+# a pool thread blocked in `work_queue.get()` (the model's lanes between runs), which py-spy does
+# not see as idle: a sample whose innermost frame is the pool's loop itself is not CPU
+IDLE = "idle"
+WAITING = ("_worker (concurrent/futures/thread.py",)
 
 
 def available() -> bool:
@@ -81,6 +85,8 @@ class Recording:
 
 
 def stage_of(frames: list[str]) -> str:
+    if frames and frames[-1].startswith(WAITING):
+        return IDLE
     if frames and any(s in frames[-1] for s in SOCKETS):
         return "socket reads and writes (kernel)"
     for frame in reversed(frames):
@@ -98,7 +104,9 @@ def stages(path: Path) -> dict[str, float]:
         if not stack or not n.isdigit():
             continue
         frames = stack.split(";")[1:]  # the first is the process
-        counts[stage_of(frames)] += int(n)
+        stage = stage_of(frames)
+        if stage != IDLE:
+            counts[stage] += int(n)
     total = sum(counts.values()) or 1
     return {stage: n / total for stage, n in counts.most_common()}
 

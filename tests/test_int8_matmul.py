@@ -12,6 +12,7 @@ import pytest
 
 from catalog.search.embedder import ModelFiles, OnnxEncoder
 from catalog.search.int8_matmul import GraphError, rewrite
+from catalog.search.onnx_graph import graph_of, read_node
 
 # --- a small ONNX model written by hand (protobuf's wire format; field numbers of onnx.proto) ---
 
@@ -218,3 +219,50 @@ def test_a_scale_held_as_float_data_is_read_too():
     (got,) = _run(rewritten.model)
     expected = X @ (WEIGHTS.astype(np.float32) * SCALES)
     assert np.allclose(got, expected, atol=0.03 * np.abs(expected).max())
+
+
+ROW_SCALES = np.array([0.5, 0.25, 0.125, 0.0625], dtype=np.float32)  # one per row of WEIGHTS
+IDS = np.array([3, 0, 3, 1], dtype=np.int64)
+
+
+def _lookup_model(scale: np.ndarray, scale_shape: list[int]) -> bytes:
+    """`Gather(Mul(Cast(W), s), ids)`: rows of scaled int8 weights looked up (a word embedding)."""
+    nodes = [
+        _node("Cast", ["w"], ["w_float"], to=1),
+        _node("Mul", ["w_float", "s"], ["w_scaled"]),
+        _node("Gather", ["w_scaled", "ids"], ["y"], axis=0),
+    ]
+    initializers = [
+        _tensor("w", 3, [4, 3], WEIGHTS.tobytes()),
+        _tensor("s", 1, scale_shape, scale.tobytes()),
+        _tensor("ids", 7, [4], IDS.tobytes()),
+    ]
+    return _model(nodes, initializers, [("y", [4, 3])])
+
+
+@pytest.mark.parametrize(
+    ("scale", "shape"), [(ROW_SCALES, [4, 1]), (SCALES, [1, 3]), (SCALES, [3])], ids=["row", "column", "1-d"]
+)
+def test_rows_of_scaled_int8_weights_are_looked_up_in_int8_and_scaled_exactly_alike(scale, shape):
+    # the word embeddings: ONNX Runtime would fold the whole scaled table into float (four times
+    # the int8 table's memory); the rows looked up first, then scaled, are the same floats
+    model = _lookup_model(scale, shape)
+    rewritten = rewrite(model)
+    assert rewritten is not None and (rewritten.products, rewritten.lookups) == (0, 1)
+    (expected,) = _run(model)
+    (got,) = _run(rewritten.model)
+    assert np.array_equal(got, expected)
+    assert np.array_equal(expected, (WEIGHTS.astype(np.float32) * scale.reshape(shape))[IDS])
+    scales = ["Gather"] if shape == [4, 1] else []  # a scale per row is looked up with its row
+    assert _ops(rewritten.model) == ["Gather", "Cast", *scales, "Mul"]
+
+
+def test_the_bundled_models_embedding_tables_stay_int8():
+    rewritten = rewrite(ModelFiles.default().model.read_bytes())
+    assert rewritten is not None and (rewritten.products, rewritten.lookups) == (36, 2)  # words, positions
+    # each table is read by a Gather of its rows only, never cast whole
+    _, graph = graph_of(rewritten.model)
+    nodes = [read_node(f.value) for f in graph if f.number == 1 and isinstance(f.value, bytes)]
+    for table in ("word_embeddings", "position_embeddings"):
+        readers = [n.op_type for n in nodes if f"inner.embeddings.{table}.weight_q" in n.inputs]
+        assert readers == ["Gather"]

@@ -19,6 +19,10 @@ Rules:
 - a `MatMul` is rewritten only when its second input is `Mul(Cast(W), s)` or `Mul(s, Cast(W))`
   with `W` a two-dimensional INT8 initializer `[K, N]` and `s` a FLOAT initializer of `N` values
   (shape `[N]` or `[1, N]`); anything else stays as it is;
+- a `Gather` (axis 0) of `Mul(Cast(W), s)`, the same W and s with a scale per column or one per
+  row (`[K, 1]`), becomes `Gather` of W's rows, `Cast` and `Mul` by s (or by the rows of s, looked
+  up alike): the same floats, while the table stays int8 (ONNX Runtime folded the word
+  embeddings' 30,522 rows into a float table, 47 MB, four times the int8 one);
 - the `Cast` and `Mul` go when nothing else reads them;
 - a graph with nothing to rewrite is returned unchanged (None).
 """
@@ -57,6 +61,7 @@ __all__ = ["GraphError", "Rewritten", "rewrite"]
 class Rewritten:
     model: bytes  # the rewritten ONNX model
     products: int  # how many MatMuls became DynamicQuantizeMatMul
+    lookups: int = 0  # how many Gathers of scaled int8 weights now gather the int8 rows
 
 
 def rewrite(model: bytes) -> Rewritten | None:
@@ -76,30 +81,56 @@ def rewrite(model: bytes) -> Rewritten | None:
             readers[name] = readers.get(name, 0) + 1
     graph_outputs = graph_output_names(graph)
 
-    replaced: dict[int, bytes] = {}  # id(node) -> its new bytes
-    new_inputs: dict[int, tuple[str, ...]] = {}  # id(node) -> the initializers its new node reads
+    replaced: dict[int, list[bytes]] = {}  # id(node) -> the nodes written in its place
+    new_inputs: dict[int, tuple[str, ...]] = {}  # id(node) -> what those nodes read
     dropped: set[int] = set()
     added: list[bytes] = []
+    products = lookups = 0
     for node in nodes:
-        found = _weight_product(node, producer, tensors)
-        if found is None:
-            continue
-        cast, mul, weight, scale = found
-        n = weight.dims[1]
         base = node.name or node.outputs[0]
-        scale_name, zero_name = f"{base}/int8_scale", f"{base}/int8_zero_point"
-        assert scale.values is not None
-        added.append(tensor_bytes(scale_name, FLOAT, [n], scale.values.astype("<f4").tobytes()))
-        added.append(tensor_bytes(zero_name, INT8, [n], bytes(n)))
-        new_inputs[id(node)] = (weight.name, scale_name, zero_name)
-        replaced[id(node)] = node_bytes(
-            f"{base}/int8",
-            "DynamicQuantizeMatMul",
-            DOMAIN,
-            [node.inputs[0], weight.name, scale_name, zero_name],
-            node.outputs,
-        )
-        readers[node.inputs[1]] -= 1  # the product no longer reads the scaled weights
+        found = _weight_product(node, producer, tensors)
+        if found is not None:
+            cast, mul, weight, scale = found
+            n = weight.dims[1]
+            scale_name, zero_name = f"{base}/int8_scale", f"{base}/int8_zero_point"
+            assert scale.values is not None
+            added.append(tensor_bytes(scale_name, FLOAT, [n], scale.values.astype("<f4").tobytes()))
+            added.append(tensor_bytes(zero_name, INT8, [n], bytes(n)))
+            new_inputs[id(node)] = (node.inputs[0], weight.name, scale_name, zero_name)
+            replaced[id(node)] = [
+                node_bytes(
+                    f"{base}/int8",
+                    "DynamicQuantizeMatMul",
+                    DOMAIN,
+                    [node.inputs[0], weight.name, scale_name, zero_name],
+                    node.outputs,
+                )
+            ]
+            scaled = node.inputs[1]
+            products += 1
+        else:
+            looked_up = _weight_lookup(node, producer, tensors)
+            if looked_up is None:
+                continue
+            cast, mul, weight, scale = looked_up
+            ids = node.inputs[1]
+            rows, floats, row_scales = f"{base}/int8_rows", f"{base}/int8_rows_float", f"{base}/row_scales"
+            lookup = [
+                node_bytes(f"{base}/int8", "Gather", "", [weight.name, ids], [rows], axis=0),
+                node_bytes(f"{base}/float", "Cast", "", [rows], [floats], to=FLOAT),
+            ]
+            if scale.dims == [weight.dims[0], 1]:  # a scale per row: looked up with its row
+                lookup.append(
+                    node_bytes(f"{base}/scales", "Gather", "", [scale.name, ids], [row_scales], axis=0)
+                )
+            else:
+                row_scales = scale.name
+            lookup.append(node_bytes(f"{base}/scaled", "Mul", "", [floats, row_scales], node.outputs))
+            new_inputs[id(node)] = (weight.name, scale.name, ids)
+            replaced[id(node)] = lookup
+            scaled = node.inputs[0]
+            lookups += 1
+        readers[scaled] -= 1  # the node no longer reads the scaled weights
         for part in (mul, cast):  # each goes when nothing reads it any more
             output = part.outputs[0]
             if readers.get(output, 0) == 0 and output not in graph_outputs:
@@ -113,7 +144,7 @@ def rewrite(model: bytes) -> Rewritten | None:
     read: set[str] = set()
     for node in nodes:
         if id(node) in replaced:
-            read.update((node.inputs[0], *new_inputs[id(node)]))
+            read.update(new_inputs[id(node)])
         elif id(node) not in dropped:
             read.update(node.inputs)
     unread = {name for node in nodes if id(node) in dropped for name in node.inputs} - read
@@ -125,7 +156,10 @@ def rewrite(model: bytes) -> Rewritten | None:
             if id(node) in dropped:
                 continue
             new = replaced.get(id(node))
-            out_graph.append(f.raw if new is None else len_field(GRAPH_NODE, new))
+            if new is None:
+                out_graph.append(f.raw)
+            else:
+                out_graph.extend(len_field(GRAPH_NODE, n) for n in new)
         elif f.number == GRAPH_INITIALIZER and isinstance(f.value, bytes) and unread:
             if tensor_name(f.value) not in unread:
                 out_graph.append(f.raw)
@@ -133,7 +167,18 @@ def rewrite(model: bytes) -> Rewritten | None:
             out_graph.append(f.raw)
     out_graph.extend(len_field(GRAPH_INITIALIZER, t) for t in added)
 
-    return Rewritten(assemble(top, b"".join(out_graph)), len(replaced))
+    return Rewritten(assemble(top, b"".join(out_graph)), products, lookups)
+
+
+def _weight_lookup(
+    node: Node, producer: dict[str, Node], tensors: dict[str, Tensor]
+) -> tuple[Node, Node, Tensor, Tensor] | None:
+    """The Cast, the Mul, the int8 weights and the scales of a Gather the rules rewrite."""
+    if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return None
+    if node.ints.get("axis", 0) != 0:
+        return None
+    return _scaled_weights(node.inputs[0], producer, tensors, per_row=True)
 
 
 def _weight_product(
@@ -142,7 +187,16 @@ def _weight_product(
     """The Cast, the Mul, the int8 weights and the scales of a MatMul the rules rewrite."""
     if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
         return None
-    mul = producer.get(node.inputs[1])
+    return _scaled_weights(node.inputs[1], producer, tensors, per_row=False)
+
+
+def _scaled_weights(
+    name: str, producer: dict[str, Node], tensors: dict[str, Tensor], *, per_row: bool
+) -> tuple[Node, Node, Tensor, Tensor] | None:
+    """`name` as `Mul(Cast(W), s)` (or `Mul(s, Cast(W))`): W a two-dimensional INT8 initializer
+    `[K, N]`, s a FLOAT initializer of a scale per column (`[N]` or `[1, N]`), or, with
+    `per_row`, of one per row too (`[K, 1]`)."""
+    mul = producer.get(name)
     if mul is None or mul.op_type != "Mul" or mul.domain not in ("", "ai.onnx") or len(mul.inputs) != 2:
         return None
     for cast_output, scale_name in (mul.inputs, mul.inputs[::-1]):
@@ -154,10 +208,11 @@ def _weight_product(
             continue
         if weight.values is None or weight.values.size != weight.dims[0] * weight.dims[1]:
             continue
-        n = weight.dims[1]
-        if scale.data_type != FLOAT or scale.values is None or scale.values.size != n:
+        k, n = weight.dims
+        if scale.data_type != FLOAT or scale.values is None:
             continue
-        if scale.dims not in ([n], [1, n]):
-            continue
-        return cast, mul, weight, scale
+        if scale.dims in ([n], [1, n]) and scale.values.size == n:
+            return cast, mul, weight, scale
+        if per_row and scale.dims == [k, 1] and scale.values.size == k:
+            return cast, mul, weight, scale
     return None

@@ -58,8 +58,8 @@ from catalog.search.onnx_graph import (
     graph_output_names,
     len_field,
     node_bytes,
+    nodes_and_tensors,
     read_node,
-    read_tensor,
     tensor_bytes,
     tensor_name,
 )
@@ -277,12 +277,7 @@ def fuse(model: bytes) -> Fused | None:
     """The model with its attentions and GELUs fused (see the module's rules); None when it has
     none of either."""
     top, graph = graph_of(model)
-    nodes = [read_node(f.value) for f in graph if f.number == GRAPH_NODE and isinstance(f.value, bytes)]
-    tensors = {}
-    for f in graph:
-        if f.number == GRAPH_INITIALIZER and isinstance(f.value, bytes):
-            tensor = read_tensor(f.value)
-            tensors[tensor.name] = tensor
+    nodes, tensors = nodes_and_tensors(graph)
     g = _Graph(nodes, tensors)
     inputs = graph_input_names(graph)
 
@@ -359,7 +354,7 @@ def fuse(model: bytes) -> Fused | None:
         if len(alive) == len(order):
             break
         order = alive
-    read = {name for node in order for name in node.inputs} | kept
+    read = {name for node in order for name in node.inputs} | kept | inputs  # an input's default stays
     out_graph: list[bytes] = []
     written = False
     for f in graph:

@@ -42,12 +42,12 @@ from catalog.search.onnx_graph import (
     Node,
     Tensor,
     assemble,
+    graph_input_names,
     graph_of,
     graph_output_names,
     len_field,
     node_bytes,
-    read_node,
-    read_tensor,
+    nodes_and_tensors,
     tensor_bytes,
     tensor_name,
 )
@@ -68,12 +68,7 @@ def rewrite(model: bytes) -> Rewritten | None:
     """The model with every weight product of int8 weights and per-column float scales made one
     `DynamicQuantizeMatMul` (see the module's rules); None when it has none."""
     top, graph = graph_of(model)
-    nodes = [read_node(f.value) for f in graph if f.number == GRAPH_NODE and isinstance(f.value, bytes)]
-    tensors = {}
-    for f in graph:
-        if f.number == GRAPH_INITIALIZER and isinstance(f.value, bytes):
-            tensor = read_tensor(f.value)
-            tensors[tensor.name] = tensor
+    nodes, tensors = nodes_and_tensors(graph)
     producer = {output: node for node in nodes for output in node.outputs}
     readers: dict[str, int] = {}
     for node in nodes:
@@ -147,7 +142,12 @@ def rewrite(model: bytes) -> Rewritten | None:
             read.update(new_inputs[id(node)])
         elif id(node) not in dropped:
             read.update(node.inputs)
-    unread = {name for node in nodes if id(node) in dropped for name in node.inputs} - read
+    # (an initializer that is also a graph input is the input's default: it stays)
+    unread = (
+        {name for node in nodes if id(node) in dropped for name in node.inputs}
+        - read
+        - graph_input_names(graph)
+    )
     node_iter = iter(nodes)
     out_graph: list[bytes] = []
     for f in graph:

@@ -303,6 +303,17 @@ def assemble(top: list[Field], graph: bytes) -> bytes:
     return b"".join(out)
 
 
+def nodes_and_tensors(graph: list[Field]) -> tuple[list[Node], dict[str, Tensor]]:
+    """A graph's nodes, in order, and its initializers by name."""
+    nodes = [read_node(f.value) for f in graph if f.number == GRAPH_NODE and isinstance(f.value, bytes)]
+    tensors = {}
+    for f in graph:
+        if f.number == GRAPH_INITIALIZER and isinstance(f.value, bytes):
+            tensor = read_tensor(f.value)
+            tensors[tensor.name] = tensor
+    return nodes, tensors
+
+
 def graph_of(model: bytes) -> tuple[list[Field], list[Field]]:
     """A model's fields and its graph's fields."""
     top = list(fields(model))

@@ -237,6 +237,19 @@ def test_two_lanes_run_two_batches_at_once():
     assert np.array_equal(vectors, HashEncoder().encode(["one", "two"]))
 
 
+def test_where_the_fused_graph_does_not_load_the_unfused_int8_graph_runs(monkeypatch, caplog):
+    # an ONNX Runtime without QAttention or BiasGelu: the products still run in int8
+    from catalog.search import fused_attention
+
+    monkeypatch.setattr(fused_attention, "fuse", lambda model: fused_attention.Fused(b"not a model", 6, 6))
+    encoder = OnnxEncoder(ModelFiles.default())
+    assert encoder.run_texts == 1 and encoder.model_id.endswith(INT8_PRODUCTS)
+    assert FUSED_ATTENTION not in encoder.model_id
+    assert "attentions run unfused" in caplog.text and "float32" not in caplog.text
+    vectors = encoder.encode(["The user prefers email.", "Likes email rather than calls"])
+    assert float(vectors[0] @ vectors[1]) > 0.5
+
+
 def test_where_the_int8_graph_does_not_load_the_model_runs_as_exported(monkeypatch, caplog):
     # an ONNX Runtime built without its contrib operators refuses DynamicQuantizeMatMul
     from catalog.search import int8_matmul

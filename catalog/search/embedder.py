@@ -162,6 +162,8 @@ class OnnxEncoder:
                 )
             except Exception as exc:  # a build of ONNX Runtime without its contrib operators
                 failed = exc
+                if graph is fused:
+                    log.warning("the model's attentions run unfused: %s", exc)
             else:
                 self.run_texts = 1
                 self.model_id += marker

@@ -46,24 +46,18 @@ import numpy as np
 from catalog.search.onnx_graph import (
     DOMAIN,
     FLOAT,
-    GRAPH_INITIALIZER,
-    GRAPH_NODE,
     INT8,
     INT32,
     INT64,
-    LEN,
     Node,
     Tensor,
-    assemble,
     graph_input_names,
     graph_of,
-    graph_output_names,
-    len_field,
     node_bytes,
     nodes_and_tensors,
     read_node,
+    rebuilt,
     tensor_bytes,
-    tensor_name,
 )
 
 __all__ = ["Fused", "fuse"]
@@ -281,14 +275,14 @@ def fuse(model: bytes) -> Fused | None:
     top, graph = graph_of(model)
     nodes, tensors = nodes_and_tensors(graph)
     g = _Graph(nodes, tensors)
-    inputs = graph_input_names(graph)
 
     placed: dict[int, list[Node]] = {}  # id(node) -> the nodes written in its place
     added: list[bytes] = []
     attentions = gelus = 0
     mask = f"{MASK}/int32"
+    masked = MASK in graph_input_names(graph)  # the mask QAttention is given
     for node in nodes:
-        if node.op_type != "Softmax" or MASK not in inputs:
+        if node.op_type != "Softmax" or not masked:
             continue
         found = _attention(g, node)
         if found is None:
@@ -344,30 +338,6 @@ def fuse(model: bytes) -> Fused | None:
     if attentions:
         order.append(read_node(node_bytes(f"{MASK}/cast", "Cast", "", [MASK], [mask], to=INT32)))
     for node in nodes:
-        if id(node) in placed:
-            order.extend(placed[id(node)])
-        else:
-            order.append(node)
+        order.extend(placed.get(id(node), [node]))
     # what nothing reads any more goes: the attentions' and GELUs' parts, the mask's, the heads' shapes
-    kept = graph_output_names(graph)
-    while True:
-        read = kept | {name for node in order for name in node.inputs}
-        alive = [node for node in order if any(output in read for output in node.outputs)]
-        if len(alive) == len(order):
-            break
-        order = alive
-    read = {name for node in order for name in node.inputs} | kept | inputs  # an input's default stays
-    out_graph: list[bytes] = []
-    written = False
-    for f in graph:
-        if f.number == GRAPH_NODE and f.wire == LEN:
-            if not written:  # the nodes, in order, where the first one was
-                out_graph.extend(len_field(GRAPH_NODE, node.raw) for node in order)
-                written = True
-        elif f.number == GRAPH_INITIALIZER and isinstance(f.value, bytes):
-            if tensor_name(f.value) in read:
-                out_graph.append(f.raw)
-        else:
-            out_graph.append(f.raw)
-    out_graph.extend(len_field(GRAPH_INITIALIZER, t) for t in added)
-    return Fused(assemble(top, b"".join(out_graph)), attentions, gelus)
+    return Fused(rebuilt(top, graph, order, added), attentions, gelus)

@@ -34,22 +34,16 @@ from dataclasses import dataclass
 from catalog.search.onnx_graph import (
     DOMAIN,
     FLOAT,
-    GRAPH_INITIALIZER,
-    GRAPH_NODE,
     INT8,
-    LEN,
     GraphError,
     Node,
     Tensor,
-    assemble,
-    graph_input_names,
     graph_of,
-    graph_output_names,
-    len_field,
     node_bytes,
     nodes_and_tensors,
+    read_node,
+    rebuilt,
     tensor_bytes,
-    tensor_name,
 )
 
 __all__ = ["GraphError", "Rewritten", "rewrite"]
@@ -66,114 +60,63 @@ class Rewritten:
 
 def rewrite(model: bytes) -> Rewritten | None:
     """The model with every weight product of int8 weights and per-column float scales made one
-    `DynamicQuantizeMatMul` (see the module's rules); None when it has none."""
+    `DynamicQuantizeMatMul`, and every lookup of rows of such weights made on the int8 rows (see
+    the module's rules); None when it has neither."""
     top, graph = graph_of(model)
     nodes, tensors = nodes_and_tensors(graph)
     producer = {output: node for node in nodes for output in node.outputs}
-    readers: dict[str, int] = {}
-    for node in nodes:
-        for name in node.inputs:
-            readers[name] = readers.get(name, 0) + 1
-    graph_outputs = graph_output_names(graph)
 
-    replaced: dict[int, list[bytes]] = {}  # id(node) -> the nodes written in its place
-    new_inputs: dict[int, tuple[str, ...]] = {}  # id(node) -> what those nodes read
-    dropped: set[int] = set()
+    placed: dict[int, list[Node]] = {}  # id(node) -> the nodes written in its place
     added: list[bytes] = []
     products = lookups = 0
     for node in nodes:
         base = node.name or node.outputs[0]
         found = _weight_product(node, producer, tensors)
         if found is not None:
-            cast, mul, weight, scale = found
+            weight, scale = found
             n = weight.dims[1]
             scale_name, zero_name = f"{base}/int8_scale", f"{base}/int8_zero_point"
             assert scale.values is not None
             added.append(tensor_bytes(scale_name, FLOAT, [n], scale.values.astype("<f4").tobytes()))
             added.append(tensor_bytes(zero_name, INT8, [n], bytes(n)))
-            new_inputs[id(node)] = (node.inputs[0], weight.name, scale_name, zero_name)
-            replaced[id(node)] = [
-                node_bytes(
-                    f"{base}/int8",
-                    "DynamicQuantizeMatMul",
-                    DOMAIN,
-                    [node.inputs[0], weight.name, scale_name, zero_name],
-                    node.outputs,
-                )
-            ]
-            scaled = node.inputs[1]
+            product = node_bytes(
+                f"{base}/int8",
+                "DynamicQuantizeMatMul",
+                DOMAIN,
+                [node.inputs[0], weight.name, scale_name, zero_name],
+                node.outputs,
+            )
+            placed[id(node)] = [read_node(product)]
             products += 1
+            continue
+        looked_up = _weight_lookup(node, producer, tensors)
+        if looked_up is None:
+            continue
+        weight, scale = looked_up
+        ids = node.inputs[1]
+        rows, floats, row_scales = f"{base}/int8_rows", f"{base}/int8_rows_float", f"{base}/row_scales"
+        lookup = [
+            node_bytes(f"{base}/int8", "Gather", "", [weight.name, ids], [rows], axis=0),
+            node_bytes(f"{base}/float", "Cast", "", [rows], [floats], to=FLOAT),
+        ]
+        if scale.dims == [weight.dims[0], 1]:  # a scale per row: looked up with its row
+            lookup.append(node_bytes(f"{base}/scales", "Gather", "", [scale.name, ids], [row_scales], axis=0))
         else:
-            looked_up = _weight_lookup(node, producer, tensors)
-            if looked_up is None:
-                continue
-            cast, mul, weight, scale = looked_up
-            ids = node.inputs[1]
-            rows, floats, row_scales = f"{base}/int8_rows", f"{base}/int8_rows_float", f"{base}/row_scales"
-            lookup = [
-                node_bytes(f"{base}/int8", "Gather", "", [weight.name, ids], [rows], axis=0),
-                node_bytes(f"{base}/float", "Cast", "", [rows], [floats], to=FLOAT),
-            ]
-            if scale.dims == [weight.dims[0], 1]:  # a scale per row: looked up with its row
-                lookup.append(
-                    node_bytes(f"{base}/scales", "Gather", "", [scale.name, ids], [row_scales], axis=0)
-                )
-            else:
-                row_scales = scale.name
-            lookup.append(node_bytes(f"{base}/scaled", "Mul", "", [floats, row_scales], node.outputs))
-            new_inputs[id(node)] = (weight.name, scale.name, ids)
-            replaced[id(node)] = lookup
-            scaled = node.inputs[0]
-            lookups += 1
-        readers[scaled] -= 1  # the node no longer reads the scaled weights
-        for part in (mul, cast):  # each goes when nothing reads it any more
-            output = part.outputs[0]
-            if readers.get(output, 0) == 0 and output not in graph_outputs:
-                dropped.add(id(part))
-                for name in part.inputs:
-                    readers[name] -= 1
-    if not replaced:
+            row_scales = scale.name
+        lookup.append(node_bytes(f"{base}/scaled", "Mul", "", [floats, row_scales], node.outputs))
+        placed[id(node)] = [read_node(raw) for raw in lookup]
+        lookups += 1
+    if not placed:
         return None
-
-    # the initializers only the dropped nodes read (the scales' first shape) go with them
-    read: set[str] = set()
-    for node in nodes:
-        if id(node) in replaced:
-            read.update(new_inputs[id(node)])
-        elif id(node) not in dropped:
-            read.update(node.inputs)
-    # (an initializer that is also a graph input is the input's default: it stays)
-    unread = (
-        {name for node in nodes if id(node) in dropped for name in node.inputs}
-        - read
-        - graph_input_names(graph)
-    )
-    node_iter = iter(nodes)
-    out_graph: list[bytes] = []
-    for f in graph:
-        if f.number == GRAPH_NODE and f.wire == LEN:
-            node = next(node_iter)
-            if id(node) in dropped:
-                continue
-            new = replaced.get(id(node))
-            if new is None:
-                out_graph.append(f.raw)
-            else:
-                out_graph.extend(len_field(GRAPH_NODE, n) for n in new)
-        elif f.number == GRAPH_INITIALIZER and isinstance(f.value, bytes) and unread:
-            if tensor_name(f.value) not in unread:
-                out_graph.append(f.raw)
-        else:
-            out_graph.append(f.raw)
-    out_graph.extend(len_field(GRAPH_INITIALIZER, t) for t in added)
-
-    return Rewritten(assemble(top, b"".join(out_graph)), products, lookups)
+    # the Casts and Muls nothing reads any more go (with the initializers only they read)
+    order = [new for node in nodes for new in placed.get(id(node), [node])]
+    return Rewritten(rebuilt(top, graph, order, added), products, lookups)
 
 
 def _weight_lookup(
     node: Node, producer: dict[str, Node], tensors: dict[str, Tensor]
-) -> tuple[Node, Node, Tensor, Tensor] | None:
-    """The Cast, the Mul, the int8 weights and the scales of a Gather the rules rewrite."""
+) -> tuple[Tensor, Tensor] | None:
+    """The int8 weights and the scales of a Gather the rules rewrite."""
     if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
         return None
     if node.ints.get("axis", 0) != 0:
@@ -183,8 +126,8 @@ def _weight_lookup(
 
 def _weight_product(
     node: Node, producer: dict[str, Node], tensors: dict[str, Tensor]
-) -> tuple[Node, Node, Tensor, Tensor] | None:
-    """The Cast, the Mul, the int8 weights and the scales of a MatMul the rules rewrite."""
+) -> tuple[Tensor, Tensor] | None:
+    """The int8 weights and the scales of a MatMul the rules rewrite."""
     if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
         return None
     return _scaled_weights(node.inputs[1], producer, tensors, per_row=False)
@@ -192,7 +135,7 @@ def _weight_product(
 
 def _scaled_weights(
     name: str, producer: dict[str, Node], tensors: dict[str, Tensor], *, per_row: bool
-) -> tuple[Node, Node, Tensor, Tensor] | None:
+) -> tuple[Tensor, Tensor] | None:
     """`name` as `Mul(Cast(W), s)` (or `Mul(s, Cast(W))`): W a two-dimensional INT8 initializer
     `[K, N]`, s a FLOAT initializer of a scale per column (`[N]` or `[1, N]`), or, with
     `per_row`, of one per row too (`[K, 1]`)."""
@@ -212,7 +155,7 @@ def _scaled_weights(
         if scale.data_type != FLOAT or scale.values is None:
             continue
         if scale.dims in ([n], [1, n]) and scale.values.size == n:
-            return cast, mul, weight, scale
+            return weight, scale
         if per_row and scale.dims == [k, 1] and scale.values.size == k:
-            return cast, mul, weight, scale
+            return weight, scale
     return None

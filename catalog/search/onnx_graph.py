@@ -303,6 +303,35 @@ def assemble(top: list[Field], graph: bytes) -> bytes:
     return b"".join(out)
 
 
+def rebuilt(top: list[Field], graph: list[Field], nodes: list[Node], added: list[bytes]) -> bytes:
+    """The model of `top` and `graph` (their fields) with `nodes` for its nodes, in order (written
+    where its first node was), and the initializers `added` besides its own: every node whose
+    outputs nothing reads goes (what the graph gives out is read), then every initializer nothing
+    reads (one that is also a graph input is that input's default: it stays)."""
+    kept = graph_output_names(graph)
+    while True:
+        read = kept | {name for node in nodes for name in node.inputs}
+        alive = [node for node in nodes if any(output in read for output in node.outputs)]
+        if len(alive) == len(nodes):
+            break
+        nodes = alive
+    read |= graph_input_names(graph)
+    out: list[bytes] = []
+    written = False
+    for f in graph:
+        if f.number == GRAPH_NODE and f.wire == LEN:
+            if not written:
+                out.extend(len_field(GRAPH_NODE, node.raw) for node in nodes)
+                written = True
+        elif f.number == GRAPH_INITIALIZER and isinstance(f.value, bytes):
+            if tensor_name(f.value) in read:
+                out.append(f.raw)
+        else:
+            out.append(f.raw)
+    out.extend(len_field(GRAPH_INITIALIZER, t) for t in added)
+    return assemble(top, b"".join(out))
+
+
 def nodes_and_tensors(graph: list[Field]) -> tuple[list[Node], dict[str, Tensor]]:
     """A graph's nodes, in order, and its initializers by name."""
     nodes = [read_node(f.value) for f in graph if f.number == GRAPH_NODE and isinstance(f.value, bytes)]

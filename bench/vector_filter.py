@@ -139,7 +139,8 @@ async def measure(settings: Settings, store_id: str, queries: np.ndarray, total:
             by_size.setdefault(size, []).append(scope)
 
         async def exact(scope: str, q: np.ndarray) -> list[tuple[str, float]]:
-            return await search._exact(CONDITION, store_id, [scope], None, None, q, 10)
+            hits, _ = await search._exact(CONDITION, store_id, [scope], None, None, q, 10)
+            return hits
 
         async def server_way(scope: str, q: np.ndarray) -> list[tuple[str, float]]:
             return await search.search(store_id, [scope], q, 10)

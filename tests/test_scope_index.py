@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 from stores import make_store
 
 from catalog.db import create_pool
 from catalog.search import scope_index
-from catalog.search.repo import _FILTER, VectorSearch
+from catalog.search.repo import _FILTER, VectorSearch, similarities
 
 BIG = "o'brien; DROP TABLE entries; --"  # a scope name that must be quoted in the index predicate
 
@@ -84,7 +85,7 @@ def test_a_large_scope_gets_its_own_index_which_searches_use_until_it_shrinks(
             assert hits[0][0] == await pool.fetchval(
                 "SELECT id::text FROM entries WHERE scope = $1 AND path = '/v/17.md'", BIG
             )
-            exact = await search._exact(_FILTER, store_id, [BIG], None, None, vectors[17], 10)
+            exact, _ = await search._exact(_FILTER, store_id, [BIG], None, None, vectors[17], 10)
             assert len({h for h, _ in hits} & {h for h, _ in exact}) >= 8  # approximate, but close
             # the statement reads the scope's own index
             async with pool.acquire() as conn, conn.transaction():
@@ -97,6 +98,22 @@ def test_a_large_scope_gets_its_own_index_which_searches_use_until_it_shrinks(
             small = VectorSearch(pool, scope_index_min=1000)
             assert len(await small.search(store_id, ["small"], vectors[3], 10)) == 10
             assert small.own_index_searches == 0
+
+            # the cosines of other rows (a hybrid search's keyword candidates) come in the same
+            # statement, as `similarities` reads them, on the own index's path and the exact one
+            rows = await pool.fetch(
+                "SELECT id::text FROM entries WHERE scope = 'user-3' ORDER BY path LIMIT 6"
+            )
+            others = [row[0] for row in rows]
+            unseen = str(await pool.fetchval("SELECT gen_random_uuid()"))  # no such row
+            for scope, index_searches in ((BIG, 1), ("small", 0)):
+                both = VectorSearch(pool, scope_index_min=1000)
+                hits, cosines = await both.nearest(store_id, [scope], vectors[17], 10, also=[*others, unseen])
+                assert both.own_index_searches == index_searches
+                assert hits == await both.search(store_id, [scope], vectors[17], 10)
+                expected = await similarities(pool, store_id, others, vectors[17])
+                assert cosines.keys() == set(others) and cosines == pytest.approx(expected)
+                assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
 
             # shrunk below half the threshold: the index goes
             await pool.execute("DELETE FROM entries WHERE scope = $1 AND path NOT LIKE '/v/1%'", BIG)
@@ -126,7 +143,7 @@ def test_an_hnsw_search_sets_its_plan_and_candidates_for_itself_alone(database_u
         try:
             search = Reads(pool)
             args = ("s", ["u"], None, None, np.ones(384, dtype=np.float32), 7)
-            during = await search._hnsw(search.hnsw_sql(_FILTER, 123), 123, args)
+            during, _ = await search._hnsw(search.hnsw_sql(_FILTER, 123), 123, args)
             after = [
                 await pool.fetchval("SELECT current_setting('plan_cache_mode')"),
                 await pool.fetchval("SELECT current_setting('hnsw.ef_search')"),

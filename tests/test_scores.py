@@ -21,6 +21,8 @@ from catalog.search.fusion import (
     FusionWeights,
     hybrid_score,
     keyword_score,
+    lifting,
+    ranked,
     semantic_score,
     term_weight,
     with_context,
@@ -91,6 +93,30 @@ def test_context_lifts_neighbours_towards_a_hit_but_never_past_it():
     # a better neighbour is not pulled down by a weaker hit, and context 0 changes nothing
     assert with_context({"a": 0.9, "b": 0.1}, {"b": ["a"]})["a"] == 0.9
     assert with_context(own, {"hit": ["near"]}, FusionWeights(context=0.0)) == own
+
+
+def test_the_neighbours_of_the_candidates_lifting_names_give_the_first_places_exactly():
+    """Reading the neighbours of only the candidates `lifting` names ranks the first `needed`
+    places as reading every candidate's does: random candidates and neighbour lists, coarse
+    scores (ties), neighbours that were no candidates."""
+    rng = np.random.default_rng(11)
+    fewer = 0
+    for _ in range(400):
+        n = int(rng.integers(2, 40))
+        docs = [f"d{i}" for i in range(n)]
+        own = {doc: round(float(rng.random()), 1) for doc in docs}
+        pool = [*docs, "x1", "x2", "x3"]
+        near = {doc: list(rng.choice(pool, size=int(rng.integers(1, 3)), replace=False)) for doc in docs}
+        cosine = {doc: round(float(rng.random()), 1) for doc in docs}
+        needed = int(rng.integers(1, n + 2))
+        some = lifting(own, needed)
+        fewer += len(some) < n
+        every = ranked(with_context(own, near), cosine)
+        part = ranked(with_context(own, {doc: near[doc] for doc in some}), cosine)
+        assert part[:needed] == every[:needed], (needed, own, near)
+    assert fewer > 100  # it does leave candidates out
+    assert lifting({"a": 0.9, "b": 0.5, "c": 0.5, "d": 0.1}, 2) == ["a", "b", "c"]  # ties at the floor stay
+    assert lifting({"a": 0.9, "b": 0.5}, None) == ["a", "b"]
 
 
 def test_neighbours_among_rows_follow_creation_order_within_scope_session_gap_and_length():

@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -40,7 +40,7 @@ from catalog.search.embedder import Embedder
 from catalog.search.embedding import embed_rows
 from catalog.search.embedding_worker import EMBED_BATCH, EmbeddingWorker
 from catalog.search.fulltext import Coverage, FullTextIndex, prefix_fits
-from catalog.search.fusion import FusionWeights, fuse, ranked, term_weight
+from catalog.search.fusion import FusionWeights, fuse, lifting, own_scores, ranked, term_weight
 from catalog.search.health import Health
 from catalog.search.indexer import Indexer
 from catalog.search.passages import VECTOR, passages, penalty
@@ -280,10 +280,11 @@ class SearchEngine:
         (read-your-writes), and a leg whose derived state is failing or still behind when the
         wait ends is searched as it is and named in `degraded`. Scores mean the same for every
         query (see `fusion`): keyword ranks BM25's candidates by their share of the query's term
-        weight, semantic by cosine, hybrid by both and by context. The caller re-reads the hits
-        from PostgreSQL (a hit may have changed since)."""
+        weight, semantic by cosine, hybrid by both and by context (with `Query.needed`, exactly so
+        for the places the caller reads first). The caller re-reads the hits from PostgreSQL (a
+        hit may have changed since)."""
         if query.mode == "semantic":
-            (_, hits, complete), ms = await _timed(self._semantic(query))
+            (_, _, hits, complete), ms = await _timed(self._semantic(query))
             scores, details = fuse(
                 "semantic",
                 keyword=(),
@@ -311,33 +312,62 @@ class SearchEngine:
             runs = (LegRun("keyword", len(keyword), ms, fresh),)
             explained = Explained(details, runs) if query.explain else None
             return Ranking(scores, () if fresh else ("keyword",), explained)
-        (
-            ((coverage, keyword, fresh), keyword_ms),
-            ((vector, semantic, complete), semantic_ms),
-        ) = await asyncio.gather(_timed(self._keyword(query)), _timed(self._semantic(query)))
+        # the keyword leg runs beside the query's embedding; when it has answered by the time the
+        # vector is ready (the usual case: the model is the longer), its candidates' cosines come
+        # with the nearest rows, and the neighbours are read only where they can change the
+        # places the caller reads (`fusion.lifting`); else both come in one statement after
+        keyword_leg = asyncio.ensure_future(_timed(self._keyword(query)))
+
+        def keyword_candidates() -> list[str] | None:
+            if not keyword_leg.done() or keyword_leg.cancelled() or keyword_leg.exception() is not None:
+                return None
+            (_, found, _), _ = keyword_leg.result()
+            return [doc for doc, _ in found]
+
+        try:
+            (vector, known, semantic, complete), semantic_ms = await _timed(
+                self._semantic(query, keyword_candidates)
+            )
+            (coverage, keyword, fresh), keyword_ms = await keyword_leg
+        finally:
+            if not keyword_leg.done():
+                keyword_leg.cancel()
         fusion_started = time.perf_counter()
         with telemetry.search_fusion():
-            cosine = dict(semantic)
             candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
-            unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
             uncovered = [doc for doc in candidates if doc not in coverage.of]  # by the vectors only
-            # the context statement first: PostgreSQL runs it while the keyword leg's count of the
-            # other candidates' terms runs here (on the event loop, when its index is small)
-            (near, more_cosine), more_covered = await asyncio.gather(
-                neighbours.context(
+            if known is not None:
+                cosine = {**known, **dict(semantic)}
+                covered = {**coverage.of, **await self._more_coverage(query, coverage, uncovered)}
+                lifted = lifting(own_scores(candidates, covered, cosine, self.weights), query.needed)
+                near = await neighbours.neighbours(
                     self.pool,
                     query.store_id,
-                    candidates,
+                    lifted,
                     query.path_prefix,
                     query.corpus,
-                    unscored,
-                    vector,
                     include_inactive=query.include_inactive,
-                ),
-                self._more_coverage(query, coverage, uncovered),
-            )
-            cosine.update(more_cosine)
-            covered = {**coverage.of, **more_covered}
+                )
+            else:
+                cosine = dict(semantic)
+                unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
+                # the context statement first: PostgreSQL runs it while the keyword leg's count of
+                # the other candidates' terms runs here (on the event loop, when its index is small)
+                (near, more_cosine), more_covered = await asyncio.gather(
+                    neighbours.context(
+                        self.pool,
+                        query.store_id,
+                        candidates,
+                        query.path_prefix,
+                        query.corpus,
+                        unscored,
+                        vector,
+                        include_inactive=query.include_inactive,
+                    ),
+                    self._more_coverage(query, coverage, uncovered),
+                )
+                cosine.update(more_cosine)
+                covered = {**coverage.of, **more_covered}
             scores, details = fuse(
                 "hybrid",
                 keyword=[doc for doc, _ in keyword],
@@ -486,9 +516,13 @@ class SearchEngine:
         return await self._placement(query.corpus, "coverage").run(index.more_coverage, coverage, ids)
 
     @telemetry.search_leg("semantic")
-    async def _semantic(self, query: Query) -> tuple[np.ndarray | None, list[tuple[str, float]], bool]:
-        """The query's vector, (id, cosine similarity) best first, and whether every row of the
-        scopes committed before the call had its vector (those lacking one are embedded here,
+    async def _semantic(
+        self, query: Query, also: Callable[[], list[str] | None] | None = None
+    ) -> tuple[np.ndarray | None, dict[str, float] | None, list[tuple[str, float]], bool]:
+        """The query's vector, the cosines of the rows `also` names when the vector is ready
+        (None when it names none then: a hybrid search's keyword candidates, read in the same
+        statement), (id, cosine similarity) best first, and whether every row of the scopes
+        committed before the call had its vector (those lacking one are embedded here,
         `embed_pending`). A model that fails on the query leaves the leg empty (no vector, not
         complete): the search answers what the other leg found."""
         embedding = query.vector if query.vector is not None else self.embed_query(query.text)
@@ -506,9 +540,10 @@ class SearchEngine:
             with contextlib.suppress(asyncio.CancelledError):
                 await pending
             log.warning("the query could not be embedded; searching without vectors: %s", exc)
-            return None, [], False
+            return None, None, [], False
         complete = await pending
-        hits = await self.part(query.corpus).vectors.search(
+        named = also() if also is not None else None
+        hits, cosines = await self.part(query.corpus).vectors.nearest(
             query.store_id,
             list(query.scopes),
             vector,
@@ -517,5 +552,6 @@ class SearchEngine:
             path_prefix=query.path_prefix,
             where=query.where,
             include_inactive=query.include_inactive,
+            also=named or (),
         )
-        return vector, hits, complete
+        return vector, (cosines if named is not None else None), hits, complete

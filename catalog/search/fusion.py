@@ -81,6 +81,29 @@ def hybrid_score(cosine: float | None, coverage: float, weights: FusionWeights =
     return max(mean, weights.single * max(semantic, keyword))
 
 
+def own_scores(
+    candidates: Iterable[str],
+    covered: Mapping[str, float],
+    cosine: Mapping[str, float],
+    weights: FusionWeights = DEFAULT_WEIGHTS,
+) -> dict[str, float]:
+    """Each hybrid candidate's own score (`hybrid_score`, before context)."""
+    return {doc: hybrid_score(cosine.get(doc), covered.get(doc, 0.0), weights) for doc in candidates}
+
+
+def lifting(own: Mapping[str, float], needed: int | None) -> list[str]:
+    """The candidates whose neighbours may change the first `needed` places of the hybrid
+    ranking (all of them when `needed` is None): those whose own score is at least the
+    `needed`-th best. A lift stays below the lifting entry's own score, and no entry scores
+    less than its own, so a neighbour of any other candidate ends below every entry of those
+    places: the ranking's entries scored at least that much, and their order, are those of the
+    ranking with every candidate's neighbours."""
+    if needed is None or len(own) <= needed:
+        return list(own)
+    floor = sorted(own.values(), reverse=True)[needed - 1]
+    return [doc for doc, score in own.items() if score >= floor]
+
+
 def with_context(
     own: Mapping[str, float],
     neighbours: Mapping[str, Iterable[str]],
@@ -149,8 +172,7 @@ def fuse(
                 for doc, s in scores
             }
         return scores, details
-    candidates = list(dict.fromkeys([*keyword, *semantic]))
-    own = {doc: hybrid_score(cosine.get(doc), covered.get(doc, 0.0), w) for doc in candidates}
+    own = own_scores(dict.fromkeys([*keyword, *semantic]), covered, cosine, w)
     scores = ranked(with_context(own, near or {}, w), cosine)
     if explain:
         details = {

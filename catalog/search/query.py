@@ -53,6 +53,10 @@ class Query:
     changes: int | None = None
     # whether a row of the store lacked its vector when the request began (None: not known, look)
     unembedded: bool | None = None
+    # how many of the best hits the caller reads first (None: all): hybrid ranking reads the
+    # neighbours only of the candidates that can change those places (`fusion.lifting`); past
+    # them, an entry a neighbour would have lifted may rank lower
+    needed: int | None = None
 
 
 @dataclass(frozen=True)

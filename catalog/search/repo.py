@@ -122,8 +122,36 @@ class VectorSearch:
         """(entry id, cosine similarity), best first; with `where` (a metadata filter), only
         entries whose metadata holds each of its pairs; only active entries unless
         `include_inactive` (superseded and merged ones too)."""
-        if where and self.corpus.metadata == "NULL::jsonb":
-            return []  # rows without metadata hold no pair
+        hits, _ = await self.nearest(
+            store_id,
+            scopes,
+            vector,
+            limit,
+            session_id=session_id,
+            path_prefix=path_prefix,
+            where=where,
+            include_inactive=include_inactive,
+        )
+        return hits
+
+    async def nearest(
+        self,
+        store_id: str,
+        scopes: Sequence[str],
+        vector: np.ndarray,
+        limit: int,
+        *,
+        session_id: str | None = None,
+        path_prefix: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        include_inactive: bool = False,
+        also: Sequence[str] = (),
+    ) -> tuple[list[tuple[str, float]], dict[str, float]]:
+        """`search`'s hits, and in the same statement `similarities` of the rows of the store
+        named in `also` (a hybrid search's keyword candidates): their cosine, less the length's
+        penalty, where they have a vector."""
+        if where and self.corpus.metadata == "NULL::jsonb":  # rows without metadata hold no pair
+            return [], await similarities(self.pool, store_id, also, vector, self.corpus)
         args: tuple[Any, ...] = (store_id, list(scopes), session_id, path_prefix, vector, limit)
         condition = _FILTER if include_inactive else f"{_FILTER} AND {self.corpus.state} = 'active'"
         if where:
@@ -136,24 +164,25 @@ class VectorSearch:
         large = self.scope_index_min and len(scopes) == 1
         size = await self._size(store_id, scopes, max(enough, self.scope_index_min if large else 0), where)
         if large and size >= self.scope_index_min and await self._has_own_index(store_id, scopes[0]):
-            rows = await self._own_index(
+            rows, cosines = await self._own_index(
                 condition,
                 args,
                 scopes[0],
                 limit,
                 filtered=bool(session_id is not None or path_prefix is not None or where),
+                also=also,
             )
             if len(rows) >= min(limit, size):
-                return rows
+                return rows, cosines
             self.fallbacks += 1
-            return await self._exact(condition, *args)
+            return await self._exact(condition, *args, also=also)
         if size <= enough:
-            return await self._exact(condition, *args)
-        rows = await self._hnsw(self.hnsw_sql(condition, candidates), candidates, args)
+            return await self._exact(condition, *args, also=also)
+        rows, cosines = await self._hnsw(self.hnsw_sql(condition, candidates), candidates, args, also)
         if len(rows) >= limit:
-            return rows
+            return rows, cosines
         self.fallbacks += 1
-        return await self._exact(condition, *args)
+        return await self._exact(condition, *args, also=also)
 
     async def _has_own_index(self, store_id: str, scope: str) -> bool:
         """Whether the scope has a valid vector index of its own (cached briefly)."""
@@ -168,17 +197,27 @@ class VectorSearch:
         return ready
 
     async def _own_index(
-        self, condition: str, args: tuple[Any, ...], scope: str, limit: int, *, filtered: bool
-    ) -> list[tuple[str, float]]:
+        self,
+        condition: str,
+        args: tuple[Any, ...],
+        scope: str,
+        limit: int,
+        *,
+        filtered: bool,
+        also: Sequence[str] = (),
+    ) -> tuple[list[tuple[str, float]], dict[str, float]]:
         """The nearest rows of one scope from its own HNSW index: the scan reads only that scope's
         graph, so it takes a few more candidates than asked (more when other filters apply)."""
         self.own_index_searches += 1
         candidates = min(max(limit * (OVERSAMPLE if filtered else 2), self.own_candidates), MAX_CANDIDATES)
         return await self._hnsw(
-            self.hnsw_sql(condition, candidates, own_scope=len(args) + 1), candidates, (*args, scope)
+            self.hnsw_sql(condition, candidates, own_scope=len(args) + 1), candidates, (*args, scope), also
         )
 
-    async def _hnsw(self, sql: str, candidates: int, args: tuple[Any, ...]) -> list[tuple[str, float]]:
+    async def _hnsw(
+        self, sql: str, candidates: int, args: tuple[Any, ...], also: Sequence[str] = ()
+    ) -> tuple[list[tuple[str, float]], dict[str, float]]:
+        sql, args = self._with_cosines(sql, args, also)
         async with self.pool.acquire() as conn:
             # the limit is written into the statement (an int, never user text) and plans are custom,
             # so that the planner always sees a small LIMIT and walks the HNSW index (and sees the
@@ -192,7 +231,7 @@ class VectorSearch:
                 rows = await conn.fetch(sql, *args)
             finally:  # a read: nothing to keep (a connection let go mid-transaction is rolled back)
                 await conn.execute("ROLLBACK")
-        return [(row[0], float(row[1])) for row in rows]
+        return _split(rows)
 
     def hnsw_sql(self, condition: str, candidates: int, own_scope: int | None = None) -> str:
         """The HNSW statement: the nearest `candidates` of the store (one shard's index when the
@@ -212,15 +251,43 @@ class VectorSearch:
             f"WHERE {condition} ORDER BY d LIMIT $6"
         )
 
-    async def _exact(self, condition: str, *args: object) -> list[tuple[str, float]]:
-        rows = await self.pool.fetch(
+    async def _exact(
+        self, condition: str, *args: object, also: Sequence[str] = ()
+    ) -> tuple[list[tuple[str, float]], dict[str, float]]:
+        sql, all_args = self._with_cosines(
             "SELECT id::text, 1 - d AS similarity FROM ("
             f"  SELECT id, (embedding <=> $5) + {_PENALTY} AS d FROM {self.corpus.table} "
             f"  WHERE {condition} OFFSET 0) scoped "
             "ORDER BY d LIMIT $6",
-            *args,
+            args,
+            also,
         )
-        return [(row[0], float(row[1])) for row in rows]
+        return _split(await self.pool.fetch(sql, *all_args))
+
+    def _with_cosines(
+        self, sql: str, args: tuple[Any, ...], also: Sequence[str]
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The nearest rows' statement `sql` (id, similarity), each row marked as one, followed
+        by the cosine (as `similarities` gives it) of each row of the store named in `also`:
+        what hybrid ranking needs of its keyword candidates, in the same trip. Without `also`,
+        `sql` as it is."""
+        if not also:
+            return sql, args
+        ids = IDS.format(f"${len(args) + 1}")
+        return (
+            f"SELECT n.*, true AS nearest FROM ({sql}) n UNION ALL "
+            f"SELECT id::text, 1 - (embedding <=> $5) - {_PENALTY}, false FROM {self.corpus.table} "
+            f"WHERE store_id = $1 AND id = ANY({ids}) AND embedding IS NOT NULL",
+            (*args, joined_ids(also)),
+        )
+
+
+def _split(rows: Sequence[asyncpg.Record]) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    """The nearest rows, best first, and the other cosines of a `_with_cosines` statement."""
+    if rows and len(rows[0]) == 2:
+        return [(row[0], float(row[1])) for row in rows], {}
+    hits = sorted(((row[0], float(row[1])) for row in rows if row[2]), key=lambda hit: -hit[1])
+    return hits, {row[0]: float(row[1]) for row in rows if not row[2]}
 
 
 # --- keeping the vectors current (the embedding worker, `catalog reindex`) ---------------------------

@@ -102,6 +102,7 @@ async def _ranked(
             include_inactive=op.include_superseded or held.include,
             changes=store.changes,
             unembedded=store.unembedded,
+            needed=limit + REREAD_MARGIN,
         )
     )
     ranked = ranking.hits

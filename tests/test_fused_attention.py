@@ -45,7 +45,9 @@ def tokenizer():  # type: ignore[no-untyped-def]
 def _ops(model: bytes) -> list[str]:
     _, graph = graph_of(model)
     return [
-        read_node(f.value).op_type for f in graph if f.number == GRAPH_NODE and isinstance(f.value, bytes)
+        read_node(f.value).op_type
+        for f in graph
+        if f.number == GRAPH_NODE and isinstance(f.value, memoryview)
     ]
 
 
@@ -109,7 +111,8 @@ def _with_initializer(model: bytes, name: str, values: np.ndarray) -> bytes:
     top, graph = graph_of(model)
     out = []
     for f in graph:
-        if f.number == GRAPH_INITIALIZER and isinstance(f.value, bytes) and read_tensor(f.value).name == name:
+        held = f.number == GRAPH_INITIALIZER and isinstance(f.value, memoryview)
+        if held and read_tensor(f.value).name == name:
             tensor = read_tensor(f.value)
             data = values.astype("<f4").tobytes()
             out.append(len_field(GRAPH_INITIALIZER, tensor_bytes(name, FLOAT, tensor.dims, data)))
@@ -121,7 +124,7 @@ def _with_initializer(model: bytes, name: str, values: np.ndarray) -> bytes:
 def _scale_of_queries(model: bytes) -> str:
     """The name of the constant the queries and keys are scaled by (one for every layer)."""
     _, graph = graph_of(model)
-    nodes = [read_node(f.value) for f in graph if f.number == GRAPH_NODE and isinstance(f.value, bytes)]
+    nodes = [read_node(f.value) for f in graph if f.number == GRAPH_NODE and isinstance(f.value, memoryview)]
     made = {output: node for node in nodes for output in node.outputs}
     softmax = next(node for node in nodes if node.op_type == "Softmax")
     product = made[made[softmax.inputs[0]].inputs[0]]
@@ -159,3 +162,14 @@ def test_a_graph_with_nothing_to_fuse_is_left_alone(unfused):
 def test_a_negative_attribute_is_written_and_read_as_such():
     node = read_node(node_bytes("n", "Softmax", "", ["x"], ["y"], axis=-1, keepdims=1))
     assert node.ints == {"axis": -1, "keepdims": 1} and node.op_type == "Softmax"
+
+
+def test_a_models_fields_and_weights_are_read_as_views_of_its_bytes_never_copies(unfused):
+    """A 23 MB model read whole holds its weights once: each field, each tensor's data, is a view
+    of the bytes it was read from (the load's peak memory: docs/benchmarks.md)."""
+    top, graph = graph_of(unfused)
+    assert all(isinstance(f.raw, memoryview) and f.raw.obj is unfused for f in [*top, *graph])
+    initializers = [f for f in graph if f.number == GRAPH_INITIALIZER]
+    tensor = read_tensor(initializers[0].value)
+    assert tensor.values is not None and not tensor.values.flags.owndata
+    assert np.shares_memory(tensor.values, np.frombuffer(unfused, dtype=np.uint8))

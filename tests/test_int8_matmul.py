@@ -262,7 +262,7 @@ def test_the_bundled_models_embedding_tables_stay_int8():
     assert rewritten is not None and (rewritten.products, rewritten.lookups) == (36, 2)  # words, positions
     # each table is read by a Gather of its rows only, never cast whole
     _, graph = graph_of(rewritten.model)
-    nodes = [read_node(f.value) for f in graph if f.number == 1 and isinstance(f.value, bytes)]
+    nodes = [read_node(f.value) for f in graph if f.number == 1 and isinstance(f.value, memoryview)]
     for table in ("word_embeddings", "position_embeddings"):
         readers = [n.op_type for n in nodes if f"inner.embeddings.{table}.weight_q" in n.inputs]
         assert readers == ["Gather"]

@@ -2,13 +2,15 @@
 the bundled model need (`catalog.search.int8_matmul`, `catalog.search.fused_attention`): a graph's
 nodes, initializers and outputs, the model's operator sets. Every other field is copied as it is,
 so that the `onnx` package (and its second of imports) is not needed. Field numbers are
-`onnx.proto`'s."""
+`onnx.proto`'s. A message's fields are read as views of the bytes they were read from, never
+copies: a 23 MB model read whole holds its weights once (`Buffer`)."""
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import numpy as np
 
@@ -26,6 +28,10 @@ VARINT, I64, LEN, I32 = 0, 1, 2, 5
 DOMAIN = "com.microsoft"
 
 
+# what a message is read from and written back as: bytes, or a view of the bytes it came from
+Buffer: TypeAlias = bytes | memoryview
+
+
 class GraphError(ValueError):
     """The file is not a protocol buffer this module can read."""
 
@@ -33,7 +39,7 @@ class GraphError(ValueError):
 # --- protobuf's wire format ----------------------------------------------------------------------
 
 
-def varint(data: bytes, at: int) -> tuple[int, int]:
+def varint(data: Buffer, at: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if at >= len(data):
@@ -64,24 +70,26 @@ def encode_varint(value: int) -> bytes:
 class Field:
     number: int
     wire: int
-    value: int | bytes  # a varint's or fixed number's value; a length-delimited field's bytes
-    raw: bytes  # the field as it was read (key included): written back as it is when untouched
+    value: int | memoryview  # a varint's or fixed number's value; a length-delimited field's bytes
+    raw: memoryview  # the field as it was read (key included): written back as it is when untouched
 
 
-def fields(data: bytes) -> Iterator[Field]:
+def fields(data: Buffer) -> Iterator[Field]:
+    """The message's fields, each a view of `data`."""
+    data = data if isinstance(data, memoryview) else memoryview(data)
     at = 0
     while at < len(data):
         start = at
         key, at = varint(data, at)
         number, wire = key >> 3, key & 7
-        value: int | bytes
+        value: int | memoryview
         if wire == VARINT:
             value, at = varint(data, at)
         elif wire in (I64, I32):
             size = 8 if wire == I64 else 4
             if at + size > len(data):
                 raise GraphError("a field runs past the end of its message")
-            value, at = struct.unpack_from("<q" if wire == I64 else "<i", data, at)[0], at + size
+            value, at = int(struct.unpack_from("<q" if wire == I64 else "<i", data, at)[0]), at + size
         elif wire == LEN:
             size, at = varint(data, at)
             if at + size > len(data):
@@ -92,8 +100,8 @@ def fields(data: bytes) -> Iterator[Field]:
         yield Field(number, wire, value, data[start:at])
 
 
-def len_field(number: int, payload: bytes) -> bytes:
-    return encode_varint(number << 3 | LEN) + encode_varint(len(payload)) + payload
+def len_field(number: int, payload: Buffer) -> bytes:
+    return b"".join((encode_varint(number << 3 | LEN), encode_varint(len(payload)), payload))
 
 
 def varint_field(number: int, value: int) -> bytes:
@@ -101,8 +109,8 @@ def varint_field(number: int, value: int) -> bytes:
 
 
 def text(f: Field) -> str:
-    assert isinstance(f.value, bytes)
-    return f.value.decode()
+    assert isinstance(f.value, memoryview)
+    return str(f.value, "utf-8")
 
 
 # --- the messages it reads -----------------------------------------------------------------------
@@ -110,7 +118,7 @@ def text(f: Field) -> str:
 
 @dataclass
 class Node:
-    raw: bytes
+    raw: Buffer
     op_type: str = ""
     domain: str = ""
     name: str = ""
@@ -120,7 +128,7 @@ class Node:
     lists: dict[str, list[int]] = field(default_factory=dict)  # its attributes of integers
 
 
-def read_node(raw: bytes) -> Node:
+def read_node(raw: Buffer) -> Node:
     node = Node(raw)
     for f in fields(raw):
         if f.wire != LEN:
@@ -136,11 +144,11 @@ def read_node(raw: bytes) -> Node:
         elif f.number == NODE_NAME:
             node.name = text(f)
         elif f.number == NODE_ATTRIBUTE:
-            assert isinstance(f.value, bytes)
+            assert isinstance(f.value, memoryview)
             name, value, values = "", None, []
             for g in fields(f.value):
-                if g.number == ATTRIBUTE_NAME and isinstance(g.value, bytes):
-                    name = g.value.decode()
+                if g.number == ATTRIBUTE_NAME and g.wire == LEN:
+                    name = text(g)
                 elif g.number == ATTRIBUTE_I and g.wire == VARINT and isinstance(g.value, int):
                     value = signed(g.value)
                 elif g.number == ATTRIBUTE_INTS:
@@ -189,7 +197,7 @@ def _ints(f: Field) -> list[int]:
         return [signed(f.value)]
     values, at = [], 0
     if f.wire == LEN:
-        assert isinstance(f.value, bytes)
+        assert isinstance(f.value, memoryview)
         while at < len(f.value):
             value, at = varint(f.value, at)
             values.append(signed(value))
@@ -204,9 +212,9 @@ class Tensor:
     values: np.ndarray | None  # its data, where held in the file (raw or float data)
 
 
-def read_tensor(raw: bytes) -> Tensor:
+def read_tensor(raw: Buffer) -> Tensor:
     name, data_type, dims = "", 0, []
-    data: bytes | None = None
+    data: memoryview | None = None
     floats: list[float] = []
     for f in fields(raw):
         if f.number == TENSOR_NAME and f.wire == LEN:
@@ -219,17 +227,17 @@ def read_tensor(raw: bytes) -> Tensor:
                 assert isinstance(f.value, int)
                 dims.append(f.value)
             elif f.wire == LEN:  # packed
-                assert isinstance(f.value, bytes)
+                assert isinstance(f.value, memoryview)
                 at = 0
                 while at < len(f.value):
                     dim, at = varint(f.value, at)
                     dims.append(dim)
         elif f.number == TENSOR_RAW_DATA and f.wire == LEN:
-            assert isinstance(f.value, bytes)
+            assert isinstance(f.value, memoryview)
             data = f.value
         elif f.number == TENSOR_FLOAT_DATA:
             if f.wire == LEN:  # packed
-                assert isinstance(f.value, bytes)
+                assert isinstance(f.value, memoryview)
                 floats.extend(struct.unpack(f"<{len(f.value) // 4}f", f.value))
             elif f.wire == I32:
                 assert isinstance(f.value, int)
@@ -246,7 +254,7 @@ def read_tensor(raw: bytes) -> Tensor:
     return Tensor(name, data_type, dims, values)
 
 
-def tensor_name(raw: bytes) -> str:
+def tensor_name(raw: Buffer) -> str:
     for f in fields(raw):
         if f.number == TENSOR_NAME and f.wire == LEN:
             return text(f)
@@ -276,23 +284,23 @@ def graph_input_names(graph: list[Field]) -> set[str]:
 def _value_names(graph: list[Field], number: int) -> set[str]:
     names = set()
     for f in graph:
-        if f.number == number and isinstance(f.value, bytes):
+        if f.number == number and isinstance(f.value, memoryview):
             for g in fields(f.value):
-                if g.number == VALUE_INFO_NAME and isinstance(g.value, bytes):
-                    names.add(g.value.decode())
+                if g.number == VALUE_INFO_NAME and g.wire == LEN:
+                    names.add(text(g))
     return names
 
 
 def assemble(top: list[Field], graph: bytes) -> bytes:
     """The model of `top` (a ModelProto's fields) with `graph` for its graph, and the operator set
     of the `com.microsoft` domain imported where it was not."""
-    out: list[bytes] = []
+    out: list[Buffer] = []
     has_domain = False
     for f in top:
         if f.number == MODEL_GRAPH and f.wire == LEN:
             out.append(len_field(MODEL_GRAPH, graph))
         else:
-            if f.number == MODEL_OPSET_IMPORT and isinstance(f.value, bytes):
+            if f.number == MODEL_OPSET_IMPORT and isinstance(f.value, memoryview):
                 has_domain |= any(
                     g.number == OPSET_DOMAIN and g.value == DOMAIN.encode() for g in fields(f.value)
                 )
@@ -316,14 +324,14 @@ def rebuilt(top: list[Field], graph: list[Field], nodes: list[Node], added: list
             break
         nodes = alive
     read |= graph_input_names(graph)
-    out: list[bytes] = []
+    out: list[Buffer] = []
     written = False
     for f in graph:
         if f.number == GRAPH_NODE and f.wire == LEN:
             if not written:
                 out.extend(len_field(GRAPH_NODE, node.raw) for node in nodes)
                 written = True
-        elif f.number == GRAPH_INITIALIZER and isinstance(f.value, bytes):
+        elif f.number == GRAPH_INITIALIZER and isinstance(f.value, memoryview):
             if tensor_name(f.value) in read:
                 out.append(f.raw)
         else:
@@ -334,21 +342,21 @@ def rebuilt(top: list[Field], graph: list[Field], nodes: list[Node], added: list
 
 def nodes_and_tensors(graph: list[Field]) -> tuple[list[Node], dict[str, Tensor]]:
     """A graph's nodes, in order, and its initializers by name."""
-    nodes = [read_node(f.value) for f in graph if f.number == GRAPH_NODE and isinstance(f.value, bytes)]
+    nodes = [read_node(f.value) for f in graph if f.number == GRAPH_NODE and isinstance(f.value, memoryview)]
     tensors = {}
     for f in graph:
-        if f.number == GRAPH_INITIALIZER and isinstance(f.value, bytes):
+        if f.number == GRAPH_INITIALIZER and isinstance(f.value, memoryview):
             tensor = read_tensor(f.value)
             tensors[tensor.name] = tensor
     return nodes, tensors
 
 
-def graph_of(model: bytes) -> tuple[list[Field], list[Field]]:
+def graph_of(model: Buffer) -> tuple[list[Field], list[Field]]:
     """A model's fields and its graph's fields."""
     top = list(fields(model))
     graphs = [f for f in top if f.number == MODEL_GRAPH and f.wire == LEN]
     if len(graphs) != 1:
         raise GraphError("the model holds no graph (or several)")
     raw = graphs[0].value
-    assert isinstance(raw, bytes)
+    assert isinstance(raw, memoryview)
     return top, list(fields(raw))

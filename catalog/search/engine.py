@@ -336,10 +336,12 @@ class SearchEngine:
         with telemetry.search_fusion():
             candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
             uncovered = [doc for doc in candidates if doc not in coverage.of]  # by the vectors only
+            own: dict[str, float] | None = None
             if known is not None:
                 cosine = {**known, **dict(semantic)}
                 covered = {**coverage.of, **await self._more_coverage(query, coverage, uncovered)}
-                lifted = lifting(own_scores(candidates, covered, cosine, self.weights), query.needed)
+                own = own_scores(candidates, covered, cosine, self.weights)
+                lifted = lifting(own, query.needed)
                 near = await neighbours.neighbours(
                     self.pool,
                     query.store_id,
@@ -378,6 +380,7 @@ class SearchEngine:
                 bm25=dict(keyword),
                 weights=self.weights,
                 explain=query.explain,
+                own=own,
             )
         legs: tuple[tuple[SearchLeg, bool], ...] = (("keyword", fresh), ("semantic", complete))
         degraded = tuple(leg for leg, ok in legs if not ok)

@@ -147,15 +147,17 @@ def fuse(
     bm25: Mapping[str, float] | None = None,
     weights: FusionWeights = DEFAULT_WEIGHTS,
     explain: bool = False,
+    own: Mapping[str, float] | None = None,
 ) -> tuple[list[tuple[str, float]], dict[str, HitScores]]:
     """A search's (id, score), best first, in its mode, from what its legs found: `keyword`'s
     candidates (best first) with each one's share of the query's term weight in `covered` (and
     BM25's score in `bm25`, which breaks ties, where BM25 found it), `semantic`'s candidates
     (best first) with their cosines in `cosine` (also those of keyword candidates that have a
     vector), and in hybrid mode `near`, each candidate's neighbours (`with_context`). With
-    `explain`, how each score was made (else the second value is empty). One rule for every
-    search: the indexes' (`SearchEngine.rank`) and the rows an as-of search ranks itself
-    (`rank_given`)."""
+    `explain`, how each score was made (else the second value is empty); in hybrid mode `own`,
+    the candidates' own scores where the caller reckoned them already (`own_scores`, from the
+    same `covered`, `cosine` and weights). One rule for every search: the indexes'
+    (`SearchEngine.rank`) and the rows an as-of search ranks itself (`rank_given`)."""
     w = weights
     tiebreak = bm25 or {}
     details: dict[str, HitScores] = {}
@@ -172,7 +174,8 @@ def fuse(
                 for doc, s in scores
             }
         return scores, details
-    own = own_scores(dict.fromkeys([*keyword, *semantic]), covered, cosine, w)
+    if own is None:
+        own = own_scores(dict.fromkeys([*keyword, *semantic]), covered, cosine, w)
     scores = ranked(with_context(own, near or {}, w), cosine)
     if explain:
         details = {

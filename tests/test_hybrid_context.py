@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import time
 from collections.abc import AsyncIterator, Sequence
 
@@ -119,3 +120,25 @@ async def test_the_first_places_are_those_of_every_neighbour_read_either_way(poo
         assert len(asked) == calls  # the context statement read them, not `neighbours`
         assert last.hits == every.hits
     assert len(set(asked)) > 1
+
+
+async def test_a_keyword_leg_that_failed_beside_a_failing_vector_leg_is_not_reported_lost(
+    pool, engine, monkeypatch, caplog
+):
+    """Both legs failing: the search raises the vector leg's error, and the keyword leg's, already
+    raised, is not logged as a task's exception nobody retrieved."""
+
+    async def keyword(q: Query):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the index is gone")
+
+    async def semantic(q: Query, also=None):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.05)
+        raise ConnectionError("the database is gone")
+
+    monkeypatch.setattr(engine, "_keyword", keyword)
+    monkeypatch.setattr(engine, "_semantic", semantic)
+    with pytest.raises(ConnectionError):
+        await engine.rank(Query("s", (SCOPE,), "anything", 30, "hybrid"))
+    gc.collect()
+    await asyncio.sleep(0)
+    assert "never retrieved" not in caplog.text

@@ -317,6 +317,8 @@ class SearchEngine:
         # with the nearest rows, and the neighbours are read only where they can change the
         # places the caller reads (`fusion.lifting`); else both come in one statement after
         keyword_leg = asyncio.ensure_future(_timed(self._keyword(query)))
+        # a leg left behind when the other fails: its own failure must not be logged as lost
+        keyword_leg.add_done_callback(lambda t: t.cancelled() or t.exception())
 
         def keyword_candidates() -> list[str] | None:
             if not keyword_leg.done() or keyword_leg.cancelled() or keyword_leg.exception() is not None:

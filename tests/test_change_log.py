@@ -15,6 +15,7 @@ from fake_embedder import HashEncoder
 import catalog.search.embedding_worker
 from catalog.db import create_pool
 from catalog.search import SearchEngine
+from catalog.search.corpus import ENTRIES
 from catalog.search.embedder import Embedder
 from catalog.search.indexer import Indexer
 from catalog.search.passes import ChangeFeed, Passes
@@ -247,3 +248,17 @@ async def test_a_write_made_while_the_feed_was_lost_is_indexed_once_it_listens_a
     finally:
         await ix.close()
         await feed.close()
+
+
+def test_a_write_wakes_the_indexer_of_its_own_corpus_only(tmp_path):
+    """An entry written wakes the entries' indexer (and the embedding worker), not the
+    transcripts' (its change log's notifications wake it for its own writes); a write of unknown
+    corpus (a restore, an erasure) wakes both."""
+    engine = SearchEngine.create(None, Embedder(HashEncoder()), tmp_path / "index")  # type: ignore[arg-type]
+    assert engine.transcripts is not None
+    entries, transcripts = engine.indexer.passes.wake, engine.transcripts.indexer.passes.wake
+    engine.written(ENTRIES)
+    assert entries.is_set() and not transcripts.is_set() and engine.passes.wake.is_set()
+    entries.clear()
+    engine.written()
+    assert entries.is_set() and transcripts.is_set()

@@ -199,10 +199,12 @@ class SearchEngine:
             await part.indexer.close()
         await self.embedder.close()
 
-    def written(self) -> None:
-        """A write committed: index and embed it soon."""
-        for part in self.corpora.values():
-            part.indexer.notify()
+    def written(self, corpus: Corpus | None = None) -> None:
+        """A write to `corpus` committed (None: to any): index and embed it soon. (Each indexer
+        is also woken by its own change log's notifications, from any process.)"""
+        for c, part in self.corpora.items():
+            if corpus is None or c is corpus:
+                part.indexer.notify()
         self.worker.wake()
 
     # the embedding worker's, named here for the tools and tests that drive the engine

@@ -45,6 +45,7 @@ from catalog.governance.namespace.service import (
 from catalog.lineage import EntryRef, TranscriptRef, check_origin
 from catalog.lineage import record as record_lineage
 from catalog.recorder import audited, note_params, note_result
+from catalog.search.corpus import ENTRIES
 from catalog.wire.entry_keys import (
     validate_path,
     validate_path_prefix,
@@ -226,9 +227,10 @@ def _judged(fields: Fields, origin: dict[str, Any], verdict: trust.Verdict | Non
 
 
 def _written(ctx: Context) -> None:
-    """Wake the indexer and the embedding worker (a search waits for them: read-your-writes)."""
+    """Wake the entries' indexer and the embedding worker (a search waits for them:
+    read-your-writes)."""
     assert ctx.search is not None
-    ctx.search.written()
+    ctx.search.written(ENTRIES)
 
 
 async def _sources(ctx: Context, principal: Principal, refs: Sequence[ops.Source]) -> list[EntryRow]:

@@ -9,12 +9,16 @@ vector is stored. Printed, per entry written:
 - PostgreSQL's time by statement (`pg_stat_statements`), the largest first; a statement run by
   a trigger or a function is counted on its own row and in the statement that ran it.
 
+With --searches MODE, then: every question of the conversations searched once in that mode
+(top 10, in its conversation's scope, one after the other), and PostgreSQL's time by statement
+per search (what a search's statements cost PostgreSQL on this store).
+
 With --vectors, instead: whether keeping vectors in a table of their own would make storing one
 cheaper. On a copy of the entries table (every index of it) holding `--rows` rows, each row's
 vector is set one statement at a time, as the embedding worker does; then the same vectors are
 inserted into a table of only (id, vector) with an HNSW index: the time of each, per vector.
 
-Run: .venv/bin/python bench/ingest_cost.py [FILE.json ...] [--writers 8]
+Run: .venv/bin/python bench/ingest_cost.py [FILE.json ...] [--writers 8] [--searches hybrid]
      .venv/bin/python bench/ingest_cost.py --vectors [--rows 1500]
 (default files: ../shared/bench/locomo/*.json when present)
 """
@@ -50,7 +54,28 @@ def with_statement_stats(data_dir: Path) -> None:
         f.write("\nshared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track = 'all'\n")
 
 
-async def run(given: list[str], writers: int) -> None:
+async def statement_times(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+    """`pg_stat_statements`' rows since its last reset, the largest total time first."""
+    return await conn.fetch(
+        "SELECT calls, total_exec_time + total_plan_time AS ms, query, toplevel "
+        "FROM pg_stat_statements "
+        "WHERE query NOT LIKE '%pg_stat_statements%' ORDER BY ms DESC"
+    )
+
+
+def print_statements(rows: list[asyncpg.Record], count: int, unit: str) -> None:
+    """The statements' table, per `unit` (of which there were `count`)."""
+    total = sum(r["ms"] for r in rows if r["toplevel"]) or 1.0
+    print(f"\nPostgreSQL's time by statement (top level {total / count:.3f} ms per {unit}):\n")
+    print(f"| statement | calls per {unit} | ms per {unit} | share of top level |")
+    print("|---|---:|---:|---:|")
+    for r in rows[:STATEMENTS]:
+        text = re.sub(r"\s+", " ", r["query"])[:90].replace("|", "/")
+        share = f"{r['ms'] / total:.0%}" if r["toplevel"] else "run by another statement"
+        print(f"| `{text}` | {r['calls'] / count:.2f} | {r['ms'] / count:.3f} | {share} |")
+
+
+async def run(given: list[str], writers: int, searches: str | None = None) -> None:
     files = [Path(f) for f in given] or sorted((REPO.parent / "shared/bench/locomo").glob("*.json"))
     if not files:
         print("ingest_cost: no files given and ../shared/bench/locomo/ is not here; pass LoCoMo JSON paths")
@@ -99,11 +124,16 @@ async def run(given: list[str], writers: int) -> None:
                 await asyncio.sleep(0.05)
             stored = time.perf_counter() - started
             served, postgres = cpu_of_server(server.process.pid) - served, cpu_of_postgres(pgdata) - postgres
-            rows = await conn.fetch(
-                "SELECT calls, total_exec_time + total_plan_time AS ms, query, toplevel "
-                "FROM pg_stat_statements "
-                "WHERE query NOT LIKE '%pg_stat_statements%' ORDER BY ms DESC"
-            )
+            rows = await statement_times(conn)
+            asked: list[asyncpg.Record] = []
+            questions = [(scope, q["query"]) for scope, _, qs in datasets for q in qs]
+            if searches is not None and questions:
+                await conn.execute("SELECT pg_stat_statements_reset()")
+                for scope, query in questions:
+                    asking = {"scope": scope, "query": query, "mode": searches, "top_k": 10}
+                    r = await client.post(f"{UC}/memory-stores/{STORE}/entries:search", json=asking)
+                    r.raise_for_status()
+                asked = await statement_times(conn)
         await conn.close()
     finally:
         server.stop()
@@ -114,14 +144,10 @@ async def run(given: list[str], writers: int) -> None:
     print(f"| every vector stored | {count / stored:.0f} entries/s |")
     print(f"| server CPU (model included) | {served * per:.2f} ms |")
     print(f"| PostgreSQL CPU | {postgres * per:.2f} ms |")
-    total = sum(r["ms"] for r in rows if r["toplevel"]) or 1.0
-    print(f"\nPostgreSQL's time by statement (top level {total / count:.2f} ms per entry):\n")
-    print("| statement | calls per entry | ms per entry | share of top level |")
-    print("|---|---:|---:|---:|")
-    for r in rows[:STATEMENTS]:
-        text = re.sub(r"\s+", " ", r["query"])[:90].replace("|", "/")
-        share = f"{r['ms'] / total:.0%}" if r["toplevel"] else "run by another statement"
-        print(f"| `{text}` | {r['calls'] / count:.2f} | {r['ms'] / count:.3f} | {share} |")
+    print_statements(rows, count, "entry")
+    if asked:
+        print(f"\n{len(questions)} searches in {searches} mode, one after the other:")
+        print_statements(asked, len(questions), "search")
     print(f"\nload average {load_average()} at the end")
 
 
@@ -178,13 +204,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="what a write costs until it is searchable")
     parser.add_argument("files", nargs="*", help="LoCoMo JSON files")
     parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument(
+        "--searches",
+        choices=("hybrid", "keyword", "semantic"),
+        help="then search every question once in this mode: PostgreSQL's time by statement per search",
+    )
     parser.add_argument("--vectors", action="store_true", help="a vector in the row vs in a table of its own")
     parser.add_argument("--rows", type=int, default=1500, help="with --vectors: rows of the tables")
     args = parser.parse_args()
     if args.vectors:
         asyncio.run(vectors(args.rows))
         return
-    asyncio.run(run(args.files, args.writers))
+    asyncio.run(run(args.files, args.writers, args.searches))
 
 
 if __name__ == "__main__":

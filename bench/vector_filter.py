@@ -143,14 +143,16 @@ async def measure(settings: Settings, store_id: str, queries: np.ndarray, total:
             return hits
 
         async def server_way(scope: str, q: np.ndarray) -> list[tuple[str, float]]:
-            return await search.search(store_id, [scope], q, 10)
+            hits, _ = await search.search(store_id, [scope], q, 10)
+            return hits
 
         def server_with(own: int):  # type: ignore[no-untyped-def]
             other = VectorSearch(pool, scope_index_min=settings.scope_index_min)
             other.own_candidates = own
 
             async def run(scope: str, q: np.ndarray) -> list[tuple[str, float]]:
-                return await other.search(store_id, [scope], q, 10)
+                hits, _ = await other.search(store_id, [scope], q, 10)
+                return hits
 
             return run
 

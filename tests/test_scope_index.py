@@ -80,7 +80,7 @@ def test_a_large_scope_gets_its_own_index_which_searches_use_until_it_shrinks(
             assert await pool.fetchval("SELECT count(*) FROM entries") == 5250  # the name was quoted
 
             search = VectorSearch(pool, scope_index_min=1000)
-            hits = await search.search(store_id, [BIG], vectors[17], 10)
+            hits, _ = await search.search(store_id, [BIG], vectors[17], 10)
             assert search.own_index_searches == 1 and search.fallbacks == 0
             assert hits[0][0] == await pool.fetchval(
                 "SELECT id::text FROM entries WHERE scope = $1 AND path = '/v/17.md'", BIG
@@ -96,7 +96,7 @@ def test_a_large_scope_gets_its_own_index_which_searches_use_until_it_shrinks(
             assert scope_index.index_name(store_id, BIG) in lines, lines
             # other scopes are searched as before
             small = VectorSearch(pool, scope_index_min=1000)
-            assert len(await small.search(store_id, ["small"], vectors[3], 10)) == 10
+            assert len((await small.search(store_id, ["small"], vectors[3], 10))[0]) == 10
             assert small.own_index_searches == 0
 
             # the cosines of other rows (a hybrid search's keyword candidates) come in the same
@@ -108,9 +108,9 @@ def test_a_large_scope_gets_its_own_index_which_searches_use_until_it_shrinks(
             unseen = str(await pool.fetchval("SELECT gen_random_uuid()"))  # no such row
             for scope, index_searches in ((BIG, 1), ("small", 0)):
                 both = VectorSearch(pool, scope_index_min=1000)
-                hits, cosines = await both.nearest(store_id, [scope], vectors[17], 10, also=[*others, unseen])
+                hits, cosines = await both.search(store_id, [scope], vectors[17], 10, also=[*others, unseen])
                 assert both.own_index_searches == index_searches
-                assert hits == await both.search(store_id, [scope], vectors[17], 10)
+                assert hits == (await both.search(store_id, [scope], vectors[17], 10))[0]
                 expected = await similarities(pool, store_id, others, vectors[17])
                 assert cosines.keys() == set(others) and cosines == pytest.approx(expected)
                 assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)

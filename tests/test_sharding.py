@@ -292,7 +292,7 @@ async def test_hot_path_statements_name_the_store(conn):
         )
         vectors = search.VectorSearch(db)  # type: ignore[arg-type]
         await vectors.search(notes, ["ann"], vector, 5)
-        await vectors.nearest(notes, ["ann"], vector, 5, also=[row.id])  # the keyword candidates cosines too
+        await vectors.search(notes, ["ann"], vector, 5, also=[row.id])  # the keyword candidates cosines too
         await vectors._hnsw(vectors.hnsw_sql(search._FILTER, 40), 40, (notes, ["ann"], None, None, vector, 5))
         # lineage written with an entry, and read by its key
         target = lineage.EntryRef(id=row.id, store_id=notes, scope="ann", session_id="", path="/a/1.md")

@@ -214,10 +214,11 @@ class OnnxEncoder:
 
 def _give_back_freed_memory() -> None:
     """Return the C library's freed heap to the system (glibc's `malloc_trim`; nothing elsewhere).
-    Reading and rewriting the model's 23 MB graph makes a few hundred MB of short-lived copies;
-    once freed, glibc keeps much of that heap mapped (large blocks are not given back once its
-    threshold for mapping them apart has grown), about 100 MB of a process's memory that nothing
-    uses (bench/embedder_memory.py)."""
+    Rewriting the model's 23 MB graph and building its session make short-lived buffers (the
+    rewritten graphs, ONNX Runtime's copies); once freed, glibc keeps part of that heap mapped
+    (large blocks are not given back once its threshold for mapping them apart has grown): some
+    18 MB of a loaded encoder's 160 MB that nothing uses (over 100 MB while the graph's fields
+    were read as copies: docs/benchmarks.md)."""
     with contextlib.suppress(Exception):  # not glibc, or no C library to load
         import ctypes
 

@@ -550,7 +550,7 @@ class SearchEngine:
             return None, None, [], False
         complete = await pending
         named = also() if also is not None else None
-        hits, cosines = await self.part(query.corpus).vectors.nearest(
+        hits, cosines = await self.part(query.corpus).vectors.search(
             query.store_id,
             list(query.scopes),
             vector,

@@ -118,38 +118,13 @@ class VectorSearch:
         path_prefix: str | None = None,
         where: Mapping[str, Any] | None = None,
         include_inactive: bool = False,
-    ) -> list[tuple[str, float]]:
-        """(entry id, cosine similarity), best first; with `where` (a metadata filter), only
-        entries whose metadata holds each of its pairs; only active entries unless
-        `include_inactive` (superseded and merged ones too)."""
-        hits, _ = await self.nearest(
-            store_id,
-            scopes,
-            vector,
-            limit,
-            session_id=session_id,
-            path_prefix=path_prefix,
-            where=where,
-            include_inactive=include_inactive,
-        )
-        return hits
-
-    async def nearest(
-        self,
-        store_id: str,
-        scopes: Sequence[str],
-        vector: np.ndarray,
-        limit: int,
-        *,
-        session_id: str | None = None,
-        path_prefix: str | None = None,
-        where: Mapping[str, Any] | None = None,
-        include_inactive: bool = False,
         also: Sequence[str] = (),
     ) -> tuple[list[tuple[str, float]], dict[str, float]]:
-        """`search`'s hits, and in the same statement `similarities` of the rows of the store
-        named in `also` (a hybrid search's keyword candidates): their cosine, less the length's
-        penalty, where they have a vector."""
+        """(entry id, cosine similarity), best first; with `where` (a metadata filter), only
+        entries whose metadata holds each of its pairs; only active entries unless
+        `include_inactive` (superseded and merged ones too). And, in the same statement,
+        `similarities` of the rows of the store named in `also` (a hybrid search's keyword
+        candidates): their cosine, less the length's penalty, where they have a vector."""
         if where and self.corpus.metadata == "NULL::jsonb":  # rows without metadata hold no pair
             return [], await similarities(self.pool, store_id, also, vector, self.corpus)
         args: tuple[Any, ...] = (store_id, list(scopes), session_id, path_prefix, vector, limit)

@@ -1,0 +1,90 @@
+"""The server's dependencies for a machine without network, as one packed site-packages folder
+built for that machine's Python: what the benchmarks need to run there (`bench/cluster.py --load`
+on a machine of many cores, say).
+
+Here, where the package index is reachable:
+
+    .venv/bin/python bench/offline_site.py --python 3.12 [--skip numpy onnxruntime ...] [--into site.tar.xz]
+
+There, in a copy of this tree holding the file (its name is ignored by git):
+
+    mkdir -p /tmp/site && tar xJf site.tar.xz -C /tmp/site
+    PYTHONPATH=$PWD:/tmp/site python3 bench/cluster.py --load --scale 1,2,4,8,16 --clients 4
+
+The packages are the server's dependencies (`pyproject.toml`'s, read here, so the list cannot
+drift) with all of theirs, resolved for that Python on manylinux x86-64, installed into a folder
+and packed with xz (a fifth smaller than the wheels: the model's and PostgreSQL's files compress
+better so than in a wheel's zip). `--skip` leaves out distributions the other machine's Python
+holds already (large ones: NumPy, ONNX Runtime), which it then imports from its own
+site-packages. The tree itself is not installed: it runs from its folder, as `make run` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
+
+
+def normalized(name: str) -> str:
+    """A distribution's name as packaging compares them (PEP 503): `Foo_bar.baz` is `foo-bar-baz`."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirements(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
+    """The server's own dependencies, as its pyproject.toml states them."""
+    with pyproject.open("rb") as f:
+        return list(tomllib.load(f)["project"]["dependencies"])
+
+
+def wheel_name(path: Path) -> str:
+    """The distribution a wheel file holds (its name's first field, PEP 427)."""
+    return normalized(path.name.split("-", 1)[0])
+
+
+def pip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", *args, "--quiet"], check=True)
+
+
+def build(python: str, skip: set[str], into: Path) -> None:
+    target = ["--only-binary=:all:", "--implementation", "cp", "--python-version", python]
+    target += [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+    with tempfile.TemporaryDirectory(prefix="offline-site") as tmp:
+        wheels, site = Path(tmp) / "wheels", Path(tmp) / "site"
+        print(f"downloading the server's dependencies for Python {python}", flush=True)
+        pip("download", "--dest", str(wheels), *target, *requirements())
+        kept = [w for w in sorted(wheels.glob("*.whl")) if wheel_name(w) not in skip]
+        left_out = sorted({wheel_name(w) for w in wheels.glob("*.whl")} - {wheel_name(w) for w in kept})
+        size = sum(w.stat().st_size for w in kept) / 2**20
+        print(f"{len(kept)} wheels, {size:.1f} MiB; left out: {', '.join(left_out) or 'none'}")
+        # each wheel as it is (its dependencies are among them, or left out on purpose), no
+        # bytecode: this Python's would not serve that one
+        pip("install", "--no-deps", "--no-compile", "--target", str(site), *target, *map(str, kept))
+        shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts naming this interpreter
+        print(f"packing {into}", flush=True)
+        with tarfile.open(into, "w:xz") as tar:
+            for path in sorted(site.iterdir()):
+                tar.add(path, arcname=path.name)
+    print(f"{into}: {into.stat().st_size / 2**20:.1f} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="the server's dependencies for a machine without network")
+    parser.add_argument("--python", default="3.12", help="the other machine's Python (major.minor)")
+    parser.add_argument("--into", type=Path, default=REPO / "site.tar.xz")
+    parser.add_argument("--skip", nargs="*", default=[], help="distributions the other machine holds")
+    args = parser.parse_args()
+    build(args.python, {normalized(name) for name in args.skip}, args.into)
+
+
+if __name__ == "__main__":
+    main()

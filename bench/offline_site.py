@@ -6,17 +6,20 @@ Here, where the package index is reachable:
 
     .venv/bin/python bench/offline_site.py --python 3.12 [--skip numpy onnxruntime ...] [--into site.tar.xz]
 
-There, in a copy of this tree holding the file (its name is ignored by git):
+There, in a copy of this tree holding the file (its name is ignored by git), with the Python
+that holds the distributions left out:
 
+    python3 -m pip install --no-index --no-deps --no-build-isolation -e .
     mkdir -p /tmp/site && tar xJf site.tar.xz -C /tmp/site
-    PYTHONPATH=$PWD:/tmp/site python3 bench/cluster.py --load --scale 1,2,4,8,16 --clients 4
+    PYTHONPATH=/tmp/site python3 bench/cluster.py --load --scale 1,2,4,8,16 --clients 4
 
 The packages are the server's dependencies (`pyproject.toml`'s, read here, so the list cannot
 drift) with all of theirs, resolved for that Python on manylinux x86-64, installed into a folder
 and packed with xz (a fifth smaller than the wheels: the model's and PostgreSQL's files compress
 better so than in a wheel's zip). `--skip` leaves out distributions the other machine's Python
 holds already (large ones: NumPy, ONNX Runtime), which it then imports from its own
-site-packages. The tree itself is not installed: it runs from its folder, as `make run` does.
+site-packages. The tree is installed there in place (`-e`, offline: setuptools only), which maps
+its `sql/` and `policies/` to the packages the server reads them as.
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ question with evidence a search in that scope, as `bench/locomo.py`):
   has them (a search in each scope after the backlog is gone);
 - search latency, one sequential client, top 10: every question right after the ingest (cold),
   then every question again (steady state); the catalog searches hybrid, the peer semantic (its
-  only mode); then the catalog once more in semantic mode and in keyword mode alone;
+  only mode); then the catalog once more in semantic mode and in keyword mode alone, and once
+  more in hybrid mode over a lean HTTP/1.1 client (`bench/load.py`'s: what httpx's own time
+  adds to the catalog's latency);
 - R@1/R@5/R@10 of those searches.
 
 With --model, it prints instead what the model costs on these turns: texts per second of wall
@@ -218,10 +220,9 @@ async def run_catalog(server: BenchServer, datasets: list, concurrency: int) -> 
         for scope, _, questions in datasets:
             for question in questions:
                 asking = {"scope": scope, "query": question["query"], "mode": "hybrid", "top_k": TOP_K}
+                body = json.dumps(asking).encode()
                 t0 = time.perf_counter()
-                status, _, _ = await lean.request(
-                    "POST", f"{UC}/memory-stores/{STORE}/entries:search", json.dumps(asking).encode()
-                )
+                status, _, _ = await lean.request("POST", f"{UC}/memory-stores/{STORE}/entries:search", body)
                 times.append((time.perf_counter() - t0) * 1000)
                 if status != 200:
                     raise RuntimeError(f"search answered {status}")

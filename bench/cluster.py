@@ -39,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import asyncpg
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,6 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.live import BenchServer
 from bench.load import cpu_of_postgres, cpu_of_server, load, load_average, memory_of_server
 from bench.search import RNG, sentence
+from catalog.cli.workers import connections_needed
+from catalog.db import EmbeddedPostgres
 
 UC = "/api/2.1/unity-catalog"
 STORE = "main.default.cluster_bench"
@@ -60,11 +63,35 @@ def metric(text: str, name: str) -> float:
     return total
 
 
+async def make_room(data_dir: Path, nodes: int) -> None:
+    """Let the embedded PostgreSQL of `data_dir` take the connections of `nodes` nodes: a node
+    raises its `max_connections` for its own workers only, so without this the later of sixteen
+    nodes on one data dir are refused ("too many clients"). Raised as `catalog serve --workers` does
+    (`connections_needed`), then stopped, for the first node to start it with the setting."""
+    if nodes < 2:
+        return
+    embedded = EmbeddedPostgres(data_dir / "postgres")
+    conn = await asyncpg.connect(embedded.start())
+    try:
+        await conn.execute(f"ALTER SYSTEM SET max_connections = {connections_needed(nodes)}")
+    finally:
+        await conn.close()
+        embedded.stop()
+
+
+async def start_nodes(data_dir: Path, nodes: int, servers: list[BenchServer]) -> None:
+    """`nodes` nodes on one data dir, appended to `servers` as each starts (so that the caller
+    stops those started when a later one fails to)."""
+    await make_room(data_dir, nodes)
+    for _ in range(nodes):
+        servers.append(BenchServer(data_dir))
+
+
 async def run(nodes: int, entries: int, concurrency: int) -> dict[str, object]:
     data_dir = Path(tempfile.mkdtemp(prefix="catcluster"))
-    servers = [BenchServer(data_dir)]
-    servers += [BenchServer(data_dir) for _ in range(nodes - 1)]
+    servers: list[BenchServer] = []
     try:
+        await start_nodes(data_dir, nodes, servers)
         token = servers[0].token()
         headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(headers=headers, timeout=120) as http:
@@ -188,15 +215,15 @@ async def measure_load(
 ) -> list[dict[str, object]]:
     """One arrangement of `n` (nodes or workers): the rows of its measurements."""
     data_dir = Path(tempfile.mkdtemp(prefix="catload"))
-    if arrangement == "workers":
-        servers = [BenchServer(data_dir, env={"CATALOG_WORKERS": str(n)})]
-    else:
-        servers = [BenchServer(data_dir)]
-        servers += [BenchServer(data_dir) for _ in range(n - 1)]
-    urls = [s.url for s in servers]
-    pids = [s.process.pid for s in servers]
+    servers: list[BenchServer] = []
     rows: list[dict[str, object]] = []
     try:
+        if arrangement == "workers":
+            servers.append(BenchServer(data_dir, env={"CATALOG_WORKERS": str(n)}))
+        else:
+            await start_nodes(data_dir, n, servers)
+        urls = [s.url for s in servers]
+        pids = [s.process.pid for s in servers]
         token = servers[0].token()
         async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
             r = await http.post(

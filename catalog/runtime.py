@@ -39,6 +39,16 @@ from catalog.web.limits import RateLimiter
 
 log = logging.getLogger("catalog.runtime")
 
+# what an operator reads when the database has no connection left for a starting server: several
+# `catalog serve` processes on one machine each reckon the connections of their own workers only
+NO_CONNECTION_LEFT = (
+    "the database refused this server a connection: it has none left (its max_connections). "
+    "Several servers on one machine share that limit: serve them as one `catalog serve --workers N`, "
+    "whose connections are reckoned together (an embedded PostgreSQL is made room for them), or "
+    "raise max_connections for every worker of every server, or put pgbouncer in front "
+    "(docs: operations/cluster.md)"
+)
+
 EMBEDDED_DATABASE = "catalog"
 
 
@@ -172,12 +182,12 @@ class Runtime:
 
         embedded = None
         url = settings.database_url
-        if url is None:
-            embedded = EmbeddedPostgres(settings.postgres_dir)
-            server_url = await asyncio.to_thread(embedded.start)
-            url = await ensure_database(server_url, EMBEDDED_DATABASE)
-        phase("postgres")
         try:
+            if url is None:
+                embedded = EmbeddedPostgres(settings.postgres_dir)
+                server_url = await asyncio.to_thread(embedded.start)
+                url = await ensure_database(server_url, EMBEDDED_DATABASE)
+            phase("postgres")
             verifier = TokenVerifier(settings)
             system_events = await prepare_database(url, settings.admin)
             pool = await create_pool(url)
@@ -195,7 +205,9 @@ class Runtime:
             phase("policy")
             search = await start_search(settings, pool, encoder, place)
             phase("search")
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, asyncpg.TooManyConnectionsError):
+                log.error(NO_CONNECTION_LEFT, extra={"error": str(exc)})
             if embedded is not None:
                 await asyncio.to_thread(embedded.stop)
             raise

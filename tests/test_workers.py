@@ -283,3 +283,35 @@ def test_the_embedded_postgresql_makes_room_for_every_workers_connections(node_d
     finally:
         embedded.stop()
     assert running_url(settings.postgres_dir, EMBEDDED_DATABASE) is None
+
+
+def test_a_server_the_database_has_no_connection_left_for_says_why_and_what_to_do(live_server, node_dir):
+    """Servers started one by one on one machine each make room for their own workers only; one
+    that the database has no connection left for stops at its start, saying why and what to do
+    (one `catalog serve --workers N`, or a higher max_connections), and leaves the embedded
+    PostgreSQL to the process that started it."""
+    from catalog.db import EmbeddedPostgres
+    from catalog.runtime import NO_CONNECTION_LEFT
+
+    embedded = EmbeddedPostgres(Settings(data_dir=node_dir).postgres_dir)
+    loop = asyncio.new_event_loop()
+    held: list[asyncpg.Connection] = []
+    try:
+        url = embedded.start()
+        conn = loop.run_until_complete(asyncpg.connect(url))
+        loop.run_until_complete(conn.execute("ALTER SYSTEM SET max_connections = 5"))
+        loop.run_until_complete(conn.close())
+        embedded.stop()
+        url = embedded.start()  # again, with room for five connections
+        held = [loop.run_until_complete(asyncpg.connect(url)) for _ in range(5)]
+        with pytest.raises(asyncpg.TooManyConnectionsError):
+            loop.run_until_complete(asyncpg.connect(url))  # none left, for anyone
+        with pytest.raises(RuntimeError, match="server did not start") as refused:
+            live_server(node_dir)
+        assert NO_CONNECTION_LEFT in str(refused.value)
+        assert embedded.alive()  # the refused server did not stop what it did not start
+    finally:
+        for conn in held:
+            loop.run_until_complete(conn.close())
+        loop.close()
+        embedded.stop()

@@ -39,7 +39,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import asyncpg
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.live import BenchServer
 from bench.load import cpu_of_postgres, cpu_of_server, load, load_average, memory_of_server
 from bench.search import RNG, sentence
-from catalog.cli.workers import connections_needed
+from catalog.cli.workers import _raise_max_connections, connections_needed
 from catalog.db import EmbeddedPostgres
 
 UC = "/api/2.1/unity-catalog"
@@ -71,11 +70,9 @@ async def make_room(data_dir: Path, nodes: int) -> None:
     if nodes < 2:
         return
     embedded = EmbeddedPostgres(data_dir / "postgres")
-    conn = await asyncpg.connect(embedded.start())
     try:
-        await conn.execute(f"ALTER SYSTEM SET max_connections = {connections_needed(nodes)}")
+        await _raise_max_connections(embedded.start(), connections_needed(nodes))
     finally:
-        await conn.close()
         embedded.stop()
 
 

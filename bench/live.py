@@ -9,10 +9,70 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+# a span an OTLP export held: (trace id, name, start ns, end ns, parent span id)
+Span = tuple[str, str, int, int, str]
+
+
+@contextmanager
+def span_receiver(spans: list[Span] | None = None) -> Iterator[str]:
+    """An OTLP/HTTP trace endpoint that reads every export and answers 200 with an empty body (an
+    empty ExportTraceServiceResponse), appending each span to `spans` when given (else the spans
+    are discarded); yields its base URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as a collector would
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            if spans is not None:
+                spans.extend(_spans_of(body))
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _spans_of(body: bytes) -> list[Span]:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    return [
+        (
+            span.trace_id.hex(),
+            span.name,
+            span.start_time_unix_nano,
+            span.end_time_unix_nano,
+            span.parent_span_id.hex(),
+        )
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    ]
 
 
 def free_port() -> int:

@@ -25,7 +25,6 @@ its `sql/` and `policies/` to the packages the server reads them as.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import subprocess
 import sys
@@ -34,13 +33,10 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
 REPO = Path(__file__).resolve().parents[1]
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
-
-
-def normalized(name: str) -> str:
-    """A distribution's name as packaging compares them (PEP 503): `Foo_bar.baz` is `foo-bar-baz`."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def requirements(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
@@ -50,8 +46,8 @@ def requirements(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
 
 
 def wheel_name(path: Path) -> str:
-    """The distribution a wheel file holds (its name's first field, PEP 427)."""
-    return normalized(path.name.split("-", 1)[0])
+    """The distribution a wheel file holds, its name as packaging compares names."""
+    return str(parse_wheel_filename(path.name)[0])
 
 
 def pip(*args: str) -> None:
@@ -86,7 +82,7 @@ def main() -> None:
     parser.add_argument("--into", type=Path, default=REPO / "site.tar.xz")
     parser.add_argument("--skip", nargs="*", default=[], help="distributions the other machine holds")
     args = parser.parse_args()
-    build(args.python, {normalized(name) for name in args.skip}, args.into)
+    build(args.python, {str(canonicalize_name(name)) for name in args.skip}, args.into)
 
 
 if __name__ == "__main__":

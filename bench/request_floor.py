@@ -46,20 +46,16 @@ import asyncio
 import json
 import os
 import sys
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import locomo, where
-from bench.live import BenchServer
+from bench.live import BenchServer, span_receiver
 from bench.load import Request, cpu_of_postgres, cpu_of_server, load, load_average
 
 UC = "/api/2.1/unity-catalog"
@@ -89,35 +85,6 @@ WORDS = [
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-@contextmanager
-def discarding_receiver() -> Iterator[str]:
-    """An OTLP/HTTP endpoint that reads every export and answers 200 with an empty body (an empty
-    ExportTraceServiceResponse); yields its base URL."""
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as a collector would
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("content-length", "0")))
-            self.send_response(200)
-            self.send_header("content-type", "application/x-protobuf")
-            self.send_header("content-length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 Case = tuple[str, Callable[[], Awaitable[None]]]
@@ -219,7 +186,7 @@ async def run(n: int, tracing: bool, against: Path | None = None) -> None:
         for label, p50, p99 in (await measure(n, [{}]))[0]:
             print(f"| {label} | {p50:.1f} ms | {p99:.1f} ms |")
         return
-    with discarding_receiver() as url:
+    with span_receiver() as url:
         off, on = await measure(n, [{}, {"OTEL_EXPORTER_OTLP_ENDPOINT": url}])
     print("| request | p50, tracing off | p50, tracing on | p99, tracing off | p99, tracing on |")
     print("|---|---|---|---|---|")

@@ -18,57 +18,27 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import statistics
 import sys
-import threading
 import time
 from collections import defaultdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import locomo
-from bench.live import REPO, BenchServer, free_port
+from bench.live import REPO, BenchServer, Span, span_receiver
 
 UC = "/api/2.1/unity-catalog"
 WARMUP = 50
 
-# (trace id, name, start ns, end ns, parent span id)
-Span = tuple[str, str, int, int, str]
 
-
-class Receiver(BaseHTTPRequestHandler):
-    """An OTLP/HTTP trace receiver that keeps every span it is sent."""
-
-    spans: list[Span] = []
-
-    def do_POST(self) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(body)
-        for resource in request.resource_spans:
-            for scope in resource.scope_spans:
-                for span in scope.spans:
-                    kept = (
-                        span.trace_id.hex(),
-                        span.name,
-                        span.start_time_unix_nano,
-                        span.end_time_unix_nano,
-                    )
-                    self.spans.append((*kept, span.parent_span_id.hex()))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-def search(server: BenchServer, questions: list[tuple[str, str]], mode: str, count: int) -> list[float]:
-    """Latency (ms) of `count` searches after WARMUP, one at a time over one connection."""
+def search(
+    server: BenchServer, questions: list[tuple[str, str]], mode: str, count: int, spans: list[Span]
+) -> list[float]:
+    """Latency (ms) of `count` searches after WARMUP, one at a time over one connection; the
+    warm-up's spans are dropped from `spans`."""
     token = server.token()
     conn = http.client.HTTPConnection("127.0.0.1", server.port)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -76,7 +46,7 @@ def search(server: BenchServer, questions: list[tuple[str, str]], mode: str, cou
     for i in range(WARMUP + count):
         if i == WARMUP:
             time.sleep(1)  # the warm-up's spans exported (every 200 ms), then forgotten
-            Receiver.spans.clear()
+            spans.clear()
         scope, query = questions[i % len(questions)]
         body = json.dumps({"scope": scope, "query": query, "mode": mode, "top_k": 10})
         started = time.perf_counter()
@@ -133,28 +103,28 @@ def main() -> None:
         times = sorted(times)
         return f"p50 {times[len(times) // 2]:.2f} ms, p99 {times[int(len(times) * 0.99)]:.2f} ms"
 
+    for name in [k for k in os.environ if k.startswith("OTEL_")]:
+        del os.environ[name]  # BenchServer passes the environment on: untraced means no OTEL_ variable
+    spans: list[Span] = []
     server = BenchServer(args.data_dir)
     try:
-        plain = search(server, questions, args.mode, args.count)
+        plain = search(server, questions, args.mode, args.count, spans)
     finally:
         server.stop()
-    receiver = ThreadingHTTPServer(("127.0.0.1", free_port()), Receiver)
-    threading.Thread(target=receiver.serve_forever, daemon=True).start()
-    endpoint = f"http://127.0.0.1:{receiver.server_address[1]}"
-    server = BenchServer(
-        args.data_dir, env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"}
-    )
-    try:
-        traced = search(server, questions, args.mode, args.count)
-        time.sleep(3)  # the last batch of spans exported
-    finally:
-        server.stop()
-        receiver.shutdown()
+    with span_receiver(spans) as endpoint:
+        server = BenchServer(
+            args.data_dir, env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"}
+        )
+        try:
+            traced = search(server, questions, args.mode, args.count, spans)
+            time.sleep(3)  # the last batch of spans exported
+        finally:
+            server.stop()
     print(f"{args.count} {args.mode} searches one after the other: {percentiles(plain)} without tracing,")
     print(f"{percentiles(traced)} with it\n")
     print("| step | start → end (ms from the request's start) | took (ms) | requests |")
     print("|---|---|---:|---:|")
-    for start, end, name, n in timeline(Receiver.spans, args.count):
+    for start, end, name, n in timeline(spans, args.count):
         print(f"| {name} | {start:.2f} → {end:.2f} | {end - start:.2f} | {n} |")
 
 

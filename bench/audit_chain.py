@@ -3,21 +3,27 @@ global hash chain, against what the same PostgreSQL writes of the same rows with
 
 Every audited request appends its event through `audit_append()` (migration 0009), which takes the
 chain's advisory lock, reads the head, numbers and hashes the events and inserts them; the lock is
-held until the transaction ends. The server gathers the events of concurrent requests into one
-call (a batch) and lets the lock go before the WAL flush (a commit with synchronous_commit off,
-then a synchronous flush marker: `catalog.recorder.repo.append`). This benchmark drives that
-statement directly, from C connections (as C server processes or nodes would), in batches of B
-events, for each way of committing:
+held until the transaction ends. A change's event is appended in the change's transaction, in
+one message with its COMMIT (with synchronous_commit off, then a synchronous flush marker), so
+the lock is let go before the WAL flush; the events of requests that change nothing (reads) are
+gathered by each process's writer into one call (a batch), one statement with its values bound,
+committed on its own and synchronously: the lock is held through the flush, and the statement
+needs no transaction of its own (`catalog.recorder.repo.append`). This benchmark drives those
+statements directly, from C connections (as C server processes or nodes would), in batches of
+B events, for each way of committing:
 
-- `chain, as shipped`: append + COMMIT with synchronous_commit off, then the flush marker (the
-  lock is held while PostgreSQL works, not while the disk flushes);
-- `chain, lock held to the flush`: append + COMMIT with synchronous_commit on (where a database
-  refuses the flush marker);
+- `change's event, as shipped`: BEGIN, then append + COMMIT with synchronous_commit off and the
+  flush marker in one message (the lock is held while PostgreSQL works, not while the disk
+  flushes);
+- `reads' batch, as shipped`: the one bound statement, committed synchronously;
+- `change's event, lock held to the flush`: BEGIN, then append + COMMIT with synchronous_commit
+  on (where a database refuses the flush marker);
 - `no chain`: the same rows inserted into a copy of the table with no lock and no hashing,
   committed synchronously: what the database would take of these rows without a chain.
 
-The lock's hold time is the time of one append + COMMIT message with synchronous_commit off on one
-connection (an upper bound: it includes the round trip). `audit verify` is run at the end, over
+The lock's hold time, on one connection (an upper bound: it includes the round trip): for a
+change's event, the time of one append + COMMIT message with synchronous_commit off; for a
+reads' batch, its statement's, flush included. `audit verify` is run at the end, over
 every event appended, and must pass.
 
 Run: .venv/bin/python bench/audit_chain.py [--seconds S] [--concurrency 1,8,32] [--batch 1,16]
@@ -71,6 +77,19 @@ def event(n: int) -> dict[str, object]:
     }
 
 
+CHANGES = "change's event, as shipped"
+READS = "reads' batch, as shipped"
+HELD = "change's event, lock held to the flush"
+NO_CHAIN = "no chain"
+
+
+async def connect(url: str) -> asyncpg.Connection:
+    """A connection that sends jsonb values as the server's pool does (`catalog.db.pool`)."""
+    conn = await asyncpg.connect(url)
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    return conn
+
+
 def batch(size: int) -> tuple[list[dict[str, object]], list[bytes], list[bytes]]:
     rows = [plain_body(event(n)) for n in range(size)]
     parts = [canonical_parts(row) for row in rows]
@@ -83,27 +102,35 @@ async def chain_append(conn: asyncpg.Connection, size: int, early_unlock: bool) 
     await repo.append(conn, rows, heads, tails, commit=True, early_unlock=early_unlock)
 
 
+async def reads_append(conn: asyncpg.Connection, size: int) -> None:
+    """As the audit writer appends a batch of reads' events (`AuditWriter`): one statement."""
+    rows, heads, tails = batch(size)
+    await repo.append(conn, rows, heads, tails)
+
+
 async def plain_insert(conn: asyncpg.Connection, size: int) -> None:
     rows, _, _ = batch(size)
     await conn.execute(
         "INSERT INTO bench_audit_plain SELECT * FROM jsonb_populate_recordset(NULL::bench_audit_plain, $1)",
-        json.dumps(rows),
+        rows,
     )
 
 
 async def run(url: str, mode: str, concurrency: int, size: int, seconds: float) -> float:
     """Events per second."""
-    conns = [await asyncpg.connect(url) for _ in range(concurrency)]
+    conns = [await connect(url) for _ in range(concurrency)]
     done = 0
     deadline = time.monotonic() + seconds
 
     async def worker(conn: asyncpg.Connection) -> None:
         nonlocal done
         while time.monotonic() < deadline:
-            if mode == "no chain":
+            if mode == NO_CHAIN:
                 await plain_insert(conn, size)
+            elif mode == READS:
+                await reads_append(conn, size)
             else:
-                await chain_append(conn, size, early_unlock=mode == "chain, as shipped")
+                await chain_append(conn, size, early_unlock=mode == CHANGES)
             done += size
 
     start = time.monotonic()
@@ -114,20 +141,24 @@ async def run(url: str, mode: str, concurrency: int, size: int, seconds: float) 
     return done / elapsed
 
 
-async def hold_time(url: str, size: int, n: int = 300) -> float:
-    """Milliseconds of one append + COMMIT message with synchronous_commit off (the lock's hold
-    time and a round trip), median of n."""
-    conn = await asyncpg.connect(url)
-    times = []
+async def hold_time(url: str, size: int, n: int = 300) -> tuple[float, float]:
+    """Milliseconds the lock is held by an append of `size` events (median of n): a change's
+    (one append + COMMIT message with synchronous_commit off) and a reads' batch's (its
+    statement, committed synchronously)."""
+    conn = await connect(url)
+    changes, reads = [], []
     for _ in range(n):
         rows, heads, tails = batch(size)
         sql = "SET LOCAL synchronous_commit = off; " + repo.append_statement(rows, heads, tails) + "COMMIT"
         await conn.execute("BEGIN")
         start = time.perf_counter()
         await conn.execute(sql)
-        times.append((time.perf_counter() - start) * 1000)
+        changes.append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        await reads_append(conn, size)
+        reads.append((time.perf_counter() - start) * 1000)
     await conn.close()
-    return statistics.median(times)
+    return statistics.median(changes), statistics.median(reads)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -144,7 +175,7 @@ async def main(args: argparse.Namespace) -> None:
         )
         concurrency = [int(c) for c in args.concurrency.split(",")]
         sizes = [int(b) for b in args.batch.split(",")]
-        modes = ["chain, as shipped", "chain, lock held to the flush", "no chain"]
+        modes = [CHANGES, READS, HELD, NO_CHAIN]
         print(f"audit events per second ({args.seconds:g} s a cell; C connections, B events a batch)")
         print()
         header = " | ".join(f"C={c} B={b}" for b in sizes for c in concurrency)
@@ -158,8 +189,11 @@ async def main(args: argparse.Namespace) -> None:
             print(f"| {mode} | " + " | ".join(cells) + " |", flush=True)
         print()
         for size in sizes:
-            held = await hold_time(url, size)
-            print(f"lock hold per append of {size} event(s) (median, one connection): {held:.2f} ms")
+            change, reads = await hold_time(url, size)
+            print(
+                f"lock hold per append of {size} event(s) (median, one connection): "
+                f"a change's {change:.2f} ms, a reads' batch's {reads:.2f} ms (its flush included)"
+            )
         verified = await asyncio.to_thread(
             subprocess.run,
             [sys.executable, "-m", "catalog", "audit", "verify"],

@@ -9,8 +9,7 @@ D (D itself is left as it is), the server's own vector search is timed over thre
 same rows:
 
 - `entries as written`: the table as the server wrote it (each row inserted, then updated with
-  its vector by the embedding worker: the old versions are dead until vacuumed, the live ones
-  spread over more pages);
+  its vector by the embedding worker: the old versions are dead until vacuumed);
 - `rewritten, vector`: the same rows copied into a fresh table (vectors kept in the row, as
   migration 0041 keeps them), with the index the scan reads, vacuumed;
 - `rewritten, halfvec`: the same, the vectors stored as pgvector's `halfvec` (two bytes a
@@ -20,8 +19,9 @@ Each round searches the stored vectors of `--queries` random entries, each in it
 33, as a hybrid search asks), one statement at a time; printed: the median time of a search per
 round (the statement's round trip included), the tables' sizes, and the buffers one scan of the
 largest scope reads (EXPLAIN); then the same after a `VACUUM` of the table as written (which
-removes its dead versions, but moves no row). All three are read through the scope's index (sequential scans
-are switched off in the copy's database: the planner would read the small fresh copies whole).
+removes its dead versions, but moves no row). All three are read through an index of the scope
+(sequential scans are switched off in the copy's database: the planner would read the small
+fresh copies whole).
 The halfvec copy's cosines differ from the vector's by the half precision's rounding: its top 33
 are compared with the vector copy's (share of the same ids).
 """
@@ -64,7 +64,7 @@ async def copies(conn: asyncpg.Connection) -> None:
             await conn.execute(f"ALTER TABLE {table} ALTER COLUMN embedding TYPE {column}")
         await conn.execute(f"ALTER TABLE {table} ALTER COLUMN embedding SET STORAGE PLAIN")
         await conn.execute(f"INSERT INTO {table} SELECT * FROM entries")
-        # the index the exact scan of a scope reads (migration 0004's entries_scope_path)
+        # an index that finds a scope's rows, as entries' `entries_scope_path` (migration 0004)
         await conn.execute(f"CREATE INDEX ON {table} (store_id, scope, path text_pattern_ops)")
         await conn.execute(f"VACUUM ANALYZE {table}")
 

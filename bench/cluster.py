@@ -19,9 +19,12 @@ dir (each its own index slot; the load spread over their ports, as a balancer wo
 data dir holding `--entries` entries in 50 scopes. Each is measured for `--seconds` per
 operation: hybrid searches, keyword searches, then writes (new entries). The table gives the rate,
 its ratio to N = 1 of the same arrangement divided by N (the scaling: 1.0 is linear), the
-latencies, the CPU the server's processes and PostgreSQL's kept busy (in cores), and the busiest
+latencies, the CPU the server's processes and PostgreSQL's kept busy (in cores), the busiest
 client process's share of a core (near 1.0: the client, not the server, was the limit; add
-`--clients`).
+`--clients`), and how many database sessions waited for the audit chain's lock on average
+(sampled ten times a second from a connection of the benchmark's own: every process's audit
+appends take that one lock, so a figure near the number of processes says the chain, not the
+cores, was the limit).
 
 Run: .venv/bin/python bench/cluster.py [--nodes 1,2,3] [--entries 600] [--concurrency 8]
      .venv/bin/python bench/cluster.py --load [--scale 1,2,4] [--seconds 20] [--clients 4]
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
@@ -39,6 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import asyncpg
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -48,6 +53,7 @@ from bench.load import cpu_of_postgres, cpu_of_server, load, load_average, memor
 from bench.search import RNG, sentence
 from catalog.cli.workers import _raise_max_connections, connections_needed
 from catalog.db import EmbeddedPostgres
+from catalog.db.locks import AUDIT_CHAIN
 
 UC = "/api/2.1/unity-catalog"
 STORE = "main.default.cluster_bench"
@@ -207,6 +213,31 @@ def _writes(tag: str, n: int) -> list[tuple[str, str, bytes | None]]:
     ]
 
 
+CHAIN_SAMPLE_SECONDS = 0.1
+
+
+async def chain_waiters(url: str, stop: asyncio.Event) -> float:
+    """The mean number of PostgreSQL sessions waiting for the audit chain's lock (an append of
+    every worker's and node's events takes it: `catalog.db.locks.AUDIT_CHAIN`) until `stop` is
+    set, sampled every CHAIN_SAMPLE_SECONDS on a connection of its own."""
+    conn = await asyncpg.connect(url)
+    samples: list[int] = []
+    try:
+        while not stop.is_set():
+            samples.append(
+                await conn.fetchval(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                    "AND classid = 0 AND objid = $1 AND objsubid = 1",
+                    AUDIT_CHAIN,
+                )
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), CHAIN_SAMPLE_SECONDS)
+    finally:
+        await conn.close()
+    return sum(samples) / len(samples) if samples else 0.0
+
+
 async def measure_load(
     arrangement: str, n: int, entries: int, seconds: float, clients: int, connections: int
 ) -> list[dict[str, object]]:
@@ -222,6 +253,7 @@ async def measure_load(
         urls = [s.url for s in servers]
         pids = [s.process.pid for s in servers]
         token = servers[0].token()
+        database = servers[0].db_url()
         async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
             r = await http.post(
                 f"{urls[0]}{UC}/memory-stores",
@@ -239,9 +271,15 @@ async def measure_load(
             await load(urls, token, warm, processes=clients, connections=2, count=len(warm))
             served = sum(cpu_of_server(pid) for pid in pids)
             postgres = cpu_of_postgres(data_dir / "postgres")
-            report = await load(
-                urls, token, requests, processes=clients, connections=connections, seconds=seconds
-            )
+            stop = asyncio.Event()
+            waiting = asyncio.ensure_future(chain_waiters(database, stop))
+            try:
+                report = await load(
+                    urls, token, requests, processes=clients, connections=connections, seconds=seconds
+                )
+            finally:
+                stop.set()
+            chain = await waiting
             served = sum(cpu_of_server(pid) for pid in pids) - served
             postgres = cpu_of_postgres(data_dir / "postgres") - postgres
             rows.append(
@@ -255,6 +293,7 @@ async def measure_load(
                     "server_cores": served / report.seconds,
                     "postgres_cores": postgres / report.seconds,
                     "client": report.busiest_client,
+                    "chain_waiters": chain,
                     "errors": report.errors,
                     "first_error": report.first_error,
                     "workers": dict(sorted(report.workers.items())),
@@ -296,10 +335,10 @@ def run_load(args: argparse.Namespace) -> None:
     print(f"load average {load_average()} at the end\n")
     print(
         "| arrangement | N | operation | requests/s | scaling (rate / (N x rate at 1)) | p50 ms | p99 ms "
-        "| server cores busy | PostgreSQL cores busy | busiest client (cores) | answers by worker "
-        "| server memory (MB, PSS; processes) |"
+        "| server cores busy | PostgreSQL cores busy | busiest client (cores) | waiting for the audit chain "
+        "| answers by worker | server memory (MB, PSS; processes) |"
     )
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     base = {(r["arrangement"], r["op"]): float(r["rate"]) for r in rows if r["n"] == 1}  # type: ignore[arg-type]
     base.update({("workers", op): rate for (a, op), rate in list(base.items()) if a == "nodes"})
     for r in rows:
@@ -311,10 +350,10 @@ def run_load(args: argparse.Namespace) -> None:
         print(
             f"| {r['arrangement']} | {n} | {r['op']} | {rate:.0f} | {scaling} | {r['p50']:.1f} "
             f"| {r['p99']:.1f} | {r['server_cores']:.2f} | {r['postgres_cores']:.2f} | {r['client']:.2f} "
-            f"| {spread} | {r['memory_mb']:.0f} ({r['processes']}) |"
+            f"| {r['chain_waiters']:.2f} | {spread} | {r['memory_mb']:.0f} ({r['processes']}) |"
         )
         if r["errors"]:
-            print(f"|  | | errors: {r['errors']} ({r['first_error']}) | | | | | | | | |")
+            print(f"|  | | errors: {r['errors']} ({r['first_error']}) | | | | | | | | | |")
 
 
 def main() -> None:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import asyncpg
 
 from bench.live import REPO, BenchServer
+from catalog.db import create_pool
 from catalog.recorder import repo
 from catalog.recorder.chain import canonical_parts, plain_body
 
@@ -83,13 +83,6 @@ HELD = "change's event, lock held to the flush"
 NO_CHAIN = "no chain"
 
 
-async def connect(url: str) -> asyncpg.Connection:
-    """A connection that sends jsonb values as the server's pool does (`catalog.db.pool`)."""
-    conn = await asyncpg.connect(url)
-    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
-    return conn
-
-
 def batch(size: int) -> tuple[list[dict[str, object]], list[bytes], list[bytes]]:
     rows = [plain_body(event(n)) for n in range(size)]
     parts = [canonical_parts(row) for row in rows]
@@ -116,9 +109,10 @@ async def plain_insert(conn: asyncpg.Connection, size: int) -> None:
     )
 
 
-async def run(url: str, mode: str, concurrency: int, size: int, seconds: float) -> float:
-    """Events per second."""
-    conns = [await connect(url) for _ in range(concurrency)]
+async def run(pool: asyncpg.Pool, mode: str, concurrency: int, size: int, seconds: float) -> float:
+    """Events per second, on `concurrency` connections of the server's kind of pool (its codecs
+    and session settings: `catalog.db.create_pool`)."""
+    conns = [await pool.acquire() for _ in range(concurrency)]
     done = 0
     deadline = time.monotonic() + seconds
 
@@ -137,15 +131,15 @@ async def run(url: str, mode: str, concurrency: int, size: int, seconds: float) 
     await asyncio.gather(*(worker(c) for c in conns))
     elapsed = time.monotonic() - start
     for conn in conns:
-        await conn.close()
+        await pool.release(conn)
     return done / elapsed
 
 
-async def hold_time(url: str, size: int, n: int = 300) -> tuple[float, float]:
+async def hold_time(pool: asyncpg.Pool, size: int, n: int = 300) -> tuple[float, float]:
     """Milliseconds the lock is held by an append of `size` events (median of n): a change's
     (one append + COMMIT message with synchronous_commit off) and a reads' batch's (its
     statement, committed synchronously)."""
-    conn = await connect(url)
+    conn = await pool.acquire()
     changes, reads = [], []
     for _ in range(n):
         rows, heads, tails = batch(size)
@@ -157,7 +151,7 @@ async def hold_time(url: str, size: int, n: int = 300) -> tuple[float, float]:
         start = time.perf_counter()
         await reads_append(conn, size)
         reads.append((time.perf_counter() - start) * 1000)
-    await conn.close()
+    await pool.release(conn)
     return statistics.median(changes), statistics.median(reads)
 
 
@@ -175,6 +169,7 @@ async def main(args: argparse.Namespace) -> None:
         )
         concurrency = [int(c) for c in args.concurrency.split(",")]
         sizes = [int(b) for b in args.batch.split(",")]
+        pool = await create_pool(url, min_size=1, max_size=max(concurrency))
         modes = [CHANGES, READS, HELD, NO_CHAIN]
         print(f"audit events per second ({args.seconds:g} s a cell; C connections, B events a batch)")
         print()
@@ -185,11 +180,11 @@ async def main(args: argparse.Namespace) -> None:
             cells = []
             for size in sizes:
                 for c in concurrency:
-                    cells.append(f"{await run(url, mode, c, size, args.seconds):,.0f}")
+                    cells.append(f"{await run(pool, mode, c, size, args.seconds):,.0f}")
             print(f"| {mode} | " + " | ".join(cells) + " |", flush=True)
         print()
         for size in sizes:
-            change, reads = await hold_time(url, size)
+            change, reads = await hold_time(pool, size)
             print(
                 f"lock hold per append of {size} event(s) (median, one connection): "
                 f"a change's {change:.2f} ms, a reads' batch's {reads:.2f} ms (its flush included)"
@@ -203,6 +198,7 @@ async def main(args: argparse.Namespace) -> None:
             cwd=REPO,
         )
         print(f"catalog audit verify: {verified.stdout.strip() or verified.stderr.strip()}")
+        await pool.close()
         await admin.execute("DROP TABLE bench_audit_plain")
         await admin.close()
     finally:

@@ -214,7 +214,7 @@ async def run_catalog(server: BenchServer, datasets: list, concurrency: int) -> 
                     await search(scope, question["query"], mode)
                     times.append((time.perf_counter() - t0) * 1000)
         # hybrid again over a lean HTTP/1.1 client (bench/load.py's): the server's latency with
-        # less of the client's own (httpx takes about half a millisecond of a request here)
+        # less of the client's own (httpx took 0.5-1.3 ms of a request here)
         lean = Connection(server.url, token)
         times = side.by_mode_ms.setdefault("hybrid mode over a lean HTTP client", [])
         for scope, _, questions in datasets:

@@ -20,6 +20,7 @@ from catalog.client._core import (
     items,
     transport_error,
 )
+from catalog.client._transport import lean_transport
 from catalog.client.errors import CatalogError
 from catalog.client.types import (
     AuditEvent,
@@ -64,7 +65,12 @@ class AsyncClient:
         self.token = token if token is not None else default_token()
         self.retry = retry or Retry()
         self._owns_http = http is None
-        self.http = http if http is not None else httpx.AsyncClient(timeout=timeout)
+        # over plain HTTP, the lean transport (`catalog.client._transport`); else httpx's own
+        self.http = (
+            http
+            if http is not None
+            else httpx.AsyncClient(timeout=timeout, transport=lean_transport(self.url))
+        )
         self.catalogs = Catalogs(self)
         self.schemas = Schemas(self)
         self.memory_stores = MemoryStores(self)

@@ -20,6 +20,7 @@ from catalog.client._core import (
     items,
     transport_error,
 )
+from catalog.client._transport import lean_sync_transport
 from catalog.client.errors import CatalogError
 from catalog.client.types import (
     AuditEvent,
@@ -51,7 +52,9 @@ class Client:
     Every failure raises `catalog.client.CatalogError` (`.status`, `.error_code`, `.message`);
     lists are iterators that fetch page after page as they are read. `http` takes an httpx
     client of your own (proxies, certificates, an in-process app); the client then leaves
-    closing it to you.
+    closing it to you. Without one, a plain-HTTP URL's calls go through a lean keep-alive
+    transport (`catalog.client._transport`), and a backup's streamed download and upload through
+    httpx's own, as does everything for an HTTPS URL or one behind a proxy.
     """
 
     def __init__(
@@ -68,7 +71,12 @@ class Client:
         self.token = token if token is not None else default_token()
         self.retry = retry or Retry()
         self._owns_http = http is None
-        self.http = http if http is not None else httpx.Client(timeout=timeout)
+        lean = lean_sync_transport(self.url) if http is None else None
+        self.http = http if http is not None else httpx.Client(timeout=timeout, transport=lean)
+        # a backup's download and upload stream their bodies: httpx's own transport (made when
+        # first needed) where `self.http` is on the lean one, which reads an answer whole
+        self._timeout = timeout
+        self._streaming: httpx.Client | None = None if lean is not None else self.http
         self.catalogs = Catalogs(self)
         self.schemas = Schemas(self)
         self.memory_stores = MemoryStores(self)
@@ -86,6 +94,14 @@ class Client:
     def close(self) -> None:
         if self._owns_http:
             self.http.close()
+            if self._streaming is not None and self._streaming is not self.http:
+                self._streaming.close()
+
+    def _streams(self) -> httpx.Client:
+        """The httpx client for streamed bodies (see __init__)."""
+        if self._streaming is None:
+            self._streaming = httpx.Client(timeout=self._timeout)
+        return self._streaming
 
     # --- sending ---------------------------------------------------------------------------------
 
@@ -119,7 +135,7 @@ class Client:
         """The 2xx answer's body, chunk after chunk as it arrives (else CatalogError); sent once,
         never retried: a long answer is not started again."""
         try:
-            with self.http.stream(
+            with self._streams().stream(
                 call.method, self.url + call.path, params=call.query(), headers=headers(self.token, call)
             ) as response:
                 if response.status_code >= 400:
@@ -135,7 +151,7 @@ class Client:
         CatalogError."""
         timeout = httpx.Timeout(self.http.timeout.connect, read=None, write=None, pool=None)
         try:
-            response = self.http.request(
+            response = self._streams().request(
                 call.method,
                 self.url + call.path,
                 params=call.query(),

@@ -7,8 +7,9 @@ HNSW index (cosine), and embeddings on its write path. Its embed function is the
 encoder (`catalog.search.embedder.OnnxEncoder`, MiniLM int8) called off the event loop, so both
 sides run the same model on the same text (the entry's description, then its contents).
 
-The catalog runs as `catalog serve` on a fresh data dir, driven over HTTP (httpx, keep-alive, on
-the lean transport that the catalog's `AsyncClient` uses over plain HTTP).
+The catalog runs as `catalog serve` on a fresh data dir, driven over HTTP: its writes by httpx
+(keep-alive), its searches by the catalog's own `AsyncClient` (over plain HTTP, its lean
+transport: `bench/client_overhead.py`).
 
 memnos (a self-hosted memory server) is the optional third side, over HTTP, when
 `bench/memnos_peer.py` finds it runnable offline (its own virtualenv `.venv-memnos`, the same
@@ -65,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.live import REPO, BenchServer
 from bench.load import Connection
 from bench.locomo import KS, STORE, UC, load, recall
-from catalog.client._transport import lean_transport
+from catalog.client import AsyncClient
 from catalog.runtime import load_encoder, with_database
 from catalog.search.embedder import DIMENSIONS, Encoder
 from catalog.settings import Settings
@@ -146,13 +147,14 @@ async def run_catalog(server: BenchServer, datasets: list, concurrency: int) -> 
     side = Side("catalog (HTTP)")
     token = server.token()
     conn = await asyncpg.connect(server.db_url())
-    # httpx on the transport the catalog's own `AsyncClient` uses over plain HTTP
-    async with httpx.AsyncClient(
-        base_url=server.url,
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=120,
-        transport=lean_transport(server.url),
-    ) as client:
+    # the writes over httpx, the searches through the catalog's own `AsyncClient` (its users'
+    # client: over plain HTTP, its lean transport)
+    async with (
+        httpx.AsyncClient(
+            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=120
+        ) as client,
+        AsyncClient(server.url, token, timeout=120) as sdk,
+    ):
         r = await client.post(
             f"{UC}/memory-stores", json={"name": "locomo", "catalog_name": "main", "schema_name": "default"}
         )
@@ -169,12 +171,8 @@ async def run_catalog(server: BenchServer, datasets: list, concurrency: int) -> 
                 r.raise_for_status()
 
         async def search(scope: str, query: str, mode: str = "hybrid") -> list[str]:
-            r = await client.post(
-                f"{UC}/memory-stores/{STORE}/entries:search",
-                json={"scope": scope, "query": query, "mode": mode, "top_k": TOP_K},
-            )
-            r.raise_for_status()
-            return [x["memory_entry"]["path"] for x in r.json()["results"]]
+            hits = await sdk.store(STORE).search(scope, query, mode=mode, top_k=TOP_K)
+            return [hit.entry.path for hit in hits]
 
         # each session of each conversation in order, as its turns happen (its write order is its
         # dialogue's: what the neighbours of a hit are read from); the sessions side by side, as
@@ -221,7 +219,7 @@ async def run_catalog(server: BenchServer, datasets: list, concurrency: int) -> 
                     times.append((time.perf_counter() - t0) * 1000)
         # hybrid again over a bare HTTP/1.1 exchange (bench/load.py's): the server's latency with
         # the least of a client's own (httpx on its own transport took 0.5-1.3 ms of a request
-        # here, on the lean one about half of that: bench/client_overhead.py)
+        # here, the catalog's AsyncClient about a third of that: bench/client_overhead.py)
         lean = Connection(server.url, token)
         times = side.by_mode_ms.setdefault("hybrid mode over a bare HTTP client", [])
         for scope, _, questions in datasets:

@@ -15,6 +15,7 @@ from catalog.client._core import (
     decode,
     default_token,
     default_url,
+    direct_request,
     error_from,
     headers,
     items,
@@ -49,7 +50,9 @@ class AsyncClient:
     """The catalog's API for asyncio: `AsyncClient(url, token)` (defaults as `Client`), the same
     methods as `Client`, awaited; lists are async iterators (`async for`) that fetch page after
     page as they are read. Failures raise `catalog.client.CatalogError`. `http` takes an
-    `httpx.AsyncClient` of your own; the client then leaves closing it to you."""
+    `httpx.AsyncClient` of your own; the client then leaves closing it to you. Without one, a
+    plain-HTTP URL's requests go through a lean keep-alive transport
+    (`catalog.client._transport`), an HTTPS one's or one behind a proxy through httpx's."""
 
     def __init__(
         self,
@@ -65,12 +68,10 @@ class AsyncClient:
         self.token = token if token is not None else default_token()
         self.retry = retry or Retry()
         self._owns_http = http is None
-        # over plain HTTP, the lean transport (`catalog.client._transport`); else httpx's own
-        self.http = (
-            http
-            if http is not None
-            else httpx.AsyncClient(timeout=timeout, transport=lean_transport(self.url))
-        )
+        # over plain HTTP, the lean transport (`catalog.client._transport`), which `send` hands
+        # each request to directly; else httpx's own
+        self._lean = lean_transport(self.url) if http is None else None
+        self.http = http if http is not None else httpx.AsyncClient(timeout=timeout, transport=self._lean)
         self.catalogs = Catalogs(self)
         self.schemas = Schemas(self)
         self.memory_stores = MemoryStores(self)
@@ -96,13 +97,17 @@ class AsyncClient:
         attempt = 0
         while True:
             try:
-                response = await self.http.request(
-                    call.method,
-                    self.url + call.path,
-                    params=call.query(),
-                    content=call.content(),
-                    headers=headers(self.token, call),
-                )
+                if self._lean is not None:
+                    request = direct_request(self.http, self.url, self.token, call)
+                    response = await self._lean.handle_async_request(request)
+                else:
+                    response = await self.http.request(
+                        call.method,
+                        self.url + call.path,
+                        params=call.query(),
+                        content=call.content(),
+                        headers=headers(self.token, call),
+                    )
             except httpx.TransportError as exc:
                 raise transport_error(exc, self.url) from None
             if response.status_code < 400:

@@ -171,6 +171,23 @@ def headers(token: str | None, call: Call) -> dict[str, str]:
     return sent
 
 
+def direct_request(
+    http: httpx.Client | httpx.AsyncClient, url: str, token: str | None, call: Call
+) -> httpx.Request:
+    """`call` as the request that `http` would send to its transport (its default headers, its
+    timeouts), built here so that a client on its own lean transport hands it over directly:
+    none of httpx's client-side steps (cookies, auth, redirects, event hooks) applies to the
+    catalog's calls, and they cost about 0.1 ms a request."""
+    return httpx.Request(
+        call.method,
+        url + call.path,
+        params=call.query(),
+        content=call.content(),
+        headers={**http.headers, **headers(token, call)},
+        extensions={"timeout": http.timeout.as_dict()},
+    )
+
+
 def if_match(etag: str | None) -> dict[str, str]:
     """The `If-Match` header for an entry's etag (as answered, quoted or not)."""
     if etag is None:

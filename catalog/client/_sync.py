@@ -15,6 +15,7 @@ from catalog.client._core import (
     decode,
     default_token,
     default_url,
+    direct_request,
     error_from,
     headers,
     items,
@@ -71,7 +72,9 @@ class Client:
         self.token = token if token is not None else default_token()
         self.retry = retry or Retry()
         self._owns_http = http is None
-        lean = lean_sync_transport(self.url) if http is None else None
+        # over plain HTTP, the lean transport (`catalog.client._transport`), which `send` hands
+        # each request to directly; else httpx's own
+        self._lean = lean = lean_sync_transport(self.url) if http is None else None
         self.http = http if http is not None else httpx.Client(timeout=timeout, transport=lean)
         # a backup's download and upload stream their bodies: httpx's own transport (made when
         # first needed) where `self.http` is on the lean one, which reads an answer whole
@@ -110,13 +113,18 @@ class Client:
         attempt = 0
         while True:
             try:
-                response = self.http.request(
-                    call.method,
-                    self.url + call.path,
-                    params=call.query(),
-                    content=call.content(),
-                    headers=headers(self.token, call),
-                )
+                if self._lean is not None:
+                    response = self._lean.handle_request(
+                        direct_request(self.http, self.url, self.token, call)
+                    )
+                else:
+                    response = self.http.request(
+                        call.method,
+                        self.url + call.path,
+                        params=call.query(),
+                        content=call.content(),
+                        headers=headers(self.token, call),
+                    )
             except httpx.TransportError as exc:
                 raise transport_error(exc, self.url) from None
             if response.status_code < 400:

@@ -2,9 +2,10 @@
 the same network): keep-alive connections, on asyncio's streams for `AsyncClient`
 (`LeanTransport`) and on sockets for `Client` (`LeanSyncTransport`). httpx's default transports
 pass every request through httpcore's connection pool (anyio's primitives for asyncio) and h11's
-state machine; on these a search costs `AsyncClient` about half the CPU and `Client` about
-two thirds (0.31-0.41 ms a request against 0.71-0.72, and 0.33-0.34 against 0.49-0.51, on a
-2-core machine: `bench/client_overhead.py`).
+state machine; the clients build each request themselves and hand it to these directly
+(`catalog.client._core.direct_request`). A search then costs `AsyncClient` 0.23-0.25 ms of CPU
+against 0.71-0.74 on httpx's client and transport, and `Client` 0.21-0.23 against 0.48-0.51
+(a 2-core machine: `bench/client_overhead.py`).
 
 They carry what the clients send and the server answers: a request whose body is bytes (httpx
 built its head: method, target, headers, `Content-Length`; a body httpx streams is read first
@@ -17,17 +18,19 @@ proxy from the environment applies to, goes through httpx's own transport instea
 (`lean_transport`, `lean_sync_transport` decide); so does every request of a client given an
 httpx client, and a backup's streamed download and upload (`Client.download`, `Client.upload`).
 
-A connection kept idle that the server has closed since is noticed before it is reused (its end,
-or any byte, is waiting to be read). When a reused connection fails before any answer came (its
-end had not yet arrived), the request is sent again on a new one only if its method may safely
-run twice (`SAFE_TO_RESEND`): a create may have reached the server, and fails instead.
+A connection kept idle is not reused once the server has closed it or sent anything on it (a
+`408` before closing is no answer to the next request). When a reused connection fails before
+any answer came (its end had not yet arrived), the request is sent again on a new one only if
+its method may safely run twice (`SAFE_TO_RESEND`): a create may have reached the server, and
+fails instead. A server that answers before it has read the whole request (a `413`) and closes
+is read: the blocking transport returns that answer; asyncio's stream raises the reset before
+what it read, so the async one reports the failed write (as httpx's own transport does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import select
 import socket
 import threading
 import urllib.request
@@ -235,8 +238,14 @@ class Answer:
         )
 
 
-def _failure(exc: BaseException, request: httpx.Request) -> httpx.TransportError:
-    """What a failed read of an answer is to httpx."""
+def _lost(exc: BaseException, unsent: OSError | None, resendable: bool, request: httpx.Request) -> Exception:
+    """What an exchange that got no answer raises: `_Resend` where a reused connection failed
+    before any answer and the request may run again; else the write's failure, if it failed
+    (and no answer came), or the read's."""
+    if resendable and not isinstance(exc, Malformed):
+        return _Resend()
+    if unsent is not None:
+        return httpx.WriteError(str(unsent) or type(unsent).__name__, request=request)
     if isinstance(exc, Incomplete):
         return httpx.RemoteProtocolError(
             "the server closed the connection before its answer ended", request=request
@@ -262,11 +271,13 @@ class _Stream:
     used: bool = False  # answered a request before (a reused connection)
 
     def usable(self) -> bool:
-        """Open, not closed by the server while it waited, and of the running event loop (a
-        client used under one `asyncio.run` and then another opens new connections)."""
+        """Open, nothing read while idle (the server's end, or bytes no request asked for, such
+        as a `408` sent before closing: the stream reads them as they come), and of the running
+        event loop (a client used under one `asyncio.run` and then another opens new ones)."""
         return (
             self.loop is asyncio.get_running_loop()
             and not self.reader.at_eof()
+            and not getattr(self.reader, "_buffer", b"")  # asyncio's buffer of what was read
             and not self.writer.is_closing()
         )
 
@@ -346,6 +357,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
     ) -> httpx.Response:
         reused, stream.used = stream.used, True
         resendable = reused and request.method in SAFE_TO_RESEND
+        unsent: OSError | None = None
         try:
             stream.writer.write(message)
             async with asyncio.timeout(timeouts.get("write")):
@@ -353,11 +365,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
         except TimeoutError:
             stream.close()
             raise httpx.WriteTimeout("sending the request timed out", request=request) from None
-        except OSError as exc:
-            stream.close()
-            if resendable:
-                raise _Resend from None
-            raise httpx.WriteError(str(exc) or type(exc).__name__, request=request) from None
+        except OSError as exc:  # the server may have answered (a 413) before reading it all
+            unsent = exc
         answer = Answer(request.method)
         within = timeouts.get("read")
         try:
@@ -374,10 +383,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
             raise httpx.ReadTimeout("no answer in time", request=request) from None
         except (OSError, Incomplete, Malformed) as exc:
             stream.close()
-            if resendable and not answer.begun and not isinstance(exc, Malformed):
-                raise _Resend from None  # the server had closed it as it was reused
-            raise _failure(exc, request) from None
-        if answer.keep and not self._closed and len(self._idle) < self._max_keepalive:
+            raise _lost(exc, unsent, resendable and not answer.begun, request) from None
+        if answer.keep and unsent is None and not self._closed and len(self._idle) < self._max_keepalive:
             self._idle.append(stream)
         else:
             stream.close()
@@ -402,11 +409,18 @@ class _Socket:
     used: bool = False
 
     def usable(self) -> bool:
-        """Open, and nothing to read while idle (the server's end, or bytes no request asked for)."""
+        """Open, and nothing to read while idle (the server's end, or bytes no request asked
+        for, such as a `408` sent before closing)."""
         if self.sock.fileno() < 0:
             return False
-        readable, _, _ = select.select([self.sock], [], [], 0)
-        return not readable
+        self.sock.setblocking(False)  # each exchange sets its own timeouts again
+        try:
+            self.sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return True  # nothing waiting
+        except OSError:
+            return False
+        return False  # the end, or bytes: either way not an answer to the next request
 
     def close(self) -> None:
         self.sock.close()
@@ -479,17 +493,15 @@ class LeanSyncTransport(httpx.BaseTransport):
     ) -> httpx.Response:
         reused, conn.used = conn.used, True
         resendable = reused and request.method in SAFE_TO_RESEND
+        unsent: OSError | None = None
         try:
             conn.sock.settimeout(timeouts.get("write"))
             conn.sock.sendall(message)
         except TimeoutError:
             conn.close()
             raise httpx.WriteTimeout("sending the request timed out", request=request) from None
-        except OSError as exc:
-            conn.close()
-            if resendable:
-                raise _Resend from None
-            raise httpx.WriteError(str(exc) or type(exc).__name__, request=request) from None
+        except OSError as exc:  # the server may have answered (a 413) before reading it all
+            unsent = exc
         answer = Answer(request.method)
         try:
             conn.sock.settimeout(timeouts.get("read"))
@@ -505,11 +517,11 @@ class LeanSyncTransport(httpx.BaseTransport):
             raise httpx.ReadTimeout("no answer in time", request=request) from None
         except (OSError, Incomplete, Malformed) as exc:
             conn.close()
-            if resendable and not answer.begun and not isinstance(exc, Malformed):
-                raise _Resend from None
-            raise _failure(exc, request) from None
+            raise _lost(exc, unsent, resendable and not answer.begun, request) from None
         with self._lock:
-            kept = answer.keep and not self._closed and len(self._idle) < self._max_keepalive
+            kept = (
+                answer.keep and unsent is None and not self._closed and len(self._idle) < self._max_keepalive
+            )
             if kept:
                 self._idle.append(conn)
         if not kept:

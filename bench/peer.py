@@ -7,9 +7,8 @@ HNSW index (cosine), and embeddings on its write path. Its embed function is the
 encoder (`catalog.search.embedder.OnnxEncoder`, MiniLM int8) called off the event loop, so both
 sides run the same model on the same text (the entry's description, then its contents).
 
-The catalog runs as `catalog serve` on a fresh data dir, driven over HTTP: its writes by httpx
-(keep-alive), its searches by the catalog's own `AsyncClient` (over plain HTTP, its lean
-transport: `bench/client_overhead.py`).
+The catalog runs as `catalog serve` on a fresh data dir, driven over HTTP (keep-alive) by the
+catalog's own `AsyncClient` (over plain HTTP, its lean transport: `bench/client_overhead.py`).
 
 memnos (a self-hosted memory server) is the optional third side, over HTTP, when
 `bench/memnos_peer.py` finds it runnable offline (its own virtualenv `.venv-memnos`, the same
@@ -59,7 +58,6 @@ from pathlib import Path
 from types import ModuleType
 
 import asyncpg
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -147,28 +145,21 @@ async def run_catalog(server: BenchServer, datasets: list, concurrency: int) -> 
     side = Side("catalog (HTTP)")
     token = server.token()
     conn = await asyncpg.connect(server.db_url())
-    # the writes over httpx, the searches through the catalog's own `AsyncClient` (its users'
-    # client: over plain HTTP, its lean transport)
-    async with (
-        httpx.AsyncClient(
-            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=120
-        ) as client,
-        AsyncClient(server.url, token, timeout=120) as sdk,
-    ):
-        r = await client.post(
-            f"{UC}/memory-stores", json={"name": "locomo", "catalog_name": "main", "schema_name": "default"}
-        )
-        r.raise_for_status()
+    # through the catalog's own `AsyncClient` (its users' client: over plain HTTP, its lean
+    # transport), the writes as its generic request (the turn's fields as they are)
+    async with AsyncClient(server.url, token, timeout=120) as sdk:
+        store = {"name": "locomo", "catalog_name": "main", "schema_name": "default"}
+        await sdk.request("POST", f"{UC}/memory-stores", json=store)
         gate = asyncio.Semaphore(concurrency)
 
         async def put(scope: str, entry: dict) -> None:
             async with gate:
-                r = await client.post(
+                await sdk.request(
+                    "POST",
                     f"{UC}/memory-stores/{STORE}/entries",
                     params={"scope": scope},
                     json={**entry, "write_mode": "OVERWRITE"},
                 )
-                r.raise_for_status()
 
         async def search(scope: str, query: str, mode: str = "hybrid") -> list[str]:
             hits = await sdk.store(STORE).search(scope, query, mode=mode, top_k=TOP_K)

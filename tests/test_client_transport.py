@@ -359,7 +359,7 @@ async def test_a_streamed_body_is_sent_as_one_chunk() -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         assert b"\r\ntransfer-encoding: chunked\r\n" in head.lower()
         got.append(await reader.readuntil(b"0\r\n\r\n"))
-        writer.write(ok(b"{}"))
+        writer.write(ok(b"{}", b"connection: close\r\n"))
         await writer.drain()
         writer.close()
 
@@ -367,11 +367,16 @@ async def test_a_streamed_body_is_sent_as_one_chunk() -> None:
         yield b'{"a": '
         yield b"1}"
 
+    async def nothing() -> AsyncIterator[bytes]:
+        for part in ():
+            yield part
+
     server = await asyncio.start_server(chunked, "127.0.0.1", 0)
     async with httpx.AsyncClient(transport=LeanTransport()) as http:
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
         assert (await http.post(url, content=parts())).json() == {}
-    assert got == [b'8\r\n{"a": 1}\r\n0\r\n\r\n']
+        assert (await http.post(url, content=nothing())).json() == {}  # an empty stream ends too
+    assert got == [b'8\r\n{"a": 1}\r\n0\r\n\r\n', b"0\r\n\r\n"]
     server.close()
 
 

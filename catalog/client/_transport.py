@@ -81,8 +81,8 @@ def request_bytes(request: httpx.Request, content: bytes) -> bytes:
             )
         lines.append(b"%s: %s\r\n" % (name, value))
     lines.append(b"\r\n")
-    if content and "content-length" not in request.headers:
-        content = b"%x\r\n%s\r\n0\r\n\r\n" % (len(content), content)
+    if "transfer-encoding" in request.headers and "content-length" not in request.headers:
+        content = (b"%x\r\n%s\r\n" % (len(content), content) if content else b"") + b"0\r\n\r\n"
     lines.append(content)
     return b"".join(lines)
 

@@ -11,9 +11,10 @@ search's answer: ten hits of LoCoMo-sized entries), so that only the client's si
 - the floor: a bare HTTP/1.1 exchange on asyncio's streams (`bench/load.py`'s `Connection`) and
   the JSON decoded, no client library.
 
-Each way runs `--requests` searches after 200 to warm up, alternately, `--rounds` times; the
-answering server is a process of its own. Figures are per request: CPU of this process
-(`time.process_time`) and the median wall time.
+Each way runs `--requests` searches after 200 to warm up, the ways in turn, `--rounds` times,
+every client made once and its connections kept; the answering server is a process of its own.
+Figures are per request: CPU of this process over the timed searches (`time.process_time`) and
+the median wall time.
 
 With `--data-dir D` (a store made by `bench/locomo.py --data-dir D`), it measures instead what
 each client makes of a whole hybrid search: `catalog serve` on D, the LoCoMo questions asked in
@@ -28,15 +29,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -104,129 +105,87 @@ async def serve(port: int) -> None:
         await server.serve_forever()
 
 
-Way = Callable[[str, int], Coroutine[Any, Any, list[float]]]
+Search = Callable[[str, str], Awaitable[object]]  # (scope, query) -> the answer
 
 
-async def _timed(count: int, one: Callable[[], Awaitable[object]]) -> list[float]:
-    for _ in range(200):
-        await one()
-    times = []
-    for _ in range(count):
-        t0 = time.perf_counter()
-        await one()
-        times.append(time.perf_counter() - t0)
-    return times
+@contextlib.asynccontextmanager
+async def searchers(url: str, token: str, store: str) -> AsyncIterator[dict[str, Search]]:
+    """The five ways, each a hybrid search (top 10) of `store` over its own connections."""
+    path = f"{UC}/memory-stores/{store}/entries:search"
+    async with (
+        AsyncClient(url, token) as lean,
+        httpx.AsyncClient(timeout=30) as http,
+        AsyncClient(url, token, http=http) as over_httpx,
+    ):
+        with (
+            Client(url, token) as blocking,
+            httpx.Client(timeout=30) as blocking_http,
+            Client(url, token, http=blocking_http) as blocking_over_httpx,
+        ):
+            connection = Connection(url, token)
+
+            def of(client: AsyncClient) -> Search:
+                return lambda scope, query: client.store(store).search(scope, query, mode="hybrid", top_k=10)
+
+            def blocking_of(client: Client) -> Search:
+                async def search(scope: str, query: str) -> object:  # blocking, measured on purpose
+                    return client.store(store).search(scope, query, mode="hybrid", top_k=10)
+
+                return search
+
+            async def bare(scope: str, query: str) -> object:
+                body = json.dumps({"scope": scope, "query": query, "mode": "hybrid", "top_k": 10}).encode()
+                status, data, _ = await connection.request("POST", path, body)
+                assert status == 200, data
+                return json.loads(data)
+
+            try:
+                yield {
+                    "AsyncClient, lean transport (the default)": of(lean),
+                    "AsyncClient over httpx.AsyncClient (httpx's transport)": of(over_httpx),
+                    "Client, lean transport (the default)": blocking_of(blocking),
+                    "Client over httpx.Client (httpx's transport)": blocking_of(blocking_over_httpx),
+                    "bare HTTP/1.1 on asyncio's streams, json.loads": bare,
+                }
+            finally:
+                await connection.close()
 
 
-async def async_lean(url: str, count: int) -> list[float]:
-    async with AsyncClient(url, "token") as client:
-        return await _timed(count, lambda: client.store(STORE).search("conv-26", "support group"))
-
-
-async def async_httpx(url: str, count: int) -> list[float]:
-    async with httpx.AsyncClient() as http, AsyncClient(url, "token", http=http) as client:
-        return await _timed(count, lambda: client.store(STORE).search("conv-26", "support group"))
-
-
-async def sync_lean(url: str, count: int) -> list[float]:
-    with Client(url, "token") as client:
-        entries = client.store(STORE)
-
-        async def one() -> object:
-            return entries.search("conv-26", "support group")
-
-        return await _timed(count, one)
-
-
-async def sync_httpx(url: str, count: int) -> list[float]:
-    with httpx.Client() as http, Client(url, "token", http=http) as client:
-        entries = client.store(STORE)
-
-        async def one() -> object:
-            return entries.search("conv-26", "support group")
-
-        return await _timed(count, one)
-
-
-async def bare(url: str, count: int) -> list[float]:
-    connection = Connection(url, "token")
-    body = json.dumps({"scope": "conv-26", "query": "support group"}).encode()
-
-    async def one() -> object:
-        status, data, _ = await connection.request("POST", PATH, body)
-        assert status == 200
-        return json.loads(data)
-
-    try:
-        return await _timed(count, one)
-    finally:
-        await connection.close()
-
-
-WAYS: dict[str, Way] = {
-    "AsyncClient, lean transport (the default)": async_lean,
-    "AsyncClient over httpx.AsyncClient (httpx's transport)": async_httpx,
-    "Client, lean transport (the default)": sync_lean,
-    "Client over httpx.Client (httpx's transport)": sync_httpx,
-    "bare HTTP/1.1 on asyncio's streams, json.loads": bare,
-}
+async def alone(url: str, count: int, rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each way's CPU (ms a request) and median wall time (ms), a figure per round, against the
+    answering process: `count` searches a way after 200 to warm up, the ways in turn."""
+    cpu: dict[str, list[float]] = {}
+    wall: dict[str, list[float]] = {}
+    async with searchers(url, "token", STORE) as ways:
+        for _ in range(rounds):
+            for name, search in ways.items():
+                for _ in range(200):
+                    await search("conv-26", "support group")
+                times = []
+                started = time.process_time()
+                for _ in range(count):
+                    t0 = time.perf_counter()
+                    await search("conv-26", "support group")
+                    times.append(time.perf_counter() - t0)
+                cpu.setdefault(name, []).append((time.process_time() - started) / count * 1000)
+                wall.setdefault(name, []).append(statistics.median(times) * 1000)
+    return cpu, wall
 
 
 async def end_to_end(
     server: BenchServer, questions: list[tuple[str, str]], rounds: int
 ) -> dict[str, list[float]]:
     """Each way's latencies (ms) of whole hybrid searches, every question asked by each in turn."""
-    token = server.token()
-    async with (
-        AsyncClient(server.url, token) as lean,
-        httpx.AsyncClient(timeout=30) as http,
-        AsyncClient(server.url, token, http=http) as default,
-    ):
-        blocking = Client(server.url, token)
-        blocking_http = httpx.Client(timeout=30)
-        blocking_default = Client(server.url, token, http=blocking_http)
-        connection = Connection(server.url, token)
-
-        def blocking_search(client: Client) -> Callable[[str, str], Awaitable[object]]:
-            async def search(scope: str, query: str) -> object:
-                return client.store(locomo.STORE).search(scope, query, mode="hybrid", top_k=10)
-
-            return search
-
-        async def bare_search(scope: str, query: str) -> object:
-            body = json.dumps({"scope": scope, "query": query, "mode": "hybrid", "top_k": 10}).encode()
-            status, data, _ = await connection.request(
-                "POST", f"{UC}/memory-stores/{locomo.STORE}/entries:search", body
-            )
-            assert status == 200, data
-            return json.loads(data)
-
-        ways: dict[str, Callable[[str, str], Awaitable[object]]] = {
-            "AsyncClient, lean transport (the default)": lambda scope, query: lean.store(locomo.STORE).search(
-                scope, query, mode="hybrid", top_k=10
-            ),
-            "AsyncClient over httpx.AsyncClient": lambda scope, query: default.store(locomo.STORE).search(
-                scope, query, mode="hybrid", top_k=10
-            ),
-            "Client, lean transport (the default)": blocking_search(blocking),
-            "Client over httpx.Client": blocking_search(blocking_default),
-            "bare HTTP/1.1 on asyncio's streams, json.loads": bare_search,
-        }
+    async with searchers(server.url, server.token(), locomo.STORE) as ways:
         names = list(ways)
         times: dict[str, list[float]] = {name: [] for name in names}
-        try:
-            for round_ in range(rounds + 1):  # the first warms up
-                for i, (scope, query) in enumerate(questions):
-                    for name in names[i % len(names) :] + names[: i % len(names)]:
-                        t0 = time.perf_counter()
-                        await ways[name](scope, query)
-                        if round_:
-                            times[name].append((time.perf_counter() - t0) * 1000)
-        finally:
-            await connection.close()
-            blocking.close()
-            blocking_default.close()
-            blocking_http.close()  # noqa: ASYNC212 (the blocking clients are measured on purpose)
+        for round_ in range(rounds + 1):  # the first warms up
+            for i, (scope, query) in enumerate(questions):
+                for name in names[i % len(names) :] + names[: i % len(names)]:
+                    t0 = time.perf_counter()
+                    await ways[name](scope, query)
+                    if round_:
+                        times[name].append((time.perf_counter() - t0) * 1000)
         return times
 
 
@@ -279,19 +238,11 @@ def main() -> None:
     )
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-        url = f"http://127.0.0.1:{port}"
-        cpu: dict[str, list[float]] = {name: [] for name in WAYS}
-        wall: dict[str, list[float]] = {name: [] for name in WAYS}
-        for _ in range(args.rounds):
-            for name, way in WAYS.items():
-                started = time.process_time()
-                times = asyncio.run(way(url, args.requests))
-                cpu[name].append((time.process_time() - started) / (args.requests + 200) * 1000)
-                wall[name].append(statistics.median(times) * 1000)
+        cpu, wall = asyncio.run(alone(f"http://127.0.0.1:{port}", args.requests, args.rounds))
         print(f"{args.requests} searches a way, {args.rounds} rounds (each round's figure)\n")
         print("| client | its CPU per request (ms) | median wall (ms) |")
         print("|---|---:|---:|")
-        for name in WAYS:
+        for name in cpu:
             c = " / ".join(f"{v:.3f}" for v in cpu[name])
             w = " / ".join(f"{v:.3f}" for v in wall[name])
             print(f"| {name} | {c} | {w} |")

@@ -78,7 +78,6 @@ class Client:
         self.http = http if http is not None else httpx.Client(timeout=timeout, transport=lean)
         # a backup's download and upload stream their bodies: httpx's own transport (made when
         # first needed) where `self.http` is on the lean one, which reads an answer whole
-        self._timeout = timeout
         self._streaming: httpx.Client | None = None if lean is not None else self.http
         self.catalogs = Catalogs(self)
         self.schemas = Schemas(self)
@@ -103,7 +102,7 @@ class Client:
     def _streams(self) -> httpx.Client:
         """The httpx client for streamed bodies (see __init__)."""
         if self._streaming is None:
-            self._streaming = httpx.Client(timeout=self._timeout)
+            self._streaming = httpx.Client(timeout=self.http.timeout)
         return self._streaming
 
     # --- sending ---------------------------------------------------------------------------------

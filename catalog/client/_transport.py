@@ -3,8 +3,8 @@ the same network): keep-alive connections, on asyncio's streams for `AsyncClient
 (`LeanTransport`) and on sockets for `Client` (`LeanSyncTransport`). httpx's default transports
 pass every request through httpcore's connection pool (anyio's primitives for asyncio) and h11's
 state machine; the clients build each request themselves and hand it to these directly
-(`catalog.client._core.direct_request`). A search then costs `AsyncClient` 0.23-0.25 ms of CPU
-against 0.71-0.74 on httpx's client and transport, and `Client` 0.21-0.23 against 0.48-0.51
+(`catalog.client._core.direct_request`). A search then costs `AsyncClient` 0.23 ms of CPU
+against 0.66-0.69 on httpx's client and transport, and `Client` 0.20-0.23 against 0.43-0.46
 (a 2-core machine: `bench/client_overhead.py`).
 
 They carry what the clients send and the server answers: a request whose body is bytes (httpx

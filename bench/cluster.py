@@ -28,7 +28,13 @@ cores, was the limit).
 
 Run: .venv/bin/python bench/cluster.py [--nodes 1,2,3] [--entries 600] [--concurrency 8]
      .venv/bin/python bench/cluster.py --load [--scale 1,2,4] [--seconds 20] [--clients 4]
-        [--connections 16] [--entries 2000] [--arrangements nodes,workers]
+        [--connections C] [--entries 2000] [--arrangements nodes,workers]
+
+With --load, each client process opens `--connections` connections (by default enough that the
+N processes have 16 each on average: at least 16 a client). The connections are kept open
+through an operation's measurement, and a connection stays with the process that accepted it,
+so with too few of them some workers would have little or nothing to do; the table says how
+many of the N answered, and the least and most any of them answered.
 """
 
 from __future__ import annotations
@@ -238,6 +244,26 @@ async def chain_waiters(url: str, stop: asyncio.Event) -> float:
     return sum(samples) / len(samples) if samples else 0.0
 
 
+PER_PROCESS = 16  # connections each server process has on average, by default
+
+
+def connections_per_client(n: int, clients: int, asked: int | None) -> int:
+    """The connections each client process opens against `n` server processes: `asked`, else
+    enough for PER_PROCESS a process (at least PER_PROCESS a client)."""
+    if asked is not None:
+        return asked
+    return max(PER_PROCESS, -(-PER_PROCESS * n // clients))
+
+
+def spread(answers: dict[str, int], n: int) -> str:
+    """How the answers divided among a server's `n` workers: how many answered, the least and
+    the most any answered, and each one's count."""
+    if not answers:
+        return ""
+    counts = list(answers.values())
+    return f"{len(counts)} of {n}, {min(counts)}-{max(counts)}: " + " / ".join(map(str, counts))
+
+
 async def measure_load(
     arrangement: str, n: int, entries: int, seconds: float, clients: int, connections: int
 ) -> list[dict[str, object]]:
@@ -297,6 +323,7 @@ async def measure_load(
                     "errors": report.errors,
                     "first_error": report.first_error,
                     "workers": dict(sorted(report.workers.items())),
+                    "connections": clients * connections,
                 }
             )
             print(
@@ -321,24 +348,34 @@ async def measure_load(
 def run_load(args: argparse.Namespace) -> None:
     scale = [int(x) for x in args.scale.split(",")]
     arrangements = args.arrangements.split(",")
+    most = connections_per_client(max(scale), args.clients, args.connections)
     print(
-        f"{args.entries} entries in {SCOPES} scopes; {args.clients} client processes x {args.connections} "
-        f"connections, {args.seconds:g} s an operation; {os.cpu_count()} cores (affinity "
+        f"{args.entries} entries in {SCOPES} scopes; {args.clients} client processes x {most} connections "
+        f"at N = {max(scale)}, "
+        f"{args.seconds:g} s an operation; {os.cpu_count()} cores (affinity "
         f"{len(os.sched_getaffinity(0))}); load average {load_average()} at the start"
     )
     rows: list[dict[str, object]] = []
     for n in scale:
         for arrangement in arrangements:
             rows += asyncio.run(
-                measure_load(arrangement, n, args.entries, args.seconds, args.clients, args.connections)
+                measure_load(
+                    arrangement,
+                    n,
+                    args.entries,
+                    args.seconds,
+                    args.clients,
+                    connections_per_client(n, args.clients, args.connections),
+                )
             )
     print(f"load average {load_average()} at the end\n")
     print(
-        "| arrangement | N | operation | requests/s | scaling (rate / (N x rate at 1)) | p50 ms | p99 ms "
+        "| arrangement | N | connections | operation | requests/s | scaling (rate / (N x rate at 1)) "
+        "| p50 ms | p99 ms "
         "| server cores busy | PostgreSQL cores busy | busiest client (cores) | waiting for the audit chain "
         "| answers by worker | server memory (MB, PSS; processes) |"
     )
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     base = {(r["arrangement"], r["op"]): float(r["rate"]) for r in rows if r["n"] == 1}  # type: ignore[arg-type]
     base.update({("workers", op): rate for (a, op), rate in list(base.items()) if a == "nodes"})
     for r in rows:
@@ -346,14 +383,15 @@ def run_load(args: argparse.Namespace) -> None:
         rate = float(r["rate"])  # type: ignore[arg-type]
         one = base.get((str(r["arrangement"]), str(r["op"])))
         scaling = f"{rate / (n * one):.2f}" if one else ""
-        spread = " / ".join(str(v) for v in r["workers"].values()) if r["workers"] else ""  # type: ignore[attr-defined]
+        answered = spread(r["workers"], n)  # type: ignore[arg-type]
         print(
-            f"| {r['arrangement']} | {n} | {r['op']} | {rate:.0f} | {scaling} | {r['p50']:.1f} "
-            f"| {r['p99']:.1f} | {r['server_cores']:.2f} | {r['postgres_cores']:.2f} | {r['client']:.2f} "
-            f"| {r['chain_waiters']:.2f} | {spread} | {r['memory_mb']:.0f} ({r['processes']}) |"
+            f"| {r['arrangement']} | {n} | {r['connections']} | {r['op']} | {rate:.0f} | {scaling} "
+            f"| {r['p50']:.1f} | {r['p99']:.1f} | {r['server_cores']:.2f} | {r['postgres_cores']:.2f} "
+            f"| {r['client']:.2f} "
+            f"| {r['chain_waiters']:.2f} | {answered} | {r['memory_mb']:.0f} ({r['processes']}) |"
         )
         if r["errors"]:
-            print(f"|  | | errors: {r['errors']} ({r['first_error']}) | | | | | | | | | |")
+            print(f"|  | | | errors: {r['errors']} ({r['first_error']}) | | | | | | | | | |")
 
 
 def main() -> None:
@@ -366,7 +404,12 @@ def main() -> None:
     parser.add_argument("--arrangements", default="nodes,workers", help="with --load: nodes, workers or both")
     parser.add_argument("--seconds", type=float, default=20.0, help="with --load: seconds an operation")
     parser.add_argument("--clients", type=int, default=4, help="with --load: client processes")
-    parser.add_argument("--connections", type=int, default=16, help="with --load: connections per client")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=None,
+        help="with --load: connections per client (default: 16 a server process, at least 16 a client)",
+    )
     args = parser.parse_args()
     if args.load:
         if args.entries == 600:

@@ -1,21 +1,25 @@
 """The audit chain's ceiling: how many audit events per second one PostgreSQL appends to the one
 global hash chain, against what the same PostgreSQL writes of the same rows with no chain.
 
-Every audited request appends its event through `audit_append()` (migration 0009), which takes the
+Every audited request appends its event through `audit_append()` (migrations 0009, 0042), which takes the
 chain's advisory lock, reads the head, numbers and hashes the events and inserts them; the lock is
 held until the transaction ends. A change's event is appended in the change's transaction, in
 one message with its COMMIT (with synchronous_commit off, then a synchronous flush marker), so
 the lock is let go before the WAL flush; the events of requests that change nothing (reads) are
 gathered by each process's writer into one call (a batch), one statement with its values bound,
-committed on its own and synchronously: the lock is held through the flush, and the statement
-needs no transaction of its own (`catalog.recorder.repo.append`). This benchmark drives those
+committed on its own and synchronously while the lock is free (held through the flush; the
+statement needs no transaction of its own), sent as a change's event is while others hold it
+(`catalog.recorder.writer`). This benchmark drives those
 statements directly, from C connections (as C server processes or nodes would), in batches of
 B events, for each way of committing:
 
 - `change's event, as shipped`: BEGIN, then append + COMMIT with synchronous_commit off and the
   flush marker in one message (the lock is held while PostgreSQL works, not while the disk
   flushes);
-- `reads' batch, as shipped`: the one bound statement, committed synchronously;
+- `reads' batch, as shipped`: the one bound statement, committed synchronously, asking for the
+  lock without waiting; when it is held, the batch (and those of the next `CONTENDED_SECONDS`
+  on that connection) as a change's message, the lock let go before the flush (`AuditWriter`);
+- `reads' batch, one statement always` and `..., a change's message always`: each way alone;
 - `change's event, lock held to the flush`: BEGIN, then append + COMMIT with synchronous_commit
   on (where a database refuses the flush marker);
 - `no chain`: the same rows inserted into a copy of the table with no lock and no hashing,
@@ -49,6 +53,7 @@ from bench.live import REPO, BenchServer
 from catalog.db import create_pool
 from catalog.recorder import repo
 from catalog.recorder.chain import canonical_parts, plain_body
+from catalog.recorder.writer import Contention, _append_batch
 
 
 def event(n: int) -> dict[str, object]:
@@ -78,7 +83,9 @@ def event(n: int) -> dict[str, object]:
 
 
 CHANGES = "change's event, as shipped"
-READS = "reads' batch, as shipped"
+READS = "reads' batch, as shipped (the lock asked for first)"
+READS_HELD = "reads' batch, one statement always (lock held to the flush)"
+READS_EARLY = "reads' batch, a change's message always (lock let go before the flush)"
 HELD = "change's event, lock held to the flush"
 NO_CHAIN = "no chain"
 
@@ -95,10 +102,17 @@ async def chain_append(conn: asyncpg.Connection, size: int, early_unlock: bool) 
     await repo.append(conn, rows, heads, tails, commit=True, early_unlock=early_unlock)
 
 
-async def reads_append(conn: asyncpg.Connection, size: int) -> None:
-    """As the audit writer appends a batch of reads' events (`AuditWriter`): one statement."""
+async def reads_append(conn: asyncpg.Connection, size: int, mode: str, contention: Contention) -> None:
+    """As the audit writer appends a batch of reads' events (`AuditWriter`, `READS`): one
+    statement while the chain's lock is free, a change's message for a while after finding it
+    held; or always one of the two."""
     rows, heads, tails = batch(size)
-    await repo.append(conn, rows, heads, tails)
+    if mode == READS:
+        await _append_batch(conn, rows, heads, tails, None, contention)
+    elif mode == READS_EARLY:
+        await repo.append_early(conn, rows, heads, tails, None)
+    else:
+        await repo.append(conn, rows, heads, tails)
 
 
 async def plain_insert(conn: asyncpg.Connection, size: int) -> None:
@@ -118,11 +132,12 @@ async def run(pool: asyncpg.Pool, mode: str, concurrency: int, size: int, second
 
     async def worker(conn: asyncpg.Connection) -> None:
         nonlocal done
+        contention = Contention()  # each connection as one process's writer
         while time.monotonic() < deadline:
             if mode == NO_CHAIN:
                 await plain_insert(conn, size)
-            elif mode == READS:
-                await reads_append(conn, size)
+            elif mode in (READS, READS_HELD, READS_EARLY):
+                await reads_append(conn, size, mode, contention)
             else:
                 await chain_append(conn, size, early_unlock=mode == CHANGES)
             done += size
@@ -149,7 +164,7 @@ async def hold_time(pool: asyncpg.Pool, size: int, n: int = 300) -> tuple[float,
         await conn.execute(sql)
         changes.append((time.perf_counter() - start) * 1000)
         start = time.perf_counter()
-        await reads_append(conn, size)
+        await reads_append(conn, size, READS_HELD, Contention())
         reads.append((time.perf_counter() - start) * 1000)
     await pool.release(conn)
     return statistics.median(changes), statistics.median(reads)
@@ -170,7 +185,7 @@ async def main(args: argparse.Namespace) -> None:
         concurrency = [int(c) for c in args.concurrency.split(",")]
         sizes = [int(b) for b in args.batch.split(",")]
         pool = await create_pool(url, min_size=1, max_size=max(concurrency))
-        modes = [CHANGES, READS, HELD, NO_CHAIN]
+        modes = [CHANGES, READS, READS_HELD, READS_EARLY, HELD, NO_CHAIN]
         print(f"audit events per second ({args.seconds:g} s a cell; C connections, B events a batch)")
         print()
         header = " | ".join(f"C={c} B={b}" for b in sizes for c in concurrency)

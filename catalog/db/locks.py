@@ -19,12 +19,13 @@ MIGRATIONS = 0x6D656D63  # "memc"
 POLICY_LOG = 0x706F6C79  # "poly" = 1886350457
 
 # The audit chain's transaction lock: audit_append() of 0009_audit_append.sql takes it (as
-# 1635083380) while it reads the chain's head and appends. The application only calls the
+# 1635083380) while it reads the chain's head and appends; its version of
+# 0042_audit_append_if_free.sql may ask for it without waiting. The application only calls the
 # function; the number is named here so that nothing else reuses it.
 AUDIT_CHAIN = 0x61756474  # "audt" = 1635083380
 
 # Which migration's SQL takes each lock that SQL takes (checked by tests/test_migrations.py).
 IN_MIGRATIONS: dict[int, tuple[str, ...]] = {
     POLICY_LOG: ("0003_governance.sql", "0032_scope_grants.sql"),  # the trigger, then its new version
-    AUDIT_CHAIN: ("0009_audit_append.sql",),
+    AUDIT_CHAIN: ("0009_audit_append.sql", "0042_audit_append_if_free.sql"),
 }

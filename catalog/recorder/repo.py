@@ -1,4 +1,4 @@
-"""SQL of the audit log's recorder: appending events through `audit_append()` (migration 0009),
+"""SQL of the audit log's recorder: appending events through `audit_append()` (migrations 0009, 0042),
 the transaction of an audited change, and the subjects' pseudonym keys (`subject_keys`). The only
 module of `catalog.recorder` that talks to PostgreSQL.
 
@@ -55,12 +55,15 @@ def _hex(data: bytes) -> str:
     return f"decode('{data.hex()}', 'hex')"
 
 
-def append_statement(rows: list[dict[str, Any]], heads: list[bytes], tails: list[bytes]) -> str:
-    """`SELECT audit_append(...)` with the events spliced in as hex digits (and nothing else), for
-    a message of several statements, which takes no parameters."""
+def append_statement(
+    rows: list[dict[str, Any]], heads: list[bytes], tails: list[bytes], *, key_epoch: int | None = None
+) -> str:
+    """`SELECT audit_append(...)` with the events spliced in as hex digits (and nothing else but
+    `key_epoch`, an int), for a message of several statements, which takes no parameters."""
+    epoch = "" if key_epoch is None else f", key_epoch => {int(key_epoch)}"
     return (
         f"SELECT audit_append(convert_from({_hex(json.dumps(rows).encode())}, 'UTF8')::jsonb, "
-        f"ARRAY[{', '.join(map(_hex, heads))}], ARRAY[{', '.join(map(_hex, tails))}]); "
+        f"ARRAY[{', '.join(map(_hex, heads))}], ARRAY[{', '.join(map(_hex, tails))}]{epoch}); "
     )
 
 
@@ -101,6 +104,54 @@ async def append(
     # disk is reached and concurrent changes share their flushes; FLUSH_TAIL then waits for a
     # flush that covers the change too: nothing is answered before it is durable.
     await conn.execute("SET LOCAL synchronous_commit = off; " + append_sql + "COMMIT; " + FLUSH_TAIL)
+    return True
+
+
+# `audit_append()` (migration 0042) found that a subject's key was erased since the events were
+# keyed (their `key_epoch` is not the database's): nothing was appended
+KEYS_ERASED = "CAK01"
+
+
+async def append_if_free(
+    conn: asyncpg.Connection,
+    rows: list[dict[str, Any]],
+    heads: list[bytes],
+    tails: list[bytes],
+    key_epoch: int | None,
+) -> bool | None:
+    """`append(key_epoch=)` if the chain's lock is free now: None, and nothing appended, when
+    another transaction holds it (`audit_append(wait => false)`)."""
+    if key_epoch is None:
+        row = await conn.fetchrow("SELECT audit_append($1, $2, $3, false) AS last", rows, heads, tails)
+    else:
+        sql = f"SELECT audit_append($1, $2, $3, false) AS last WHERE {_KEY_EPOCH} = $4"
+        row = await conn.fetchrow(sql, rows, heads, tails, key_epoch)
+    if row is None:
+        return False
+    return None if row["last"] is None else True
+
+
+async def append_early(
+    conn: asyncpg.Connection,
+    rows: list[dict[str, Any]],
+    heads: list[bytes],
+    tails: list[bytes],
+    key_epoch: int | None,
+) -> bool:
+    """`append(key_epoch=)` in its own transaction, sent as a change's event is (one message:
+    committed with synchronous_commit off, so that the chain's lock is let go before the disk is
+    reached, then FLUSH_TAIL, which waits for a flush covering it): for a batch of reads' events
+    while other transactions append. False, and nothing appended, when a key was erased since
+    `key_epoch` (checked under the lock)."""
+    append_sql = append_statement(rows, heads, tails, key_epoch=key_epoch)
+    try:
+        await conn.execute(f"BEGIN; SET LOCAL synchronous_commit = off; {append_sql}COMMIT; {FLUSH_TAIL}")
+    except asyncpg.PostgresError as exc:
+        if not conn.is_closed() and conn.is_in_transaction():
+            await conn.execute("ROLLBACK")  # the message stopped at the error, inside its transaction
+        if exc.sqlstate == KEYS_ERASED:
+            return False
+        raise
     return True
 
 

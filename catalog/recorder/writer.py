@@ -12,6 +12,12 @@ change's commit record too. (A transaction that writes no WAL, e.g. `SELECT pg_c
 commits without any flush, so it cannot serve.) Where the database does not allow that message,
 changes commit synchronously while holding the lock.
 
+Reads' events (a search, a store's details: requests that change nothing) are appended by the
+writer in batches, one statement each, committed synchronously: with the chain's lock free, that
+is the cheapest way and nobody waits for it. The statement asks for the lock without waiting; when
+another transaction holds it (other processes appending: workers, nodes), the batch goes as a
+change's event does instead, its lock let go before its flush (`Contention`).
+
 Outages: the event of a request refused because the database is unreachable cannot be appended
 then; `defer()` keeps it (in memory, at most `MAX_DEFERRED`) and the writer appends it once the
 database answers again.
@@ -50,6 +56,11 @@ COLUMNS = (*HASHED_COLUMNS, "prev_hash", "hash")
 MAX_DEFERRED = 20_000
 RETRY_SECONDS = 1.0
 KEY_ROUNDS = 3  # appends of one batch refused for a key erased since it was read, before giving up
+# after finding the chain's lock held by another transaction, a writer sends its batches as a
+# change's message (the lock let go before the flush) for this long before it asks again (so that
+# under lasting contention nearly every batch goes so: a batch that finds the lock free between
+# others' short holds would hold it through its flush again)
+CONTENDED_SECONDS = 10.0
 
 
 async def early_unlock_supported(conn: asyncpg.Connection) -> bool:
@@ -211,6 +222,25 @@ def note_result(count: int) -> None:
         pending.result_count = count
 
 
+class Contention:
+    """Whether a writer found the chain's lock held by another transaction lately (within
+    `CONTENDED_SECONDS`): its batches then go as a change's event does (`repo.append_early`)
+    without first asking for the lock."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._until = float("-inf")
+        self.found_held = 0  # times the lock was found held (a batch then sent as a change's)
+
+    @property
+    def lately(self) -> bool:
+        return self._clock() < self._until
+
+    def held(self) -> None:
+        self.found_held += 1
+        self._until = self._clock() + CONTENDED_SECONDS
+
+
 class AuditWriter:
     """Appends request events in batches on a pool of its own (one connection), which it closes."""
 
@@ -232,6 +262,7 @@ class AuditWriter:
         # same (the answer was lost), so they are looked up before they are appended again
         self._uncertain: set[str] = set()
         self.keys = KeyCache()  # the subjects' keys of its recent batches
+        self.contention = Contention()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="audit-writer")
@@ -345,7 +376,12 @@ class AuditWriter:
                     if batch:
                         self._appending_since = time.monotonic()
                         try:
-                            await append_on(conn, [event for event, _ in batch], keys=self.keys)
+                            await append_on(
+                                conn,
+                                [event for event, _ in batch],
+                                keys=self.keys,
+                                contention=self.contention if self.early_unlock else None,
+                            )
                         finally:
                             self._appending_since = None
                 except Exception as exc:
@@ -434,6 +470,7 @@ async def append_on(
     commit: bool = False,
     early_unlock: bool = True,
     keys: KeyCache | None = None,
+    contention: Contention | None = None,
 ) -> None:
     """Append events in the connection's transaction (or as their own when there is none);
     PostgreSQL numbers and hashes them under the chain's lock, held until the transaction ends.
@@ -441,7 +478,9 @@ async def append_on(
     this process runs while the lock is held (`repo.append`).
     Scopes, paths and end users are replaced by their pseudonyms first (`pseudonyms`), with the
     keys `keys` holds where it holds them (the batch writer's, outside any transaction): if a key
-    was erased since it was read, nothing is appended and the events are keyed again."""
+    was erased since it was read, nothing is appended and the events are keyed again. With
+    `contention` (the batch writer's, where the database takes the flush marker), a batch found
+    the chain's lock held goes as a change's event does (`_append_batch`)."""
     if keys is None:
         await pseudonymize(conn, events)
         rows, heads, tails = _append_arguments(events)
@@ -452,7 +491,7 @@ async def append_on(
         for _ in range(KEY_ROUNDS):
             epoch = await pseudonymize(conn, events, keys)
             rows, heads, tails = _append_arguments(events)
-            if await repo.append(conn, rows, heads, tails, key_epoch=epoch):
+            if await _append_batch(conn, rows, heads, tails, epoch, contention):
                 return
             keys.forget()  # a key was erased since it was read: the events are keyed again
             _restore(events, originals)
@@ -464,6 +503,28 @@ async def append_on(
         keys.forget()
         _restore(events, originals)
         raise
+
+
+async def _append_batch(
+    conn: asyncpg.Connection,
+    rows: list[dict[str, Any]],
+    heads: list[bytes],
+    tails: list[bytes],
+    epoch: int | None,
+    contention: Contention | None,
+) -> bool:
+    """A batch keyed at `epoch`, in a transaction of its own; False when a key was erased since.
+    One statement committed synchronously while the chain's lock is free; while other transactions
+    hold it (found so within `CONTENDED_SECONDS`), a change's message, which lets the lock go
+    before its flush."""
+    if contention is None:
+        return await repo.append(conn, rows, heads, tails, key_epoch=epoch)
+    if not contention.lately:
+        appended = await repo.append_if_free(conn, rows, heads, tails, epoch)
+        if appended is not None:
+            return appended
+        contention.held()
+    return await repo.append_early(conn, rows, heads, tails, epoch)
 
 
 def _restore(events: list[dict[str, Any]], originals: list[dict[str, Any]]) -> None:

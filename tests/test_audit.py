@@ -4,6 +4,7 @@ that names the first broken event after tampering by a superuser."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -506,18 +507,35 @@ def test_an_erasure_of_a_scope_is_found_by_the_scope(client, token):
     assert actions.count("system.erase_scope") == 1 and actions.count("entries.write") == 1
 
 
-def _contended_writer(database_url: str):  # type: ignore[no-untyped-def]
-    """An audit writer on a pool of its own, and a connection holding the chain's lock when asked."""
+@contextlib.asynccontextmanager
+async def _writer(database_url: str):  # type: ignore[no-untyped-def]
+    """An audit writer on a pool of its own, and a pool with the server's codecs for the rest."""
     from catalog.db import create_pool
     from catalog.recorder.writer import AuditWriter
 
-    async def make():  # type: ignore[no-untyped-def]
-        writer = AuditWriter(await create_pool(database_url, min_size=1, max_size=1))
-        writer.start()
-        others = await create_pool(database_url, min_size=1, max_size=2)  # the server's codecs
-        return writer, others
+    writer = AuditWriter(await create_pool(database_url, min_size=1, max_size=1))
+    writer.start()
+    others = await create_pool(database_url, min_size=1, max_size=2)
+    try:
+        yield writer, others
+    finally:
+        await writer.close()
+        await others.close()
 
-    return make()
+
+@contextlib.asynccontextmanager
+async def _behind_the_chain(writer, others, event: dict[str, object]):  # type: ignore[no-untyped-def]
+    """The writer records `event` while another transaction holds the chain's lock: the event
+    waits until the block ends (the lock let go), then it is appended."""
+    from catalog.db import locks
+
+    async with others.acquire() as holder, holder.transaction():
+        await holder.execute("SELECT pg_advisory_xact_lock($1)", locks.AUDIT_CHAIN)
+        waiting = asyncio.ensure_future(writer.record(**event))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # waiting for the lock
+        yield
+    await asyncio.wait_for(waiting, 10)
 
 
 def _event(request_id: str, **params: str) -> dict[str, object]:
@@ -534,31 +552,17 @@ def test_a_batch_that_finds_the_chain_held_is_sent_as_a_changes_event_is(databas
     statement; found held (another process appending), the batch waits in a change's message (its
     lock let go before the flush), and so do the batches after it for a while, without asking
     first. Every event is appended once, in order, and the chain verifies."""
-    from catalog.db import locks
     from catalog.recorder.chain import verify
 
     async def run():  # type: ignore[no-untyped-def]
-        writer, others = await _contended_writer(database_url)
-        holder = await others.acquire()
-        try:
+        async with _writer(database_url) as (writer, others):
             await writer.record(**_event("contended-free"))
             assert writer.contention.found_held == 0 and not writer.contention.lately
-            held = holder.transaction()
-            await held.start()
-            await holder.execute("SELECT pg_advisory_xact_lock($1)", locks.AUDIT_CHAIN)
-            waiting = asyncio.ensure_future(writer.record(**_event("contended-held")))
-            await asyncio.sleep(0.3)
-            assert not waiting.done()  # waiting for the lock in the change's message
-            assert writer.contention.found_held == 1 and writer.contention.lately
-            await held.rollback()
-            await asyncio.wait_for(waiting, 10)
+            async with _behind_the_chain(writer, others, _event("contended-held")):
+                assert writer.contention.found_held == 1 and writer.contention.lately
             await writer.record(**_event("contended-after"))  # straight to the message: no second finding
             assert writer.contention.found_held == 1
-            return await holder.fetch("SELECT * FROM audit_events ORDER BY seq")
-        finally:
-            await writer.close()
-            await others.release(holder)
-            await others.close()
+            return await others.fetch("SELECT * FROM audit_events ORDER BY seq")
 
     rows = asyncio.run(run())
     mine = [r["request_id"] for r in rows if r["request_id"].startswith("contended-")]
@@ -570,7 +574,6 @@ def test_a_key_erased_while_a_batch_waits_for_the_chain_is_not_used(database_url
     """A batch sent as a change's message checks, under the chain's lock, that no key it was keyed
     with was erased since: a subject erased while the batch waited gets its events keyed again
     (with its new key), never appended with the erased one."""
-    from catalog.db import locks
     from catalog.recorder import repo
     from catalog.recorder.chain import verify
     from catalog.recorder.pseudonyms import subject_of
@@ -578,26 +581,13 @@ def test_a_key_erased_while_a_batch_waits_for_the_chain_is_not_used(database_url
     scope = "zqwaits:notes"
 
     async def run():  # type: ignore[no-untyped-def]
-        writer, others = await _contended_writer(database_url)
-        holder = await others.acquire()
-        try:
+        async with _writer(database_url) as (writer, others):
             await writer.record(**_event("erased-first", scope=scope))  # its key held by the writer
             writer.contention.held()  # other processes appending lately: batches go as changes' do
-            held = holder.transaction()
-            await held.start()
-            await holder.execute("SELECT pg_advisory_xact_lock($1)", locks.AUDIT_CHAIN)
-            waiting = asyncio.ensure_future(writer.record(**_event("erased-second", scope=scope)))
-            await asyncio.sleep(0.3)
-            assert not waiting.done()
-            async with others.acquire() as eraser:
+            erased_second = _event("erased-second", scope=scope)
+            async with _behind_the_chain(writer, others, erased_second), others.acquire() as eraser:
                 assert await repo.delete_subject_key(eraser, subject_of(scope))
-            await held.rollback()
-            await asyncio.wait_for(waiting, 10)
-            return await holder.fetch("SELECT * FROM audit_events ORDER BY seq")
-        finally:
-            await writer.close()
-            await others.release(holder)
-            await others.close()
+            return await others.fetch("SELECT * FROM audit_events ORDER BY seq")
 
     rows = asyncio.run(run())
     first, second = (next(r for r in rows if r["request_id"] == f"erased-{n}") for n in ("first", "second"))

@@ -15,8 +15,9 @@ changes commit synchronously while holding the lock.
 Reads' events (a search, a store's details: requests that change nothing) are appended by the
 writer in batches, one statement each, committed synchronously: with the chain's lock free, that
 is the cheapest way and nobody waits for it. The statement asks for the lock without waiting; when
-another transaction holds it (other processes appending: workers, nodes), the batch goes as a
-change's event does instead, its lock let go before its flush (`Contention`).
+another transaction holds it (other processes appending: workers, nodes), that batch and the
+writer's batches of the next `CONTENDED_SECONDS` go as a change's event does instead, the lock let
+go before their flush (`Contention`).
 
 Outages: the event of a request refused because the database is unreachable cannot be appended
 then; `defer()` keeps it (in memory, at most `MAX_DEFERRED`) and the writer appends it once the
@@ -227,18 +228,17 @@ class Contention:
     `CONTENDED_SECONDS`): its batches then go as a change's event does (`repo.append_early`)
     without first asking for the lock."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
+    def __init__(self) -> None:
         self._until = float("-inf")
         self.found_held = 0  # times the lock was found held (a batch then sent as a change's)
 
     @property
     def lately(self) -> bool:
-        return self._clock() < self._until
+        return time.monotonic() < self._until
 
     def held(self) -> None:
         self.found_held += 1
-        self._until = self._clock() + CONTENDED_SECONDS
+        self._until = time.monotonic() + CONTENDED_SECONDS
 
 
 class AuditWriter:

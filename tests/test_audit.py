@@ -553,6 +553,12 @@ def test_a_batch_that_finds_the_chain_held_is_sent_as_a_changes_event_is(databas
     lock let go before the flush), and so do the batches after it for a while, without asking
     first. Every event is appended once, in order, and the chain verifies."""
     from catalog.recorder.chain import verify
+    from catalog.telemetry.seams import AUDIT_CHAIN_HELD
+
+    def counted() -> float:  # catalog_audit_chain_held_total, as /metrics renders it
+        return AUDIT_CHAIN_HELD.family().samples[0].value
+
+    before = counted()
 
     async def run():  # type: ignore[no-untyped-def]
         async with _writer(database_url) as (writer, others):
@@ -568,6 +574,7 @@ def test_a_batch_that_finds_the_chain_held_is_sent_as_a_changes_event_is(databas
     mine = [r["request_id"] for r in rows if r["request_id"].startswith("contended-")]
     assert mine == ["contended-free", "contended-held", "contended-after"]
     assert verify(rows).ok
+    assert counted() == before + 1
 
 
 def test_a_key_erased_while_a_batch_waits_for_the_chain_is_not_used(database_url):

@@ -240,6 +240,7 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "catalog_search_fusion_duration_seconds": ("histogram", ()),
     "catalog_embedding_duration_seconds": ("histogram", ("queue",)),
     "catalog_audit_append_duration_seconds": ("histogram", ()),
+    "catalog_audit_chain_held_total": ("counter", ()),
     "catalog_authorization_denials_total": ("counter", ("action",)),
     "catalog_pipeline_run_duration_seconds": ("histogram", ("outcome",)),
     "catalog_erasures_total": ("counter", ("kind",)),

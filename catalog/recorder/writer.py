@@ -239,6 +239,7 @@ class Contention:
     def held(self) -> None:
         self.found_held += 1
         self._until = time.monotonic() + CONTENDED_SECONDS
+        telemetry.audit_chain_held()
 
 
 class AuditWriter:

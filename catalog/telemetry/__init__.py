@@ -6,6 +6,7 @@ one line. See docs/operations/observability.md."""
 from catalog.telemetry.instruments import REGISTRY, Counter, Family, Histogram, Sample, families, text_format
 from catalog.telemetry.seams import (
     audit_append,
+    audit_chain_held,
     audit_queued,
     authorization,
     chat_end,
@@ -30,6 +31,7 @@ __all__ = [
     "Histogram",
     "Sample",
     "audit_append",
+    "audit_chain_held",
     "audit_queued",
     "authorization",
     "chat_end",

@@ -58,6 +58,11 @@ AUDIT_APPEND = Histogram(
     "catalog_audit_append_duration_seconds",
     "time of one audit append (one statement: a change's event with its commit, or a batch of events)",
 )
+AUDIT_CHAIN_HELD = Counter(
+    "catalog_audit_chain_held_total",
+    "batches of reads' audit events that found the audit chain's lock held by another transaction "
+    "(other processes appending): that batch and the next 10 s of batches went as a change's event does",
+)
 DENIALS = Counter(
     "catalog_authorization_denials_total",
     "authorization decisions that denied an action",
@@ -461,6 +466,11 @@ def audit_append(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]
             AUDIT_APPEND.observe(time.perf_counter() - started)
 
     return run
+
+
+def audit_chain_held() -> None:
+    """A batch of reads' events found the audit chain's lock held (`catalog_audit_chain_held_total`)."""
+    AUDIT_CHAIN_HELD.inc()
 
 
 def audit_queued(event: Mapping[str, Any]) -> AbstractContextManager[None]:

@@ -157,7 +157,7 @@ class KeyCache:
     """The subjects' keys an audit writer has used, all read at one epoch of `audit_key_epoch`
     (which every erasure of a key moves on, in its transaction), kept for at most `TTL` seconds:
     an event of a subject seen lately is keyed without a statement, and its append is made only
-    if the epoch has not moved (`repo.append(key_epoch=)`); else the writer forgets them all and
+    if the epoch has not moved (`repo.append_batch`); else the writer forgets them all and
     keys the events again with the keys as they are now. An erased key leaves the memory of
     every process within `TTL`, or at its next append."""
 

@@ -79,32 +79,22 @@ async def append(
     *,
     commit: bool = False,
     early_unlock: bool = True,
-    key_epoch: int | None = None,
-) -> bool:
+) -> None:
     """`audit_append(rows, heads, tails)` in the connection's transaction (or as its own when there
     is none): PostgreSQL numbers and hashes the events under the chain's lock, held until the
     transaction ends. `commit=True` ends the caller's transaction in the same message, so that no
-    other work of this process runs while the lock is held. With `key_epoch` (the events were
-    keyed with keys read at that epoch of `audit_key_epoch`), nothing is appended when a key has
-    been erased since (the epoch moved on): False."""
+    other work of this process runs while the lock is held."""
     if not commit:
-        if key_epoch is None:
-            await conn.execute("SELECT audit_append($1, $2, $3)", rows, heads, tails)
-            return True
-        appended = await conn.fetchval(
-            f"SELECT audit_append($1, $2, $3) WHERE {_KEY_EPOCH} = $4", rows, heads, tails, key_epoch
-        )
-        return appended is not None
-    assert key_epoch is None, "a change's event is keyed in its own transaction"
+        await conn.execute("SELECT audit_append($1, $2, $3)", rows, heads, tails)
+        return
     append_sql = append_statement(rows, heads, tails)
     if not early_unlock:
         await conn.execute("SET LOCAL synchronous_commit = on; " + append_sql + "COMMIT")
-        return True
+        return
     # The commit itself does not wait for its WAL flush, so the chain's lock is let go before the
     # disk is reached and concurrent changes share their flushes; FLUSH_TAIL then waits for a
     # flush that covers the change too: nothing is answered before it is durable.
     await conn.execute("SET LOCAL synchronous_commit = off; " + append_sql + "COMMIT; " + FLUSH_TAIL)
-    return True
 
 
 # `audit_append()` (migration 0042) found that a subject's key was erased since the events were
@@ -112,20 +102,25 @@ async def append(
 KEYS_ERASED = "CAK01"
 
 
-async def append_if_free(
+async def append_batch(
     conn: asyncpg.Connection,
     rows: list[dict[str, Any]],
     heads: list[bytes],
     tails: list[bytes],
     key_epoch: int | None,
+    *,
+    wait: bool = True,
 ) -> bool | None:
-    """`append(key_epoch=)` if the chain's lock is free now: None, and nothing appended, when
-    another transaction holds it (`audit_append(wait => false)`)."""
+    """A batch of events in a transaction of its own: one statement, committed synchronously (the
+    chain's lock held through its flush). `key_epoch`: the epoch of `audit_key_epoch` the events
+    were keyed at (None: they needed no key); when a key has been erased since (the epoch moved
+    on), nothing is appended: False. With `wait=False`, the lock is asked for without waiting:
+    None, and nothing appended, when another transaction holds it."""
     if key_epoch is None:
-        row = await conn.fetchrow("SELECT audit_append($1, $2, $3, false) AS last", rows, heads, tails)
+        row = await conn.fetchrow("SELECT audit_append($1, $2, $3, $4) AS last", rows, heads, tails, wait)
     else:
-        sql = f"SELECT audit_append($1, $2, $3, false) AS last WHERE {_KEY_EPOCH} = $4"
-        row = await conn.fetchrow(sql, rows, heads, tails, key_epoch)
+        sql = f"SELECT audit_append($1, $2, $3, $4) AS last WHERE {_KEY_EPOCH} = $5"
+        row = await conn.fetchrow(sql, rows, heads, tails, wait, key_epoch)
     if row is None:
         return False
     return None if row["last"] is None else True
@@ -138,11 +133,10 @@ async def append_early(
     tails: list[bytes],
     key_epoch: int | None,
 ) -> bool:
-    """`append(key_epoch=)` in its own transaction, sent as a change's event is (one message:
-    committed with synchronous_commit off, so that the chain's lock is let go before the disk is
-    reached, then FLUSH_TAIL, which waits for a flush covering it): for a batch of reads' events
-    while other transactions append. False, and nothing appended, when a key was erased since
-    `key_epoch` (checked under the lock)."""
+    """`append_batch` sent as a change's event is (one message: committed with synchronous_commit
+    off, so that the chain's lock is let go before the disk is reached, then FLUSH_TAIL, which
+    waits for a flush covering it): for a batch while other transactions append. False, and
+    nothing appended, when a key was erased since `key_epoch` (checked under the lock)."""
     append_sql = append_statement(rows, heads, tails, key_epoch=key_epoch)
     try:
         await conn.execute(f"BEGIN; SET LOCAL synchronous_commit = off; {append_sql}COMMIT; {FLUSH_TAIL}")

@@ -519,9 +519,9 @@ async def _append_batch(
     hold it (found so within `CONTENDED_SECONDS`), a change's message, which lets the lock go
     before its flush."""
     if contention is None:
-        return await repo.append(conn, rows, heads, tails, key_epoch=epoch)
+        return bool(await repo.append_batch(conn, rows, heads, tails, epoch))
     if not contention.lately:
-        appended = await repo.append_if_free(conn, rows, heads, tails, epoch)
+        appended = await repo.append_batch(conn, rows, heads, tails, epoch, wait=False)
         if appended is not None:
             return appended
         contention.held()

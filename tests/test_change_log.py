@@ -177,6 +177,40 @@ async def test_an_idle_indexer_does_not_poll_and_wakes_on_another_process_commit
         await feed.close()
 
 
+async def test_writes_gather_for_one_commit_but_a_search_never_waits_for_the_interval(
+    pool, store, tmp_path, fresh_database_url
+):
+    feed = ChangeFeed(pool)
+    # an interval of an hour: after the first commit only a search can bring a write in
+    ix = Indexer(pool, tmp_path / "index", poll_interval=3600.0, feed=feed, commit_interval=3600.0)
+    feed.start()
+    await ix.start()
+    try:
+        await eventually(lambda: holds(feed.listening), "the feed to listen")
+        await write(pool, store, {"/a.md": "numbat"})  # the first since the start: committed at once
+        await eventually(lambda: found(pool, ix, store, "numbat"), "the first write to be indexed")
+        await eventually(lambda: holds(ix.passes.done == ix.passes.started), "no pass running")
+        commits, started, heard = ix.commits, ix.passes.started, feed.notifications
+
+        other = await asyncpg.connect(fresh_database_url)  # another process's writes, notified
+        try:
+            await write(other, store, {"/b.md": "quokka"})
+            await write(other, store, {"/c.md": "quokka"})
+        finally:
+            await other.close()
+        await eventually(lambda: holds(feed.notifications >= heard + 2), "the feed to hear both")
+        await asyncio.sleep(0.5)  # long enough for a pass that was not put off to have started
+        assert ix.passes.started == started and ix.commits == commits  # gathering
+        assert await found(pool, ix, store, "quokka") == []
+
+        assert await ix.wait_fresh(5.0) is True  # a search: served now, both writes in one commit
+        assert await found(pool, ix, store, "quokka") == ["/b.md", "/c.md"]
+        assert ix.commits == commits + 1
+    finally:
+        await ix.close()
+        await feed.close()
+
+
 async def test_the_idle_embedding_worker_wakes_on_another_process_commit(
     pool, store, tmp_path, fresh_database_url, monkeypatch
 ):

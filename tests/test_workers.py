@@ -102,6 +102,35 @@ async def test_a_reader_takes_the_place_of_a_writer_that_is_gone(pool, store, pa
     assert await found(pool, reader, store, "pangolin") == ["/after.md", "/before.md", "/later.md"]
 
 
+async def test_a_readers_write_gathers_with_the_writers_but_its_search_is_served_at_once(
+    pool, store, tmp_path
+):
+    """A reader's `poke` (it committed a write) lets writes gather for the writer's next commit;
+    its `wake` (a search waits) is a pass now."""
+    root = tmp_path / "index"
+    writer = Indexer(pool, root, shared_slot=0, poll_interval=3600.0, commit_interval=3600.0)
+    await writer.start()
+    reader = Indexer(pool, root, shared_slot=0, poll_interval=3600.0, commit_interval=3600.0)
+    await reader.start()
+    try:
+        await insert(pool, store, {"/first.md": "kowari first"})
+        assert await reader.wait_fresh(WAIT) is True  # the first commit since the start
+        commits, started = writer.commits, writer.passes.started
+
+        await insert(pool, store, {"/gathered.md": "kowari gathered"})
+        reader.notify()  # the reader's own write: a poke
+        await asyncio.sleep(0.5)  # long enough for a pass that was not put off to have started
+        assert writer.announcer is not None and len(writer.announcer.asked) == 1  # poked, unanswered
+        assert writer.passes.started == started and writer.commits == commits
+
+        assert await reader.wait_fresh(WAIT) is True  # a search: the writer's pass, now
+        assert await found(pool, reader, store, "kowari") == ["/first.md", "/gathered.md"]
+        assert writer.commits == commits + 1
+    finally:
+        await reader.close()
+        await writer.close()
+
+
 class FailingWriter:
     """tantivy's writer, whose commits fail as on a full disk."""
 

@@ -30,6 +30,13 @@ Rules:
 - At shut-down the loop makes a last pass once it is asked to stop (after the server's last
   requests), so the index and its watermark file hold every change committed before it: the next
   start has none of them to replay.
+- A commit has a cost of its own, whatever it holds (a new segment: its files, their flush, a
+  new searcher; some 10 ms of CPU here, where indexing a short entry costs a tenth of a
+  millisecond: docs, benchmarks, "A write's cost by its rate"), so writes gather for one: a pass
+  woken only by writes (this process's, the change feed's, a reader's `poke`) starts at most
+  `commit_interval` after the last commit. A pass that a search waits for (`wait_fresh`, a
+  reader's `wake`), or that has more rows waiting, starts at once: no search waits for the
+  interval, and read-your-writes holds as before.
 - No polling while idle: with the change feed listening (`catalog.search.passes.ChangeFeed`),
   the loop sleeps until a commit anywhere, a local write or a search wakes it, or until the
   oldest young gap expires; without the feed (not yet connected, or lost) it polls every
@@ -76,6 +83,8 @@ REBUILD_REWIND = 10_000  # after a rebuild, replay this many change rows (in-fli
 RETENTION = datetime.timedelta(hours=24)  # change rows older than this are pruned
 PRUNE_INTERVAL = 600.0  # seconds between a process's prunings of a change log
 PRUNE_BATCH = 10_000  # rows deleted in one transaction
+# seconds after a commit before a pass that no search waits for commits again (see the rules)
+COMMIT_INTERVAL = 1.0
 
 
 OPEN_LOCK_FILE = ".catalog-open.lock"  # under an index root: held while a process opens a slot
@@ -169,11 +178,14 @@ class Indexer:
         retention: datetime.timedelta = RETENTION,
         prune_interval: float = PRUNE_INTERVAL,
         shared_slot: int | None = None,
+        commit_interval: float = COMMIT_INTERVAL,
     ) -> None:
         self.pool = pool
         self.corpus = corpus
         self.index_root = index_root / corpus.directory if corpus.directory else index_root
         self.poll_interval = poll_interval
+        self.commit_interval = commit_interval
+        self._committed_at = float("-inf")  # monotonic time of this process's last commit
         self.gap_timeout = gap_timeout
         self.retention = retention
         self.prune_interval = prune_interval
@@ -267,7 +279,7 @@ class Indexer:
         """Answer the slot's readers (catalog.search.sharing); the name is taken again at each pass
         while a writer that is stopping still holds it."""
         if self.announcer is None:
-            self.announcer = Announcer(self.directory, self.passes.wake.set, self._failing)
+            self.announcer = Announcer(self.directory, self.passes.hurry, self._failing, self.passes.wake.set)
         self.announcer.listen()
 
     def _failing(self) -> str | None:
@@ -327,7 +339,7 @@ class Indexer:
         self._done_above.clear()
         self._gaps.clear()
         self._announce()
-        self.passes.wake.set()
+        self.passes.hurry()
         self._task = asyncio.create_task(self._loop(), name="indexer")
 
     def request_stop(self) -> None:
@@ -335,7 +347,7 @@ class Indexer:
         self._stopping = True
         self._stop.set()
         self._take_over.set()
-        self.passes.wake.set()
+        self.passes.hurry()
 
     async def close(self) -> None:
         """Stop after the pass in progress and a last one that commits what is left (a pass's
@@ -565,7 +577,9 @@ class Indexer:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.passes.wake.wait(), self._idle_timeout())
+                await self._gather_writes()
             self.passes.wake.clear()
+            self.passes.urgent.clear()
             if self._stopping:
                 return
             try:
@@ -580,13 +594,23 @@ class Indexer:
             delay = 0.0
             self.health.succeeded()
             if more:
-                self.passes.wake.set()
+                self.passes.hurry()
             elif time.monotonic() - self._pruned_at >= self.prune_interval:
                 self._pruned_at = time.monotonic()
                 try:
                     self.pruned_total += await self.prune()
                 except Exception as exc:  # the log only grows meanwhile: not the index's failure
                     log.warning("pruning %s failed: %s", self.corpus.changes, exc)
+
+    async def _gather_writes(self) -> None:
+        """Put a pass off until `commit_interval` after the last commit, unless it is urgent (a
+        search waits for it, more rows are waiting) or the loop is stopping: the writes
+        committed meanwhile go into one commit (see the rules)."""
+        wait = self._committed_at + self.commit_interval - time.monotonic()
+        if wait <= 0 or self.passes.urgent.is_set() or self._stopping:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.passes.urgent.wait(), wait)
 
     # --- pruning the change log ---------------------------------------------------------------------
 
@@ -638,6 +662,7 @@ class Indexer:
                     # raises (rolled back) unless the index now holds exactly this
                     await asyncio.to_thread(index.apply, deletes, upserts)
                     self.commits += 1
+                    self._committed_at = time.monotonic()
                 # only now, with the rows committed in the index, may the watermark pass them
                 self._advance([row.seq for row in rows])
                 await self._save_watermark()

@@ -18,7 +18,15 @@ class Passes:
         self.started = 0
         self.done = 0
         self.wake = asyncio.Event()
+        # set with `wake` when the pass must not be put off: a request waits for it, or more
+        # work is waiting (a worker that lets writes gather for a while, the indexer, reads it)
+        self.urgent = asyncio.Event()
         self._finished = asyncio.Condition()
+
+    def hurry(self) -> None:
+        """Wake the worker for a pass that is not to be put off."""
+        self.urgent.set()
+        self.wake.set()
 
     def begin(self) -> int:
         self.started += 1
@@ -33,7 +41,7 @@ class Passes:
         """Wake the worker and return when a pass that starts after this call has ended."""
         async with self._finished:
             target = self.started + 1
-            self.wake.set()
+            self.hurry()
             await asyncio.wait_for(self._finished.wait_for(lambda: self.done >= target), timeout)
 
 

@@ -8,13 +8,16 @@ Rules:
   on a datagram socket named after the slot's directory (`address`: Linux's abstract namespace,
   so nothing is left on disk by a process that dies, and no path is too long);
 - a reader that must hold everything committed before now (a search) sends the writer `wake`
-  and waits for `done <started> <commit> <watermark>`: the writer ran a pass that *started* at
-  `started` (CLOCK_MONOTONIC, one clock for every process of the machine), so a pass started after
-  the reader asked has applied every change committed before it asked, the rule of one process's
-  `Indexer.wait_fresh`. `commit` names the writer's last commit: the reader reloads its searcher
-  when it changed, before the search goes on; `watermark` is the change-log row up to which that
-  commit holds everything, so a search that knows the log's head from its request (at or below
-  the watermark its searcher holds) need not ask at all (`holds`);
+  and waits for `done <started> <commit> <watermark>` (a reader that committed a write sends
+  `poke`, answered alike; the writer lets a poke's write gather with others for one commit, as
+  its own, `Indexer.commit_interval`, and serves a wake at once): the writer ran a pass that
+  *started* at `started` (CLOCK_MONOTONIC, one clock for every process of the machine), so a
+  pass started after the reader asked has applied every change committed before it asked, the
+  rule of one process's `Indexer.wait_fresh`. `commit` names the writer's last commit: the
+  reader reloads its searcher when it changed, before the search goes on; `watermark` is the
+  change-log row up to which that commit holds everything, so a search that knows the log's
+  head from its request (at or below the watermark its searcher holds) need not ask at all
+  (`holds`);
 - a writer that is failing (a full disk) answers `fail <reason>` at once, and the reader searches
   what the index holds and says so (`degraded`), as one process does;
 - nothing answers when no writer lives (it died; the kernel let go of its lock): the reader
@@ -39,6 +42,7 @@ from pathlib import Path
 log = logging.getLogger("catalog.search")
 
 WAKE = b"wake"
+POKE = b"poke"
 DONE = b"done"
 FAIL = b"fail"
 
@@ -56,12 +60,19 @@ def _socket() -> socket.socket:
 
 
 class Announcer:
-    """The writer's side: takes `wake` from readers and tells each of them when a pass that
-    started after it asked is done (or that the index is failing)."""
+    """The writer's side: takes `wake` and `poke` from readers and tells each of them when a pass
+    that started after it asked is done (or that the index is failing)."""
 
-    def __init__(self, directory: Path, wake: Callable[[], None], failing: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        wake: Callable[[], None],
+        failing: Callable[[], str | None],
+        poke: Callable[[], None] | None = None,
+    ) -> None:
         self.directory = directory
-        self.wake = wake  # start a pass soon
+        self.wake = wake  # start a pass now: a search waits for it
+        self.poke = poke or wake  # start a pass soon: a write committed
         self.failing = failing  # why the index is failing now, None while it is healthy
         self.sock: socket.socket | None = None
         self.asked: dict[bytes, float] = {}  # reader → when it last asked (monotonic)
@@ -104,13 +115,16 @@ class Announcer:
                 break
             except OSError:
                 break
-            if not reader or not message.startswith(WAKE):
+            if not reader or not message.startswith((WAKE, POKE)):
                 continue
             if reason is not None:
                 self._send(reader, FAIL + b" " + reason.encode(errors="replace")[:200])
                 continue
             self.asked[reader] = now
-            self.wake()
+            if message.startswith(WAKE):
+                self.wake()
+            else:
+                self.poke()
 
     def done(self, started: float, commit: str, watermark: int = 0) -> None:
         """A pass that began at `started` is committed: every reader that asked learns of it (it
@@ -185,8 +199,9 @@ class Follower:
 
     def poke(self) -> None:
         """Ask for a pass soon without waiting for it (a local write committed)."""
+        assert self.sock is not None
         with contextlib.suppress(OSError):
-            self._ask()
+            self.sock.sendto(POKE, self.writer)
 
     async def wait_fresh(self, timeout: float) -> bool:  # noqa: ASYNC109
         """True once a pass of the writer that started after this call is committed and this

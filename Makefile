@@ -76,7 +76,7 @@ test-fast: $(VENV)/.installed-dev ## ruff and the tests without the process-leve
 	$(BIN)/ruff check .
 	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
-BENCHES := authz locomo beam keyword_statistics peer search request_floor round_trips client_overhead calls model_int8 audit audit_chain embedder_memory conversations sessions responses erasure history cluster
+BENCHES := authz locomo beam keyword_statistics peer search request_floor round_trips client_overhead calls write_rate model_int8 audit audit_chain embedder_memory conversations sessions responses erasure history cluster
 
 # inside `make bench` the soak runs 30 s after a 10 s warm-up (a smoke check); `make soak` runs it in full
 SOAK_SHORT := --duration 30 --warmup 10

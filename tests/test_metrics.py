@@ -158,6 +158,7 @@ def test_metrics_need_a_token_and_read_audit_and_are_audited(client, token):
         "catalog_index_healthy",
         "catalog_index_failures_total",
         "catalog_index_documents",
+        "catalog_index_commits_total",
         "catalog_embedding_backlog_entries",
         "catalog_embedding_healthy",
         "catalog_embedding_failures_total",
@@ -194,6 +195,7 @@ def test_metrics_report_the_index_lag_while_commits_fail(client, token, monkeypa
     wait_for(lambda: metrics(client, token)["catalog_index_lag_changes"] == 0, "an idle index")
     failures = metrics(client, token)["catalog_index_failures_total"]
     documents = metrics(client, token)["catalog_index_documents"]
+    commits = metrics(client, token)["catalog_index_commits_total"]
 
     real = FullTextIndex.commit
 
@@ -217,6 +219,7 @@ def test_metrics_report_the_index_lag_while_commits_fail(client, token, monkeypa
     assert failing["catalog_index_lag_changes"] == 2
     assert failing["catalog_index_failing_seconds"] > 0
     assert failing["catalog_index_documents"] == documents
+    assert failing["catalog_index_commits_total"] == commits  # a failed commit is not counted
 
     monkeypatch.setattr(FullTextIndex, "commit", real)
     caught_up = wait_for(
@@ -225,6 +228,7 @@ def test_metrics_report_the_index_lag_while_commits_fail(client, token, monkeypa
     assert caught_up["catalog_index_lag_changes"] == 0
     assert caught_up["catalog_index_failing_seconds"] == 0
     assert caught_up["catalog_index_documents"] == documents + 2
+    assert caught_up["catalog_index_commits_total"] > commits
 
 
 # --- names, types, units, labels ------------------------------------------------------------------
@@ -249,6 +253,7 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "catalog_index_lag_seconds": ("gauge", ()),
     "catalog_index_watermark": ("gauge", ()),
     "catalog_index_documents": ("gauge", ()),
+    "catalog_index_commits_total": ("counter", ()),
     "catalog_index_healthy": ("gauge", ()),
     "catalog_index_failures_total": ("counter", ()),
     "catalog_index_failing_seconds": ("gauge", ()),

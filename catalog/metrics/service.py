@@ -119,6 +119,11 @@ async def collect(ctx: Context) -> list[Family]:
             search.indexer.watermark,
         ),
         gauge("catalog_index_documents", "entries in this process's full-text index", documents),
+        counter(
+            "catalog_index_commits_total",
+            "commits this process made to its full-text index (none while it reads a slot another writes)",
+            search.indexer.commits,
+        ),
         *_worker("catalog_index", status.index, now),
         *[
             gauge(

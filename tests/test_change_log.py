@@ -245,6 +245,43 @@ async def test_the_idle_embedding_worker_wakes_on_another_process_commit(
         await engine.close()
 
 
+async def test_a_write_is_one_embedding_pass_though_it_wakes_the_worker_twice(
+    pool, store, tmp_path, monkeypatch
+):
+    """The server's write wakes the worker itself, and the change feed's notification of its
+    commit wakes it again, a little later: one pass embeds the row, none claims for nothing
+    after it."""
+    monkeypatch.setattr(catalog.search.embedding_worker, "EMBED_POLL", 3600.0)
+    monkeypatch.setattr(catalog.search.embedding_worker, "EMBED_GATHER", 1.0)
+    engine = SearchEngine.create(pool, Embedder(HashEncoder()), tmp_path / "index")
+    await engine.start()
+    try:
+        assert engine.feed is not None
+        await eventually(lambda: holds(engine.feed.listening), "the feed to listen")
+        await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
+        started, heard = engine.passes.started, engine.feed.notifications
+
+        await write(pool, store, {"/w.md": "wallaby"})
+        engine.written(ENTRIES)  # as the write's request does once it committed
+        await asyncio.sleep(0.1)
+        engine.worker.wake()  # as a notification that came later does
+
+        async def embedded() -> bool:
+            return bool(
+                await pool.fetchval(
+                    "SELECT embedded_version = version FROM entries WHERE path = '/w.md' AND store_id = $1",
+                    store,
+                )
+            )
+
+        await eventually(embedded, "the write to be embedded")
+        await eventually(lambda: holds(engine.feed.notifications > heard), "the commit's notification")
+        await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
+        assert engine.passes.started == started + 1
+    finally:
+        await engine.close()
+
+
 async def test_workers_poll_while_the_feed_is_not_listening(pool, store, tmp_path):
     """Without the feed (lost, or not yet connected) changes are still found, by polling."""
     feed = ChangeFeed(pool)  # never started: not listening

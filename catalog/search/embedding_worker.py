@@ -53,6 +53,13 @@ EMBED_STOP_GRACE = 2.0
 EMBED_POLL = 1.0
 
 
+# how long a pass waits once woken: a write wakes the worker twice (its own process at once, then
+# the change feed's notification of its commit), and the second wake would be a pass that finds
+# nothing to claim (a claim statement per lane and corpus, for nothing); waiting this long makes
+# them one pass. No search waits for the worker (it embeds the rows it needs itself)
+EMBED_GATHER = 0.01
+
+
 # how long an embedding pass's claim on its rows lasts: a process that dies mid-pass leaves them
 # to the others after this (a pass of 256 long texts takes seconds)
 EMBED_LEASE = 60.0
@@ -170,6 +177,8 @@ class EmbeddingWorker:
                     idle = min(idle or math.inf, max(claimed_elsewhere, 0.0) + 0.1)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.passes.wake.wait(), idle)
+                if not self._stopping:
+                    await asyncio.sleep(EMBED_GATHER)
             self.passes.wake.clear()
             if self._stopping:
                 return

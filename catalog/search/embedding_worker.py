@@ -53,10 +53,11 @@ EMBED_STOP_GRACE = 2.0
 EMBED_POLL = 1.0
 
 
-# how long a pass waits once woken: a write wakes the worker twice (its own process at once, then
-# the change feed's notification of its commit), and the second wake would be a pass that finds
-# nothing to claim (a claim statement per lane and corpus, for nothing); waiting this long makes
-# them one pass. No search waits for the worker (it embeds the rows it needs itself)
+# how long an idle worker waits once woken before its pass: a write wakes it twice (its own
+# process at once, then the change feed's notification of its commit), and the second wake would
+# be a pass that finds nothing to claim (a claim statement per lane and corpus, for nothing);
+# waiting this long makes them one pass. A worker woken while it works (more writes came) goes
+# on at once. No search waits for the worker (it embeds the rows it needs itself)
 EMBED_GATHER = 0.01
 
 
@@ -175,10 +176,11 @@ class EmbeddingWorker:
                 idle = None if self.feed is not None and self.feed.listening else EMBED_POLL
                 if claimed_elsewhere is not None:  # look again when those claims run out
                     idle = min(idle or math.inf, max(claimed_elsewhere, 0.0) + 0.1)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.passes.wake.wait(), idle)
-                if not self._stopping:
-                    await asyncio.sleep(EMBED_GATHER)
+                if not self.passes.wake.is_set():  # idle: a wake that comes has a twin (EMBED_GATHER)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.passes.wake.wait(), idle)
+                    if self.passes.wake.is_set() and not self._stopping:
+                        await asyncio.sleep(EMBED_GATHER)
             self.passes.wake.clear()
             if self._stopping:
                 return

@@ -4,7 +4,9 @@ workers sleep while idle and wake on a commit made by another process (LISTEN/NO
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
+import pathlib
 import time
 from collections.abc import AsyncIterator
 
@@ -49,6 +51,29 @@ async def write(conn: asyncpg.Connection | asyncpg.Pool, store: str, texts: dict
         "VALUES ($1, $2, $3, $4, 'admin', 'admin') ON CONFLICT (store_id, scope, session_id, path) "
         "DO UPDATE SET contents = excluded.contents, version = entries.version + 1",
         [(store, SCOPE, path, text) for path, text in texts.items()],
+    )
+
+
+@contextlib.asynccontextmanager
+async def idle_engine(pool: asyncpg.Pool, tmp_path: pathlib.Path) -> AsyncIterator[SearchEngine]:
+    """A search engine (a fake model) once its change feed listens and its embedding worker idles."""
+    engine = SearchEngine.create(pool, Embedder(HashEncoder()), tmp_path / "index")
+    await engine.start()
+    try:
+        assert engine.feed is not None
+        await eventually(lambda: holds(engine.feed.listening), "the feed to listen")
+        await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
+        yield engine
+    finally:
+        await engine.close()
+
+
+async def embedded(pool: asyncpg.Pool, store: str, path: str) -> bool:
+    """Whether the entry at `path` has the vector of its current version."""
+    return bool(
+        await pool.fetchval(
+            "SELECT embedded_version = version FROM entries WHERE path = $2 AND store_id = $1", store, path
+        )
     )
 
 
@@ -216,12 +241,7 @@ async def test_the_idle_embedding_worker_wakes_on_another_process_commit(
 ):
     # only a notification can wake it
     monkeypatch.setattr(catalog.search.embedding_worker, "EMBED_POLL", 3600.0)
-    engine = SearchEngine.create(pool, Embedder(HashEncoder()), tmp_path / "index")
-    await engine.start()
-    try:
-        assert engine.feed is not None
-        await eventually(lambda: holds(engine.feed.listening), "the feed to listen")
-        await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
+    async with idle_engine(pool, tmp_path) as engine:
         idle_since = engine.passes.started
         await asyncio.sleep(1.0)
         assert engine.passes.started == idle_since  # no pass while nothing changes
@@ -232,17 +252,7 @@ async def test_the_idle_embedding_worker_wakes_on_another_process_commit(
         finally:
             await other.close()
 
-        async def embedded() -> bool:
-            return bool(
-                await pool.fetchval(
-                    "SELECT embedded_version = version FROM entries WHERE path = '/e.md' AND store_id = $1",
-                    store,
-                )
-            )
-
-        await eventually(embedded, "the other process's write to be embedded")
-    finally:
-        await engine.close()
+        await eventually(lambda: embedded(pool, store, "/e.md"), "the other process's write to be embedded")
 
 
 async def test_a_write_is_one_embedding_pass_though_it_wakes_the_worker_twice(
@@ -253,12 +263,8 @@ async def test_a_write_is_one_embedding_pass_though_it_wakes_the_worker_twice(
     after it."""
     monkeypatch.setattr(catalog.search.embedding_worker, "EMBED_POLL", 3600.0)
     monkeypatch.setattr(catalog.search.embedding_worker, "EMBED_GATHER", 1.0)
-    engine = SearchEngine.create(pool, Embedder(HashEncoder()), tmp_path / "index")
-    await engine.start()
-    try:
+    async with idle_engine(pool, tmp_path) as engine:
         assert engine.feed is not None
-        await eventually(lambda: holds(engine.feed.listening), "the feed to listen")
-        await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
         started, heard = engine.passes.started, engine.feed.notifications
 
         await write(pool, store, {"/w.md": "wallaby"})
@@ -266,20 +272,10 @@ async def test_a_write_is_one_embedding_pass_though_it_wakes_the_worker_twice(
         await asyncio.sleep(0.1)
         engine.worker.wake()  # as a notification that came later does
 
-        async def embedded() -> bool:
-            return bool(
-                await pool.fetchval(
-                    "SELECT embedded_version = version FROM entries WHERE path = '/w.md' AND store_id = $1",
-                    store,
-                )
-            )
-
-        await eventually(embedded, "the write to be embedded")
+        await eventually(lambda: embedded(pool, store, "/w.md"), "the write to be embedded")
         await eventually(lambda: holds(engine.feed.notifications > heard), "the commit's notification")
         await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
         assert engine.passes.started == started + 1
-    finally:
-        await engine.close()
 
 
 async def test_workers_poll_while_the_feed_is_not_listening(pool, store, tmp_path):

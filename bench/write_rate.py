@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -117,7 +116,7 @@ async def case(
 
 
 async def main(rates: list[float], seconds: float, connections: int, repo: Path | None) -> None:
-    server = BenchServer(Path(tempfile.mkdtemp(prefix="catwrites")), repo=repo)
+    server = BenchServer(repo=repo)  # a data dir of its own, removed when it stops
     try:
         token = server.token()
         conn = await asyncpg.connect(server.db_url())

@@ -141,4 +141,6 @@ async def test_a_keyword_leg_that_failed_beside_a_failing_vector_leg_is_not_repo
         await engine.rank(Query("s", (SCOPE,), "anything", 30, "hybrid"))
     gc.collect()
     await asyncio.sleep(0)
-    assert "never retrieved" not in caplog.text
+    # (the collection may also find another test's abandoned task: only this search's error counts)
+    lost = [r for r in caplog.records if "never retrieved" in r.getMessage()]
+    assert not [r for r in lost if "the index is gone" in r.getMessage() + str(r.exc_info)]

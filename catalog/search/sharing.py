@@ -68,11 +68,11 @@ class Announcer:
         directory: Path,
         wake: Callable[[], None],
         failing: Callable[[], str | None],
-        poke: Callable[[], None] | None = None,
+        poke: Callable[[], None],
     ) -> None:
         self.directory = directory
         self.wake = wake  # start a pass now: a search waits for it
-        self.poke = poke or wake  # start a pass soon: a write committed
+        self.poke = poke  # start a pass soon: a write committed
         self.failing = failing  # why the index is failing now, None while it is healthy
         self.sock: socket.socket | None = None
         self.asked: dict[bytes, float] = {}  # reader → when it last asked (monotonic)

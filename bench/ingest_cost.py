@@ -9,6 +9,11 @@ vector is stored. Printed, per entry written:
 - PostgreSQL's time by statement (`pg_stat_statements`), the largest first; a statement run by
   a trigger or a function is counted on its own row and in the statement that ran it.
 
+With --rate R, the turns are written by one client at R a second instead (the first `--count`
+of them, in their sessions' order): what a write costs where writes come one at a time, each
+its own embedding pass and its own share of the full-text index's commits. With --repo DIR, the
+server is another checkout's (a git worktree of an earlier commit), for a before/after.
+
 With --searches MODE, then: every question of the conversations searched once in that mode
 (top 10, in its conversation's scope, one after the other), and PostgreSQL's time by statement
 per search (what a search's statements cost PostgreSQL on this store).
@@ -19,6 +24,7 @@ vector is set one statement at a time, as the embedding worker does; then the sa
 inserted into a table of only (id, vector) with an HNSW index: the time of each, per vector.
 
 Run: .venv/bin/python bench/ingest_cost.py [FILE.json ...] [--writers 8] [--searches hybrid]
+     .venv/bin/python bench/ingest_cost.py --rate 20 [--count 200] [--repo DIR]
      .venv/bin/python bench/ingest_cost.py --vectors [--rows 1500]
 (default files: ../shared/bench/locomo/*.json when present)
 """
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -45,10 +52,10 @@ from bench.locomo import STORE, UC, load
 STATEMENTS = 15  # rows of the statements' table
 
 
-def with_statement_stats(data_dir: Path) -> None:
+def with_statement_stats(data_dir: Path, repo: Path | None = None) -> None:
     """Start the data dir's server once (its PostgreSQL is made), then have PostgreSQL load
     `pg_stat_statements` at its next start."""
-    BenchServer(data_dir).stop()
+    BenchServer(data_dir, repo=repo).stop()
     conf = next(data_dir.rglob("postgresql.conf"))
     with conf.open("a") as f:
         f.write("\nshared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track = 'all'\n")
@@ -75,7 +82,14 @@ def print_statements(rows: list[asyncpg.Record], count: int, unit: str) -> None:
         print(f"| `{text}` | {r['calls'] / count:.2f} | {r['ms'] / count:.3f} | {share} |")
 
 
-async def run(given: list[str], writers: int, searches: str | None = None) -> None:
+async def run(
+    given: list[str],
+    writers: int,
+    searches: str | None = None,
+    rate: float | None = None,
+    limit: int = 200,
+    repo: Path | None = None,
+) -> None:
     files = [Path(f) for f in given] or sorted((REPO.parent / "shared/bench/locomo").glob("*.json"))
     if not files:
         print("ingest_cost: no files given and ../shared/bench/locomo/ is not here; pass LoCoMo JSON paths")
@@ -85,10 +99,16 @@ async def run(given: list[str], writers: int, searches: str | None = None) -> No
     for scope, entries, _ in datasets:
         for entry in entries:
             sessions.setdefault((scope, entry.get("session_id", "")), []).append(entry)
+    if rate is not None:  # one client: the first `limit` turns, in their sessions' order
+        turns = [(key, entry) for key, entries in sessions.items() for entry in entries][:limit]
+        sessions = {}
+        for key, entry in turns:
+            sessions.setdefault(key, []).append(entry)
+        writers = 1
     count = sum(len(e) for e in sessions.values())
     data_dir = Path(tempfile.mkdtemp(prefix="catingest"))
-    with_statement_stats(data_dir)
-    server = BenchServer(data_dir)
+    with_statement_stats(data_dir, repo)
+    server = BenchServer(data_dir, repo=repo)
     try:
         token = server.token()
         conn = await asyncpg.connect(server.db_url())
@@ -101,9 +121,13 @@ async def run(given: list[str], writers: int, searches: str | None = None) -> No
             queue = list(sessions.items())
 
             async def writer() -> None:
+                due = time.perf_counter()
                 while queue:
                     (scope, _), entries = queue.pop(0)
                     for entry in entries:
+                        if rate is not None:  # paced: the next write at its time
+                            due += 1 / rate
+                            await asyncio.sleep(max(0.0, due - time.perf_counter()))
                         r = await client.post(
                             f"{UC}/memory-stores/{STORE}/entries",
                             params={"scope": scope},
@@ -111,7 +135,8 @@ async def run(given: list[str], writers: int, searches: str | None = None) -> No
                         )
                         r.raise_for_status()
 
-            print(f"{count} entries, {writers} writers; load average {load_average()} at the start\n")
+            how = f"one client at {rate:g} a second" if rate is not None else f"{writers} writers"
+            print(f"{count} entries, {how}; load average {load_average()} at the start\n")
             await conn.execute("SELECT pg_stat_statements_reset()")
             pgdata = server.data_dir / "postgres"
             served, postgres = cpu_of_server(server.process.pid), cpu_of_postgres(pgdata)
@@ -137,6 +162,7 @@ async def run(given: list[str], writers: int, searches: str | None = None) -> No
         await conn.close()
     finally:
         server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)  # its PostgreSQL's files: some 100 MB
     per = 1000 / count
     print("| figure | per entry |")
     print("|---|---:|")
@@ -211,11 +237,14 @@ def main() -> None:
     )
     parser.add_argument("--vectors", action="store_true", help="a vector in the row vs in a table of its own")
     parser.add_argument("--rows", type=int, default=1500, help="with --vectors: rows of the tables")
+    parser.add_argument("--rate", type=float, help="one client writing this many turns a second")
+    parser.add_argument("--count", type=int, default=200, help="with --rate: how many turns")
+    parser.add_argument("--repo", type=Path, help="another checkout's server (a before/after)")
     args = parser.parse_args()
     if args.vectors:
         asyncio.run(vectors(args.rows))
         return
-    asyncio.run(run(args.files, args.writers, args.searches))
+    asyncio.run(run(args.files, args.writers, args.searches, args.rate, args.count, args.repo))
 
 
 if __name__ == "__main__":

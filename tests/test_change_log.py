@@ -8,17 +8,20 @@ import contextlib
 import datetime
 import pathlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
+import numpy as np
 import pytest
 from fake_embedder import HashEncoder
 
 import catalog.search.embedding_worker
 from catalog.db import create_pool
 from catalog.search import SearchEngine
+from catalog.search import repo as search_repo
 from catalog.search.corpus import ENTRIES
 from catalog.search.embedder import Embedder
+from catalog.search.embedding_worker import EMBED_BATCH
 from catalog.search.indexer import Indexer
 from catalog.search.passes import ChangeFeed, Passes
 
@@ -276,6 +279,122 @@ async def test_a_write_is_one_embedding_pass_though_it_wakes_the_worker_twice(
         await eventually(lambda: holds(engine.feed.notifications > heard), "the commit's notification")
         await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
         assert engine.passes.started == started + 1
+
+
+@contextlib.contextmanager
+def counted_claims(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[list[tuple[str, int]], list[str], list[int]]]:
+    """The embedding worker's claims (corpus, rows claimed), its looks at others' claims (corpus),
+    and the most passes that ran at once in one corpus, as the worker makes them."""
+    claims: list[tuple[str, int]] = []
+    looks: list[str] = []
+    most = [0]
+    running: dict[str, int] = {}
+    claim, expiry = search_repo.claim_unembedded, search_repo.next_claim_expiry
+    embed_pass = catalog.search.embedding_worker.EmbeddingWorker.embed_pass
+
+    async def claiming(conn, limit, corpus=ENTRIES, lease=60.0):  # type: ignore[no-untyped-def]
+        rows = await claim(conn, limit, corpus, lease)
+        claims.append((corpus.name, len(rows)))
+        return rows
+
+    async def looking(conn, corpus=ENTRIES):  # type: ignore[no-untyped-def]
+        looks.append(corpus.name)
+        return await expiry(conn, corpus)
+
+    async def passing(self, limit=EMBED_BATCH, corpus=ENTRIES, claimed=None):  # type: ignore[no-untyped-def]
+        running[corpus.name] = running.get(corpus.name, 0) + 1
+        most[0] = max(most[0], running[corpus.name])
+        try:
+            return await embed_pass(self, limit, corpus, claimed)
+        finally:
+            running[corpus.name] -= 1
+
+    monkeypatch.setattr(search_repo, "claim_unembedded", claiming)
+    monkeypatch.setattr(search_repo, "next_claim_expiry", looking)
+    monkeypatch.setattr(catalog.search.embedding_worker.EmbeddingWorker, "embed_pass", passing)
+    yield claims, looks, most
+
+
+async def test_a_writes_embedding_pass_claims_once_in_its_own_corpus(
+    pool, store, tmp_path, fresh_database_url, monkeypatch
+):
+    """A pass woken by an entry's write (this process's own, or another's through the change
+    feed) claims once, in the entries' table: no claim by an idle second lane, none in the
+    transcripts' table, one look at the claims others hold."""
+    monkeypatch.setattr(catalog.search.embedding_worker, "EMBED_POLL", 3600.0)
+    async with idle_engine(pool, tmp_path) as engine:
+        assert engine.transcripts is not None  # two corpora
+        with counted_claims(monkeypatch) as (claims, looks, _):
+            await write(pool, store, {"/own.md": "bilby"})
+            engine.written(ENTRIES)  # as the write's request does once it committed
+            await eventually(lambda: embedded(pool, store, "/own.md"), "the write to be embedded")
+            await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
+            assert claims == [("entries", 1)] and looks == ["entries"]
+
+            claims.clear(), looks.clear()
+            other = await asyncpg.connect(fresh_database_url)
+            try:
+                await write(other, store, {"/other.md": "potoroo"})
+            finally:
+                await other.close()
+            await eventually(lambda: embedded(pool, store, "/other.md"), "the other write to be embedded")
+            await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
+            assert claims == [("entries", 1)] and looks == ["entries"]
+
+
+async def test_a_backlog_is_embedded_by_two_lanes_the_second_once_a_claim_was_full(
+    pool, store, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(catalog.search.embedding_worker, "EMBED_POLL", 3600.0)
+    monkeypatch.setattr(catalog.search.embedding_worker, "EMBED_BATCH", 2)
+    async with idle_engine(pool, tmp_path) as engine:
+        with counted_claims(monkeypatch) as (claims, _, most):
+            await write(pool, store, {f"/b{i}.md": f"bandicoot {i}" for i in range(7)})
+            engine.written(ENTRIES)
+            for i in range(7):
+                await eventually(lambda i=i: embedded(pool, store, f"/b{i}.md"), "the backlog to be embedded")
+            await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
+            assert most[0] == 2  # a second lane, never a third
+            assert sum(n for _, n in claims) == 7 and {name for name, _ in claims} == {"entries"}
+            assert claims[0] == ("entries", 2)
+
+
+async def test_a_row_changed_after_its_claim_stays_stale_and_its_claim_is_let_go(pool, store):
+    """Storing a pass's vectors skips a row written since it was claimed (its vector would be
+    of the old text) and, in the same statement, frees that row's claim: the next pass takes it
+    at once rather than after the lease."""
+    await write(pool, store, {"/same.md": "quokka", "/changed.md": "numbat"})
+    async with pool.acquire() as conn:
+        rows = await search_repo.claim_unembedded(conn, 10, ENTRIES, 600.0)
+        assert sorted(r["contents"] for r in rows) == ["numbat", "quokka"]
+        await write(pool, store, {"/changed.md": "numbat, changed"})
+        vectors = HashEncoder().encode([r["contents"] for r in rows])
+        made = [(r["id"], r["version"], v, 1) for r, v in zip(rows, vectors, strict=True)]
+        await search_repo.set_embeddings(conn, made, ENTRIES, "m", release=[r["id"] for r in rows])
+    states = {
+        r["path"]: (r["embedded"], r["claimed"])
+        for r in await pool.fetch(
+            "SELECT path, embedded_version IS NOT DISTINCT FROM version AS embedded, "
+            "embedding_claim IS NOT NULL AS claimed FROM entries"
+        )
+    }
+    assert states == {"/same.md": (True, False), "/changed.md": (False, False)}
+    stored = await pool.fetchval("SELECT embedding FROM entries WHERE path = '/same.md'")
+    assert (
+        stored is not None
+        and abs(
+            float(
+                np.dot(np.asarray(stored.to_numpy()), vectors[[r["contents"] for r in rows].index("quokka")])
+            )
+            - 1.0
+        )
+        < 1e-5
+    )
+    async with pool.acquire() as conn:
+        again = await search_repo.claim_unembedded(conn, 10, ENTRIES, 600.0)
+    assert [r["contents"] for r in again] == ["numbat, changed"]
 
 
 async def test_workers_poll_while_the_feed_is_not_listening(pool, store, tmp_path):

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -84,13 +84,20 @@ class EmbeddingWorker:
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     # rows a search is embedding now, by (corpus, id, version): concurrent searches share the work
     _embedding_now: dict[tuple[str, str, int], asyncio.Future[bool]] = field(default_factory=dict)
+    # the corpora the wakes since the last pass began named: that pass claims in those only
+    _due: set[Corpus] = field(default_factory=set)
+    # when the claims other processes hold on a corpus's stale rows run out (the loop's time)
+    _claims_end: dict[Corpus, float] = field(default_factory=dict)
 
     def start(self, feed: ChangeFeed | None) -> None:
         self.feed = feed
         self._task = asyncio.create_task(self._loop(), name="embedding-worker")
-        self.passes.wake.set()
+        self.wake()
 
-    def wake(self) -> None:
+    def wake(self, corpus: Corpus | None = None) -> None:
+        """A write to `corpus` committed (None: to any of them, or look at every corpus): the
+        next pass claims rows in the corpora named since the last one began."""
+        self._due.update(self.corpora if corpus is None else {corpus} & set(self.corpora))
         self.passes.wake.set()
 
     @property
@@ -115,28 +122,35 @@ class EmbeddingWorker:
                     await self._task
         await self._release_claims()
 
-    async def embed_pass(self, limit: int = EMBED_BATCH, corpus: Corpus = ENTRIES) -> int:
+    async def embed_pass(
+        self, limit: int = EMBED_BATCH, corpus: Corpus = ENTRIES, claimed: Callable[[int], None] | None = None
+    ) -> int:
         """Embed up to `limit` rows of the corpus whose vector is missing or older than their
-        text; how many."""
-        claimed = self._claimed.setdefault(corpus, set())
+        text; how many (`claimed` is told how many it claimed, before the model runs)."""
+        held = self._claimed.setdefault(corpus, set())
         async with self.pool.acquire() as conn:
             rows = await repo.claim_unembedded(conn, limit, corpus, EMBED_LEASE)
+            if claimed is not None:
+                claimed(len(rows))
             if not rows:
                 return 0
             ids = [r["id"] for r in rows]
-            claimed.update(ids)
+            held.update(ids)
             try:
                 # a model error raises here: nothing is stored, the rows stay stale
                 vectors = await embed_rows(
                     self.embedder, [(r["contents"], r["description"]) for r in rows], background=True
                 )
                 made = [(r["id"], r["version"], v, n) for r, (v, n) in zip(rows, vectors, strict=True)]
-                await repo.set_embeddings(conn, made, corpus, self.embedder.model_id)
-            finally:
-                # the rows left stale (changed meanwhile, or the model failed) are free again; if
-                # this process dies first, they are free once its session is gone
+                # the rows changed meanwhile are left stale, their claims let go in the same statement
+                await repo.set_embeddings(conn, made, corpus, self.embedder.model_id, release=ids)
+            except BaseException:
+                # the model or the statement failed: the rows are free again; if this process
+                # dies first, they are free once its session is gone
                 await repo.release_claims(conn, ids, corpus)
-                claimed.difference_update(ids)
+                raise
+            finally:
+                held.difference_update(ids)
         self.embedded_total += len(rows)
         return len(rows)
 
@@ -154,43 +168,46 @@ class EmbeddingWorker:
             else:
                 ids.clear()
 
-    async def _claims_run_out(self) -> float | None:
-        """Seconds until a claim another process holds (or held when it died) on a stale row
-        runs out, the soonest over the corpora; None when there is none."""
-        soonest = None
-        for corpus in self.corpora:
+    async def _look_at_claims(self, corpora: Sequence[Corpus]) -> None:
+        """Note when the claims other processes hold (or held when they died) on these corpora's
+        stale rows run out: the worker looks at them again then."""
+        now = asyncio.get_running_loop().time()
+        for corpus in corpora:
             left = await repo.next_claim_expiry(self.pool, corpus)
-            if left is not None:
-                soonest = left if soonest is None else min(soonest, left)
-        return soonest
+            if left is None:
+                self._claims_end.pop(corpus, None)
+            else:
+                self._claims_end[corpus] = now + left
 
     async def _loop(self) -> None:
         delay = 0.0
-        claimed_elsewhere: float | None = None
+        loop = asyncio.get_running_loop()
         while not self._stopping:
+            retrying = bool(delay)
             if delay:
                 # backing off: a write or a search must not bring the retry forward
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
             else:
                 idle = None if self.feed is not None and self.feed.listening else EMBED_POLL
-                if claimed_elsewhere is not None:  # look again when those claims run out
-                    idle = min(idle or math.inf, max(claimed_elsewhere, 0.0) + 0.1)
+                if self._claims_end:  # look again when those claims run out
+                    idle = min(idle or math.inf, max(min(self._claims_end.values()) - loop.time(), 0.0) + 0.1)
                 if not self.passes.wake.is_set():  # idle: a wake that comes has a twin (EMBED_GATHER)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.passes.wake.wait(), idle)
                     if self.passes.wake.is_set() and not self._stopping:
                         await asyncio.sleep(EMBED_GATHER)
+            named, self._due = self._due, set()
             self.passes.wake.clear()
             if self._stopping:
                 return
+            # a write's pass claims in its own corpus; a poll, a retry, claims run out: in all
+            due = self.corpora if retrying or not named else tuple(c for c in self.corpora if c in named)
             number = self.passes.begin()
             try:
                 # every lane runs to its end before the next pass (none is left behind running)
-                outcomes = await asyncio.gather(
-                    *(self._drain(corpus) for corpus in self.corpora for _ in range(EMBED_LANES)),
-                    return_exceptions=True,
-                )
+                drains = (self._drain(corpus) for corpus in due)
+                outcomes = await asyncio.gather(*drains, return_exceptions=True)
                 failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
                 if isinstance(failure, asyncio.CancelledError):
                     raise failure
@@ -200,15 +217,40 @@ class EmbeddingWorker:
                     delay = 0.0
                     self.health.succeeded()
                     try:
-                        claimed_elsewhere = await self._claims_run_out()
+                        await self._look_at_claims(due)
                     except Exception as exc:  # a failed pass like any other: back off
                         delay = self.health.failed(exc, "embedding entries")
             finally:
                 await self.passes.end(number)
 
     async def _drain(self, corpus: Corpus) -> None:
+        """Embed the corpus's stale rows until a claim takes less than a full batch. One lane
+        claims first; a second (up to EMBED_LANES) starts only when a claim took a full batch (a
+        backlog), so a write's pass is one claim, not one per lane. Raises a lane's failure once
+        every lane has ended."""
+        lanes: list[asyncio.Future[None]] = []
+
+        def claimed(count: int) -> None:
+            if count >= EMBED_BATCH and len(lanes) < EMBED_LANES and not self._stopping:
+                lanes.append(asyncio.ensure_future(self._lane(corpus, claimed)))
+
+        lanes.append(asyncio.ensure_future(self._lane(corpus, claimed)))
+        try:
+            ended = 0
+            while ended < len(lanes):  # a lane started while the others ran is waited for too
+                await asyncio.wait(lanes)
+                ended = sum(lane.done() for lane in lanes)
+        finally:
+            for lane in lanes:
+                lane.cancel()
+            outcomes = await asyncio.gather(*lanes, return_exceptions=True)
+        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failure is not None:
+            raise failure
+
+    async def _lane(self, corpus: Corpus, claimed: Callable[[int], None]) -> None:
         while True:
-            done = await self.embed_pass(corpus=corpus)
+            done = await self.embed_pass(EMBED_BATCH, corpus, claimed)
             if done:  # healthy again once a batch is stored, not only once a long backlog is drained
                 self.health.succeeded()
             if done < EMBED_BATCH or self._stopping:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -174,7 +175,8 @@ class SearchEngine:
         self.feed = ChangeFeed(self.pool)
         for part in self.corpora.values():
             part.indexer.listen(self.feed)
-        self.feed.subscribe(self.worker.passes.wake, *(corpus.changes for corpus in self.corpora))
+        for corpus in self.corpora:  # the worker's pass then claims in the corpus written only
+            self.feed.subscribe(functools.partial(self.worker.wake, corpus), corpus.changes)
         self.feed.start()
         for part in self.corpora.values():
             await part.indexer.start()
@@ -205,7 +207,7 @@ class SearchEngine:
         for c, part in self.corpora.items():
             if corpus is None or c is corpus:
                 part.indexer.notify()
-        self.worker.wake()
+        self.worker.wake(corpus)
 
     # the embedding worker's, named here for the tools and tests that drive the engine
     @property

@@ -221,7 +221,7 @@ class Indexer:
     def listen(self, feed: ChangeFeed) -> None:
         """Sleep while idle, woken by the feed's notifications of this corpus's change log."""
         self.feed = feed
-        feed.subscribe(self.passes.wake, self.corpus.changes)
+        feed.subscribe(self.passes.wake.set, self.corpus.changes)
 
     @property
     def directory(self) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 import asyncpg
 
@@ -67,12 +68,12 @@ class ChangeFeed:
         self.retry_delay = retry_delay
         self.listening = False
         self.notifications = 0
-        self._subscribers: list[tuple[asyncio.Event, frozenset[str]]] = []
+        self._subscribers: list[tuple[Callable[[], None], frozenset[str]]] = []
         self._lost = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def subscribe(self, wake: asyncio.Event, *changes: str) -> None:
-        """Set `wake` when one of these change logs is written (and on every reconnect)."""
+    def subscribe(self, wake: Callable[[], None], *changes: str) -> None:
+        """Call `wake` when one of these change logs is written (and on every reconnect)."""
         self._subscribers.append((wake, frozenset(changes)))
 
     def start(self) -> None:
@@ -89,14 +90,14 @@ class ChangeFeed:
         self.notifications += 1
         for wake, changes in self._subscribers:
             if payload in changes:
-                wake.set()
+                wake()
 
     def _terminated(self, _conn: object) -> None:
         self._lost.set()
 
     def _wake_all(self) -> None:
         for wake, _ in self._subscribers:
-            wake.set()
+            wake()
 
     async def _run(self) -> None:
         while True:

@@ -25,6 +25,7 @@ from typing import Any, TypeAlias
 
 import asyncpg
 import numpy as np
+from pgvector import Vector
 
 from catalog.db.pool import IDS, joined_ids
 from catalog.search import scope_index
@@ -276,14 +277,28 @@ async def set_embeddings(
     rows: Sequence[tuple[str, int, np.ndarray, int]],
     corpus: Corpus = ENTRIES,
     model: str | None = None,
+    *,
+    release: Sequence[str] = (),
 ) -> None:
     """Store each (id, version, vector, passages), and the id of the `model` that made it, if its
     row is still at the version it was computed from (else the row stays stale, for the next
-    pass), releasing its claim."""
-    await conn.executemany(
-        f"UPDATE {corpus.table} SET embedding = $3, embedded_version = version, embedding_claim = NULL, "
-        "passages = $4, embedding_model = $5 WHERE id = $1 AND version = $2",
-        [(*row, model) for row in rows],
+    pass), releasing its claim; and, in the same statement, let go of the claims on the rows of
+    `release` it did not store (changed since they were claimed: the next pass may take them)."""
+    await conn.execute(
+        f"WITH stored AS (UPDATE {corpus.table} t SET embedding = g.embedding, embedded_version = t.version, "
+        "embedding_claim = NULL, passages = g.passages, embedding_model = $5 "
+        "FROM unnest($1::uuid[], $2::bigint[], $3::vector[], $4::smallint[]) "
+        "  AS g(id, version, embedding, passages) "
+        "WHERE t.id = g.id AND t.version = g.version RETURNING t.id) "
+        f"UPDATE {corpus.table} SET embedding_claim = NULL, embedding_claimer = NULL, "
+        "embedding_claimer_start = NULL WHERE id = ANY($6::uuid[]) AND embedding_claim IS NOT NULL "
+        "AND id NOT IN (SELECT id FROM stored)",
+        [row[0] for row in rows],
+        [row[1] for row in rows],
+        [Vector(row[2]) for row in rows],  # a Vector, not an ndarray: one element of the array
+        [row[3] for row in rows],
+        model,
+        list(release),
     )
 
 

@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 import httpx
@@ -483,13 +484,27 @@ def defaulted(live, database_url, tmp_path_factory, live_server):
         server.stop()
 
 
-def async_client(live, sub: str, on_behalf_of: str | None = None) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url=f"{live.url}/v1", api_key=bearer(live, sub, on_behalf_of), max_retries=0
-    )
+@pytest.fixture
+async def async_client() -> AsyncIterator[Callable[..., openai.AsyncOpenAI]]:
+    """`openai.AsyncOpenAI` clients as `sub` (acting for `on_behalf_of`), closed when the test
+    ends (one left open is closed when it is collected, on whatever event loop runs then)."""
+    made: list[openai.AsyncOpenAI] = []
+
+    def make(live, sub: str, on_behalf_of: str | None = None) -> openai.AsyncOpenAI:  # type: ignore[no-untyped-def]
+        client = openai.AsyncOpenAI(
+            base_url=f"{live.url}/v1", api_key=bearer(live, sub, on_behalf_of), max_retries=0
+        )
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        await client.close()
 
 
-async def test_an_agents_sdk_session_without_a_conversation_id_uses_the_default_store(defaulted):
+async def test_an_agents_sdk_session_without_a_conversation_id_uses_the_default_store(
+    defaulted, async_client
+):
     """`OpenAIConversationsSession()` creates its conversation with `{"items": []}`: it goes to
     the default store, in the end user's scope, and works as any conversation does."""
     session = OpenAIConversationsSession(openai_client=async_client(defaulted, "chat-app", "carol"))

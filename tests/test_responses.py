@@ -323,7 +323,10 @@ def test_the_openai_agents_sdk_runs_an_agent_on_a_conversation(live, llm):
     token = mint_dev_token(Settings(data_dir=live.data_dir), "alice")
 
     async def run() -> tuple[str, str]:
-        client = openai.AsyncOpenAI(base_url=f"{live.url}{BASE}", api_key=token, max_retries=0)
+        async with openai.AsyncOpenAI(base_url=f"{live.url}{BASE}", api_key=token, max_retries=0) as client:
+            return await converse(client)
+
+    async def converse(client: openai.AsyncOpenAI) -> tuple[str, str]:
         agent = Agent(
             name="helper",
             instructions="Be brief.",

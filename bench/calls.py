@@ -1,7 +1,9 @@
 """Calls on the event loop's thread per request: a profile hook (`sys.setprofile`) in the
 benchmark's server counts every Python function and every C function called on the thread that
 runs the event loop (the request's own work, and the audit writer's and the indexer's that it
-causes), over `--count` requests of each case after a warm-up, one request at a time.
+causes), over `--count` requests of each case after a warm-up, one request at a time. The cases:
+a store's details, a keyword and a hybrid search, and a write of a new short entry (its
+embedding pass and its share of the full-text index's commits, which run on that thread too).
 
 A count does not weigh calls by their cost, and a C function's own work is one call however long
 it runs; but the same tree gives the same count, where CPU timings on a shared machine move by
@@ -33,7 +35,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.live import BenchServer
-from bench.request_floor import DETAILS, Request, prepared, searches
+from bench.request_floor import DETAILS, STORE, UC, Request, prepared, searches
 
 HERE = str(Path(__file__).resolve())
 WARM_UP = 50
@@ -70,6 +72,19 @@ def serve(port: int, out: str) -> int:
     return 0 if serve_app(app, "127.0.0.1", port) else 1
 
 
+def writes(n: int) -> list[Request]:
+    """`n` writes of a new short entry each to the floor's store (scope u2)."""
+    target = f"{UC}/memory-stores/{STORE}/entries"
+    return [
+        (
+            "POST",
+            target,
+            json.dumps({"scope": "u2", "path": f"/calls/{i}.md", "contents": f"a note, number {i}"}).encode(),
+        )
+        for i in range(n)
+    ]
+
+
 def where(file: str) -> str:
     """A function's module as a short name: the catalog's or a library's package and module."""
     for marker in ("site-packages/", "/catalog/"):
@@ -89,6 +104,8 @@ async def count_calls(repo: Path | None, count: int) -> dict[str, list[tuple[str
             "details": DETAILS,
             "keyword": searches("keyword"),
             "hybrid": searches("hybrid"),
+            # each write a new entry (its embedding and its share of the index's commits count too)
+            "write": writes(WARM_UP + count),
         }
         found = {}
         async with httpx.AsyncClient(
@@ -96,8 +113,8 @@ async def count_calls(repo: Path | None, count: int) -> dict[str, list[tuple[str
         ) as client:
             for case, requests in cases.items():
 
-                async def send(n: int, requests: list[Request] = requests) -> None:
-                    for i in range(n):
+                async def send(n: int, start: int = 0, requests: list[Request] = requests) -> None:
+                    for i in range(start, start + n):
                         method, target, body = requests[i % len(requests)]
                         r = await client.request(method, target, content=body or None)
                         r.raise_for_status()
@@ -105,8 +122,9 @@ async def count_calls(repo: Path | None, count: int) -> dict[str, list[tuple[str
                 await send(WARM_UP)
                 server.process.send_signal(signal.SIGUSR1)
                 await asyncio.sleep(0.2)
-                await send(count)
-                await asyncio.sleep(0.2)  # the audit writer's batch of the last request
+                await send(count, WARM_UP)
+                # the audit writer's batch of the last request; the last writes' index commit
+                await asyncio.sleep(1.5 if case == "write" else 0.2)
                 server.process.send_signal(signal.SIGUSR2)
                 deadline = time.monotonic() + 10
                 while not out.exists() and time.monotonic() < deadline:  # noqa: ASYNC110 (another process writes it)

@@ -97,7 +97,7 @@ class EmbeddingWorker:
     def wake(self, corpus: Corpus | None = None) -> None:
         """A write to `corpus` committed (None: to any of them, or look at every corpus): the
         next pass claims rows in the corpora named since the last one began."""
-        self._due.update(self.corpora if corpus is None else {corpus} & set(self.corpora))
+        self._due.update(self.corpora if corpus is None else [c for c in self.corpora if c is corpus])
         self.passes.wake.set()
 
     @property
@@ -236,10 +236,8 @@ class EmbeddingWorker:
 
         lanes.append(asyncio.ensure_future(self._lane(corpus, claimed)))
         try:
-            ended = 0
-            while ended < len(lanes):  # a lane started while the others ran is waited for too
+            while not all(lane.done() for lane in lanes):  # a lane started meanwhile is waited for too
                 await asyncio.wait(lanes)
-                ended = sum(lane.done() for lane in lanes)
         finally:
             for lane in lanes:
                 lane.cancel()

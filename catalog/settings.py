@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from catalog.machine import usable_cores
+
 DEV_ISSUER = "memory-catalog-dev"
 DEV_AUDIENCE = "memory-catalog"
 MAX_BODY_BYTES = 2 * 1024 * 1024
@@ -427,14 +429,10 @@ class Settings:
     @property
     def worker_count(self) -> int:
         """The worker processes `catalog serve` runs: `workers`, or one per CPU core this process
-        may use (its affinity) when 0."""
+        may use (its affinity, at most its CPU quota: `catalog.machine`) when 0."""
         if self.workers:
             return self.workers
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux
-            cores = os.cpu_count() or 1
-        return max(1, min(cores, MAX_WORKERS))
+        return min(usable_cores(), MAX_WORKERS)
 
     @property
     def burst(self) -> int:

@@ -192,6 +192,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         telemetry.configure(settings)
         return run_worker(settings, args.worker)
+    if not settings.workers:  # one per core this process may use: say how many, and why
+        from catalog.machine import cpu_quota
+
+        quota = cpu_quota()
+        logging.getLogger("catalog.serve").info(
+            "%d worker process(es), one per CPU core this process may use%s",
+            settings.worker_count,
+            f" (CPU limit {quota:g})" if quota is not None else "",
+            extra={"workers": settings.worker_count, "cpu_limit": quota},
+        )
     if settings.worker_count > 1:
         from catalog.cli.workers import supervise
 

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import os
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +41,7 @@ from typing import Protocol
 import numpy as np
 
 from catalog import telemetry
+from catalog.machine import usable_cores
 from catalog.search import fused_attention, int8_matmul
 
 log = logging.getLogger("catalog.search")
@@ -254,14 +254,6 @@ def length_runs(lengths: Sequence[int], most: int = RUN_TEXTS) -> list[list[int]
     if run:
         runs.append(run)
     return runs
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may use (its affinity; every core where that is unknown)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def default_lanes(processes: int = 1) -> int:

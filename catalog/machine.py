@@ -1,0 +1,140 @@
+"""What this process may use of the machine's CPU: the cores its workers and model lanes are
+counted from.
+
+Two things hold a process to fewer cores than the machine has. Its CPU affinity (a container's
+CPU set, `taskset`) names the cores it may run on. Its control groups' CPU quota (a container's
+CPU limit: `docker run --cpus 2`, Kubernetes' `resources.limits.cpu`) leaves its affinity alone
+and instead lets it run for at most so much CPU time in each period, across all the cores: a
+process limited to 2 CPUs on a 64-core host sees 64 cores, and 64 workers would share two cores'
+time (and hold 64 models' memory). So the cores a process may use are the fewer of the two: its
+affinity's count, and its quota in cores rounded up (1.5 CPUs: 2).
+
+The quota is read as the kernel shows it to the process: `/proc/self/cgroup` names the process's
+group in each hierarchy, `/proc/self/mountinfo` where each hierarchy is mounted (and which of its
+groups the mount's root is, as in a container), and the group's files hold the limit: `cpu.max`
+under cgroup v2 (`max 100000`: none; `200000 100000`: two CPUs), `cpu.cfs_quota_us` and
+`cpu.cfs_period_us` under v1 (a quota of -1: none). A group's ancestors limit it too, so every
+group from the process's up to the mount's root is read and the smallest quota wins. Anything
+missing or unreadable counts as no limit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+ROOT = Path("/")
+
+
+def usable_cores(root: Path | None = None) -> int:
+    """The CPU cores this process may use: its affinity's count (every core where that is unknown),
+    at most its control groups' CPU quota rounded up; at least 1. (`root`: where `/proc` and the
+    cgroup mounts are looked for; tests give a directory made to look like them.)"""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    quota = cpu_quota(root)
+    if quota is not None:
+        cores = min(cores, math.ceil(quota))
+    return max(1, cores)
+
+
+def cpu_quota(root: Path | None = None) -> float | None:
+    """The CPU time this process's control groups allow it, in cores (1.5: one and a half cores'
+    time each period), the smallest along its groups and their ancestors; None when no group
+    limits it or the limits cannot be read."""
+    root = ROOT if root is None else root
+    try:
+        groups = (root / "proc/self/cgroup").read_text().splitlines()
+        mounts = list(_mounts((root / "proc/self/mountinfo").read_text()))
+    except OSError:
+        return None
+    quotas: list[float] = []
+    for line in groups:
+        number, _, rest = line.partition(":")
+        controllers, _, group = rest.partition(":")
+        if not number or not group:
+            continue
+        if number == "0" and not controllers:  # cgroup v2: one hierarchy, every controller
+            for mount in mounts:
+                if mount.fstype == "cgroup2":
+                    quotas += (q for d in mount.groups(root, group) if (q := _v2_quota(d)) is not None)
+        elif "cpu" in controllers.split(","):  # cgroup v1: the hierarchy that holds the cpu controller
+            for mount in mounts:
+                if mount.fstype == "cgroup" and "cpu" in mount.options:
+                    quotas += (q for d in mount.groups(root, group) if (q := _v1_quota(d)) is not None)
+    return min(quotas, default=None)
+
+
+@dataclass(frozen=True)
+class _Mount:
+    fs_root: str  # the group the mount shows as its root (a container's own group, say)
+    point: str  # where it is mounted
+    fstype: str
+    options: frozenset[str]  # the super block's options: a v1 hierarchy's controllers
+
+    def groups(self, root: Path, group: str) -> Iterator[Path]:
+        """The directories of `group` and its ancestors under this mount, down to the mount's root
+        (where the group is not under the mount's root, as with a container's group seen from the
+        host's view of its own mount, only the mount's root)."""
+        base = root / self.point.lstrip("/")
+        relative = PurePosixPath(group).relative_to("/") if group.startswith("/") else PurePosixPath(group)
+        fs_root = PurePosixPath(self.fs_root.lstrip("/"))
+        if fs_root.parts:
+            if relative.parts[: len(fs_root.parts)] != fs_root.parts:
+                yield base
+                return
+            relative = PurePosixPath(*relative.parts[len(fs_root.parts) :])
+        parts = relative.parts
+        for end in range(len(parts), -1, -1):
+            yield base.joinpath(*parts[:end])
+
+
+def _mounts(text: str) -> Iterator[_Mount]:
+    """The cgroup mounts of a mountinfo table (`proc(5)`: `… root mount-point options [tags] -
+    fstype source super-options`)."""
+    for line in text.splitlines():
+        fields = line.split()
+        if "-" not in fields:
+            continue
+        dash = fields.index("-")
+        if dash < 5 or len(fields) < dash + 4:
+            continue
+        fstype = fields[dash + 1]
+        if fstype not in ("cgroup", "cgroup2"):
+            continue
+        point = fields[4].replace("\\040", " ")
+        options = frozenset(fields[dash + 3].split(","))
+        yield _Mount(fields[3], point, fstype, options)
+
+
+def _v2_quota(group: Path) -> float | None:
+    try:
+        quota, _, period = (group / "cpu.max").read_text().strip().partition(" ")
+        if quota == "max":
+            return None
+        return _ratio(quota, period or "100000")
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_quota(group: Path) -> float | None:
+    try:
+        quota = (group / "cpu.cfs_quota_us").read_text().strip()
+        period = (group / "cpu.cfs_period_us").read_text().strip()
+        return _ratio(quota, period)
+    except (OSError, ValueError):
+        return None
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    """Cores' worth of time: quota over period (None for no limit: a quota of -1 or below, or a
+    period of 0)."""
+    used, each = int(quota), int(period)
+    if used <= 0 or each <= 0:
+        return None
+    return used / each

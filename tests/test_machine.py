@@ -1,0 +1,154 @@
+"""The cores a process may use: its affinity, at most its control groups' CPU quota (a container's
+CPU limit), read from files laid out as the kernel shows them (`/proc/self/cgroup`,
+`/proc/self/mountinfo` and the groups' files), so each layout is checked without a container."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from catalog import machine
+from catalog.machine import cpu_quota, usable_cores
+from catalog.search.embedder import default_lanes
+from catalog.settings import Settings
+
+V2_MOUNT = (
+    "30 23 0:26 {root} /sys/fs/cgroup rw,nosuid,nodev,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
+)
+V1_MOUNT = (
+    "31 25 0:27 {root} /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:9 - cgroup cgroup rw,cpu,cpuacct\n"
+    "32 25 0:28 / /sys/fs/cgroup/memory rw,nosuid shared:10 - cgroup cgroup rw,memory\n"
+)
+V2 = V2_MOUNT.format(root="/")
+CPU_MAX = "/sys/fs/cgroup/cpu.max"
+OTHER_MOUNTS = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+
+
+def machine_root(tmp_path: Path, cgroup: str, mountinfo: str, files: dict[str, str]) -> Path:
+    """A directory laid out like `/` for `machine`: the process's groups, the mounts, the files."""
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text(cgroup)
+    (tmp_path / "proc/self/mountinfo").write_text(OTHER_MOUNTS + mountinfo)
+    for name, text in files.items():
+        path = tmp_path / name.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def affinity() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def test_a_containers_cgroup_v2_cpu_limit_is_read_from_its_cpu_max(tmp_path: Path):
+    # docker run --cpus 1.5: the container's group is the mount's root
+    root = machine_root(tmp_path, "0::/\n", V2, {CPU_MAX: "150000 100000\n"})
+    assert cpu_quota(root) == 1.5
+    assert usable_cores(root) == min(affinity(), 2)  # rounded up, never above the affinity
+
+
+def test_no_limit_in_cpu_max_leaves_the_affinity(tmp_path: Path):
+    root = machine_root(tmp_path, "0::/\n", V2, {CPU_MAX: "max 100000\n"})
+    assert cpu_quota(root) is None
+    assert usable_cores(root) == affinity()
+
+
+def test_an_ancestor_groups_limit_holds_a_group_without_one(tmp_path: Path):
+    # a systemd service in a slice: the slice is limited to 1 CPU, the service's own group not at all
+    root = machine_root(
+        tmp_path,
+        "0::/limited.slice/catalog.service\n",
+        V2_MOUNT.format(root="/"),
+        {
+            "/sys/fs/cgroup/limited.slice/cpu.max": "100000 100000\n",
+            "/sys/fs/cgroup/limited.slice/catalog.service/cpu.max": "max 100000\n",
+        },
+    )
+    assert cpu_quota(root) == 1.0
+    assert usable_cores(root) == 1
+
+
+def test_the_smallest_limit_on_the_way_up_wins(tmp_path: Path):
+    root = machine_root(
+        tmp_path,
+        "0::/a/b\n",
+        V2_MOUNT.format(root="/"),
+        {"/sys/fs/cgroup/a/cpu.max": "400000 100000\n", "/sys/fs/cgroup/a/b/cpu.max": "50000 100000\n"},
+    )
+    assert cpu_quota(root) == 0.5
+    assert usable_cores(root) == 1  # at least one
+
+
+def test_a_cgroup_v1_quota_under_a_containers_mount_root(tmp_path: Path):
+    # cgroup v1 seen from inside a container: the mount's root is the container's group
+    root = machine_root(
+        tmp_path,
+        "5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n",
+        V1_MOUNT.format(root="/docker/abc"),
+        {
+            "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "200000\n",
+            "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+        },
+    )
+    assert cpu_quota(root) == 2.0
+    assert usable_cores(root) == min(affinity(), 2)
+
+
+def test_a_cgroup_v1_group_below_a_containers_mount_root(tmp_path: Path):
+    # the process in a group of its own inside the container: found under the mount's root
+    root = machine_root(
+        tmp_path,
+        "4:cpu,cpuacct:/docker/abc/inner\n",
+        V1_MOUNT.format(root="/docker/abc"),
+        {
+            "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "200000\n",
+            "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+            "/sys/fs/cgroup/cpu,cpuacct/inner/cpu.cfs_quota_us": "100000\n",
+            "/sys/fs/cgroup/cpu,cpuacct/inner/cpu.cfs_period_us": "100000\n",
+        },
+    )
+    assert cpu_quota(root) == 1.0
+
+
+def test_a_cgroup_v1_quota_of_minus_one_is_no_limit(tmp_path: Path):
+    root = machine_root(
+        tmp_path,
+        "4:cpu,cpuacct:/\n",
+        V1_MOUNT.format(root="/"),
+        {
+            "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+            "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+        },
+    )
+    assert cpu_quota(root) is None
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {},  # no group files at all
+        {"/sys/fs/cgroup/cpu.max": "garbage\n"},
+        {"/sys/fs/cgroup/cpu.max": "100000 0\n"},
+    ],
+)
+def test_unreadable_limits_count_as_none(tmp_path: Path, files: dict[str, str]):
+    root = machine_root(tmp_path, "0::/\n", V2_MOUNT.format(root="/"), files)
+    assert cpu_quota(root) is None
+    assert usable_cores(root) == affinity()
+
+
+def test_without_proc_there_is_no_limit(tmp_path: Path):
+    assert cpu_quota(tmp_path) is None
+    assert usable_cores(tmp_path) == affinity()
+
+
+def test_the_default_workers_and_model_lanes_follow_the_cpu_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    root = machine_root(tmp_path, "0::/\n", V2, {CPU_MAX: "100000 100000\n"})
+    monkeypatch.setattr(machine, "ROOT", root)
+    assert Settings(workers=0).worker_count == 1
+    assert Settings(workers=3).worker_count == 3  # a number asked for is kept
+    assert default_lanes() == 1

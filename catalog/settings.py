@@ -12,12 +12,15 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from catalog.machine import usable_cores
+from catalog.machine import memory_limit, usable_cores
 
 DEV_ISSUER = "memory-catalog-dev"
 DEV_AUDIENCE = "memory-catalog"
 MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_WORKERS = 64  # worker processes of one `catalog serve`
+# a memory limit's share each worker counted by default is given (one held 250-500 MB after a load
+# of searches and writes: docs/operations/sizing.md)
+WORKER_MEMORY = 512 * 1024 * 1024
 
 _TWO_PART = re.compile(r"^[A-Za-z0-9_-]{1,255}\.[A-Za-z0-9_-]{1,255}$")
 _THREE_PART = re.compile(r"^[A-Za-z0-9_-]{1,255}\.[A-Za-z0-9_-]{1,255}\.[A-Za-z0-9_-]{1,255}$")
@@ -130,8 +133,9 @@ class Settings:
         metadata=about(
             "CATALOG_WORKERS",
             "worker processes of `catalog serve` (`--workers`), which serve one port and share one "
-            "full-text index: 0 = one per CPU core the server may use, 1 = one process, as a server "
-            "before workers were; see [Sizing a machine](operations/sizing.md)",
+            "full-text index: 0 = one per CPU core the server may use (its CPU affinity, at most its "
+            "CPU limit; no more than a memory limit holds at 512 MiB each), 1 = one process, as a "
+            "server before workers were; see [Sizing a machine](operations/sizing.md)",
         ),
     )
     event_loop: str = field(
@@ -428,11 +432,16 @@ class Settings:
 
     @property
     def worker_count(self) -> int:
-        """The worker processes `catalog serve` runs: `workers`, or one per CPU core this process
-        may use (its affinity, at most its CPU quota: `catalog.machine`) when 0."""
+        """The worker processes `catalog serve` runs: `workers`, or when 0 one per CPU core this
+        process may use (its affinity, at most its CPU quota: `catalog.machine`), as many as its
+        memory limit, if any, holds at WORKER_MEMORY each (at least one)."""
         if self.workers:
             return self.workers
-        return min(usable_cores(), MAX_WORKERS)
+        count = min(usable_cores(), MAX_WORKERS)
+        limit = memory_limit()
+        if limit is not None:
+            count = min(count, max(1, limit // WORKER_MEMORY))
+        return count
 
     @property
     def burst(self) -> int:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from catalog import machine
-from catalog.machine import cpu_quota, usable_cores
+from catalog.machine import cpu_quota, memory_limit, usable_cores
 from catalog.search.embedder import default_lanes
-from catalog.settings import Settings
+from catalog.settings import WORKER_MEMORY, Settings
 
 V2_MOUNT = (
     "30 23 0:26 {root} /sys/fs/cgroup rw,nosuid,nodev,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
@@ -152,3 +152,41 @@ def test_the_default_workers_and_model_lanes_follow_the_cpu_limit(
     assert Settings(workers=0).worker_count == 1
     assert Settings(workers=3).worker_count == 3  # a number asked for is kept
     assert default_lanes() == 1
+
+
+def test_a_containers_memory_limit_is_read_from_memory_max(tmp_path: Path):
+    files = {"/sys/fs/cgroup/memory.max": f"{1 << 30}\n", CPU_MAX: "max 100000\n"}
+    assert memory_limit(machine_root(tmp_path, "0::/\n", V2, files)) == 1 << 30
+
+
+@pytest.mark.parametrize(
+    "text", ["max\n", "garbage\n", f"{1 << 62}\n"]
+)  # the last: above the machine's memory
+def test_no_memory_limit_below_the_machines_memory_is_none(tmp_path: Path, text: str):
+    assert memory_limit(machine_root(tmp_path, "0::/\n", V2, {"/sys/fs/cgroup/memory.max": text})) is None
+
+
+def test_a_cgroup_v1_memory_limit_and_its_no_limit(tmp_path: Path):
+    mounts = "33 25 0:29 / /sys/fs/cgroup/memory rw,nosuid shared:11 - cgroup cgroup rw,memory\n"
+    limited = machine_root(
+        tmp_path / "a",
+        "5:memory:/pod/c\n",
+        mounts,
+        {"/sys/fs/cgroup/memory/pod/memory.limit_in_bytes": "536870912\n"},
+    )
+    assert memory_limit(limited) == 512 << 20  # the ancestor's
+    unlimited = machine_root(
+        tmp_path / "b",
+        "5:memory:/\n",
+        mounts,
+        {"/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n"},
+    )
+    assert memory_limit(unlimited) is None
+
+
+def test_the_default_workers_fit_a_memory_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # two CPUs' time but memory for one worker: one worker
+    files = {CPU_MAX: "200000 100000\n", "/sys/fs/cgroup/memory.max": f"{WORKER_MEMORY + (100 << 20)}\n"}
+    monkeypatch.setattr(machine, "ROOT", machine_root(tmp_path, "0::/\n", V2, files))
+    assert Settings(workers=0).worker_count == 1
+    assert Settings(workers=2).worker_count == 2  # a number asked for is kept

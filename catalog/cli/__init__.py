@@ -18,7 +18,7 @@ from types import FrameType
 from typing import Any
 
 from catalog.client import cli as remote
-from catalog.settings import Settings, SettingsError
+from catalog.settings import WORKER_MEMORY, Settings, SettingsError
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -193,14 +193,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         telemetry.configure(settings)
         return run_worker(settings, args.worker)
     if not settings.workers:  # one per core this process may use: say how many, and why
-        from catalog.machine import cpu_quota
+        from catalog.machine import cpu_quota, memory_limit
 
-        quota = cpu_quota()
+        quota, memory = cpu_quota(), memory_limit()
+        limits = [f"CPU limit {quota:g}"] if quota is not None else []
+        if memory is not None:
+            limits.append(f"memory limit {memory / 2**30:.2f} GiB, {WORKER_MEMORY >> 20} MiB a worker")
         logging.getLogger("catalog.serve").info(
             "%d worker process(es), one per CPU core this process may use%s",
             settings.worker_count,
-            f" (CPU limit {quota:g})" if quota is not None else "",
-            extra={"workers": settings.worker_count, "cpu_limit": quota},
+            f" ({'; '.join(limits)})" if limits else "",
+            extra={"workers": settings.worker_count, "cpu_limit": quota, "memory_limit": memory},
         )
     if settings.worker_count > 1:
         from catalog.cli.workers import supervise
@@ -371,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         help="worker processes serving the port, sharing one full-text index (default "
-        "$CATALOG_WORKERS, else one per CPU core the server may use; 1: a single process)",
+        "$CATALOG_WORKERS, else one per CPU core the server may use, as many as a memory limit "
+        "holds at 512 MiB each; 1: a single process)",
     )
     serve.add_argument("--worker", help=argparse.SUPPRESS)  # what a supervisor tells a worker (JSON)
     serve.set_defaults(run=cmd_serve)

@@ -28,9 +28,10 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TypeVar
 
 ROOT = Path("/")
+Limit = TypeVar("Limit", int, float)
 V1_NO_LIMIT = 1 << 62  # cgroup v1 shows no memory limit as the page counter's largest value (~2**63)
 
 
@@ -71,9 +72,9 @@ def memory_limit(root: Path | None = None) -> int | None:
 def _limits(
     root: Path | None,
     controller: str,
-    v2: Callable[[Path], float | None],
-    v1: Callable[[Path], float | None],
-) -> Iterator[Any]:
+    v2: Callable[[Path], Limit | None],
+    v1: Callable[[Path], Limit | None],
+) -> Iterator[Limit]:
     """Each limit a group of this process or an ancestor sets through `controller` (`v2` reads a
     cgroup v2 group's, `v1` a v1 group's; None: none set there)."""
     root = ROOT if root is None else root

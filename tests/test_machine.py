@@ -1,9 +1,11 @@
 """The cores a process may use: its affinity, at most its control groups' CPU quota (a container's
-CPU limit), read from files laid out as the kernel shows them (`/proc/self/cgroup`,
-`/proc/self/mountinfo` and the groups' files), so each layout is checked without a container."""
+CPU limit); and its memory limit, which the default number of workers fits. Both are read from
+files laid out as the kernel shows them (`/proc/self/cgroup`, `/proc/self/mountinfo` and the
+groups' files), so each layout is checked without a container."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -42,101 +44,63 @@ def affinity() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def test_a_containers_cgroup_v2_cpu_limit_is_read_from_its_cpu_max(tmp_path: Path):
-    # docker run --cpus 1.5: the container's group is the mount's root
-    root = machine_root(tmp_path, "0::/\n", V2, {CPU_MAX: "150000 100000\n"})
-    assert cpu_quota(root) == 1.5
-    assert usable_cores(root) == min(affinity(), 2)  # rounded up, never above the affinity
+def v1_quota(group: str, quota: int) -> dict[str, str]:
+    """A cgroup v1 group's quota files (`group`: its directory under the cpu hierarchy's mount)."""
+    return {
+        f"/sys/fs/cgroup/cpu,cpuacct{group}cpu.cfs_quota_us": f"{quota}\n",
+        f"/sys/fs/cgroup/cpu,cpuacct{group}cpu.cfs_period_us": "100000\n",
+    }
 
 
-def test_no_limit_in_cpu_max_leaves_the_affinity(tmp_path: Path):
-    root = machine_root(tmp_path, "0::/\n", V2, {CPU_MAX: "max 100000\n"})
-    assert cpu_quota(root) is None
-    assert usable_cores(root) == affinity()
-
-
-def test_an_ancestor_groups_limit_holds_a_group_without_one(tmp_path: Path):
+# (the process's groups, the mounts, the groups' files, the quota to be read)
+CPU_LIMITS = {
+    # docker run --cpus 1.5 (cgroup v2): the container's group is the mount's root
+    "v2 container": ("0::/\n", V2, {CPU_MAX: "150000 100000\n"}, 1.5),
+    "v2 no limit": ("0::/\n", V2, {CPU_MAX: "max 100000\n"}, None),
     # a systemd service in a slice: the slice is limited to 1 CPU, the service's own group not at all
-    root = machine_root(
-        tmp_path,
+    "v2 an ancestor's limit": (
         "0::/limited.slice/catalog.service\n",
-        V2_MOUNT.format(root="/"),
+        V2,
         {
             "/sys/fs/cgroup/limited.slice/cpu.max": "100000 100000\n",
             "/sys/fs/cgroup/limited.slice/catalog.service/cpu.max": "max 100000\n",
         },
-    )
-    assert cpu_quota(root) == 1.0
-    assert usable_cores(root) == 1
-
-
-def test_the_smallest_limit_on_the_way_up_wins(tmp_path: Path):
-    root = machine_root(
-        tmp_path,
+        1.0,
+    ),
+    "v2 the smallest on the way up": (
         "0::/a/b\n",
-        V2_MOUNT.format(root="/"),
+        V2,
         {"/sys/fs/cgroup/a/cpu.max": "400000 100000\n", "/sys/fs/cgroup/a/b/cpu.max": "50000 100000\n"},
-    )
-    assert cpu_quota(root) == 0.5
-    assert usable_cores(root) == 1  # at least one
-
-
-def test_a_cgroup_v1_quota_under_a_containers_mount_root(tmp_path: Path):
+        0.5,
+    ),
     # cgroup v1 seen from inside a container: the mount's root is the container's group
-    root = machine_root(
-        tmp_path,
+    "v1 container": (
         "5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n",
         V1_MOUNT.format(root="/docker/abc"),
-        {
-            "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "200000\n",
-            "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-        },
-    )
-    assert cpu_quota(root) == 2.0
-    assert usable_cores(root) == min(affinity(), 2)
-
-
-def test_a_cgroup_v1_group_below_a_containers_mount_root(tmp_path: Path):
+        v1_quota("/", 200000),
+        2.0,
+    ),
     # the process in a group of its own inside the container: found under the mount's root
-    root = machine_root(
-        tmp_path,
+    "v1 a group below a container's root": (
         "4:cpu,cpuacct:/docker/abc/inner\n",
         V1_MOUNT.format(root="/docker/abc"),
-        {
-            "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "200000\n",
-            "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-            "/sys/fs/cgroup/cpu,cpuacct/inner/cpu.cfs_quota_us": "100000\n",
-            "/sys/fs/cgroup/cpu,cpuacct/inner/cpu.cfs_period_us": "100000\n",
-        },
-    )
-    assert cpu_quota(root) == 1.0
+        {**v1_quota("/", 200000), **v1_quota("/inner/", 100000)},
+        1.0,
+    ),
+    "v1 a quota of -1": ("4:cpu,cpuacct:/\n", V1_MOUNT.format(root="/"), v1_quota("/", -1), None),
+    "no group files": ("0::/\n", V2, {}, None),
+    "unreadable cpu.max": ("0::/\n", V2, {CPU_MAX: "garbage\n"}, None),
+    "a period of 0": ("0::/\n", V2, {CPU_MAX: "100000 0\n"}, None),
+}
 
 
-def test_a_cgroup_v1_quota_of_minus_one_is_no_limit(tmp_path: Path):
-    root = machine_root(
-        tmp_path,
-        "4:cpu,cpuacct:/\n",
-        V1_MOUNT.format(root="/"),
-        {
-            "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
-            "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-        },
-    )
-    assert cpu_quota(root) is None
-
-
-@pytest.mark.parametrize(
-    "files",
-    [
-        {},  # no group files at all
-        {"/sys/fs/cgroup/cpu.max": "garbage\n"},
-        {"/sys/fs/cgroup/cpu.max": "100000 0\n"},
-    ],
-)
-def test_unreadable_limits_count_as_none(tmp_path: Path, files: dict[str, str]):
-    root = machine_root(tmp_path, "0::/\n", V2_MOUNT.format(root="/"), files)
-    assert cpu_quota(root) is None
-    assert usable_cores(root) == affinity()
+@pytest.mark.parametrize("case", CPU_LIMITS)
+def test_the_cpu_limit_and_the_cores_it_leaves(tmp_path: Path, case: str):
+    groups, mounts, files, quota = CPU_LIMITS[case]
+    root = machine_root(tmp_path, groups, mounts, files)
+    assert cpu_quota(root) == quota
+    # rounded up, at least one, never above the affinity
+    assert usable_cores(root) == (affinity() if quota is None else max(1, min(affinity(), math.ceil(quota))))
 
 
 def test_without_proc_there_is_no_limit(tmp_path: Path):

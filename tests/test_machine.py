@@ -5,6 +5,7 @@ groups' files), so each layout is checked without a container."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from catalog import machine
+from catalog.cli import workers_said
 from catalog.machine import cpu_quota, memory_limit, usable_cores
 from catalog.search.embedder import default_lanes
 from catalog.settings import WORKER_MEMORY, Settings
@@ -154,3 +156,22 @@ def test_the_default_workers_fit_a_memory_limit(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(machine, "ROOT", machine_root(tmp_path, "0::/\n", V2, files))
     assert Settings(workers=0).worker_count == 1
     assert Settings(workers=2).worker_count == 2  # a number asked for is kept
+
+
+def test_the_start_says_what_held_the_default_and_warns_of_a_number_past_the_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    files = {CPU_MAX: "100000 100000\n", "/sys/fs/cgroup/memory.max": f"{1 << 30}\n"}  # 1 CPU, 1 GiB
+    monkeypatch.setattr(machine, "ROOT", machine_root(tmp_path, "0::/\n", V2, files))
+    [(level, message, fields)] = workers_said(Settings(workers=0))
+    assert level == logging.INFO
+    assert message == (
+        "1 worker process(es), one per CPU core this process may use "
+        "(CPU limit 1; memory limit 1.00 GiB, 512 MiB a worker)"
+    )
+    assert fields == {"workers": 1, "cores": 1, "cpu_limit": 1.0, "memory_limit": 1 << 30}
+    assert workers_said(Settings(workers=1)) == []  # a number within the limits: nothing to say
+    cores, memory = workers_said(Settings(workers=3))
+    assert cores[0] == memory[0] == logging.WARNING
+    assert cores[1] == "3 workers on 1 CPU core(s): more workers than cores gain nothing"
+    assert memory[1].startswith("3 workers may need about 1.5 GiB; this process's memory limit is 1.00 GiB")

@@ -176,6 +176,45 @@ def event_loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEvent
     return uvloop.new_event_loop
 
 
+def workers_said(settings: Settings) -> list[tuple[int, str, dict[str, Any]]]:
+    """What `catalog serve` logs of its workers at the start (level, message, fields): how many
+    the default chose and the limits that held it; or, for a number asked for, a warning where it
+    is more than the cores this process may use (more gain nothing) or than its memory limit holds
+    at WORKER_MEMORY each (the kernel stops processes past the limit)."""
+    from catalog.machine import cpu_quota, memory_limit, usable_cores
+
+    count, cores, quota, memory = settings.worker_count, usable_cores(), cpu_quota(), memory_limit()
+    fields: dict[str, Any] = {"workers": count, "cores": cores, "cpu_limit": quota, "memory_limit": memory}
+    gib = f"{memory / 2**30:.2f} GiB" if memory is not None else ""
+    if not settings.workers:
+        limits = [f"CPU limit {quota:g}"] if quota is not None else []
+        if memory is not None:
+            limits.append(f"memory limit {gib}, {WORKER_MEMORY >> 20} MiB a worker")
+        held = f" ({'; '.join(limits)})" if limits else ""
+        return [
+            (logging.INFO, f"{count} worker process(es), one per CPU core this process may use{held}", fields)
+        ]
+    said = []
+    if count > cores:
+        said.append(
+            (
+                logging.WARNING,
+                f"{count} workers on {cores} CPU core(s): more workers than cores gain nothing",
+                fields,
+            )
+        )
+    if memory is not None and count * WORKER_MEMORY > memory:
+        said.append(
+            (
+                logging.WARNING,
+                f"{count} workers may need about {count * WORKER_MEMORY / 2**30:.1f} GiB; this process's "
+                f"memory limit is {gib} (a worker held 250-500 MB: see Sizing a machine)",
+                fields,
+            )
+        )
+    return said
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from catalog import telemetry
     from catalog.web.middleware import configure_logging
@@ -192,19 +231,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         telemetry.configure(settings)
         return run_worker(settings, args.worker)
-    if not settings.workers:  # one per core this process may use: say how many, and why
-        from catalog.machine import cpu_quota, memory_limit
-
-        quota, memory = cpu_quota(), memory_limit()
-        limits = [f"CPU limit {quota:g}"] if quota is not None else []
-        if memory is not None:
-            limits.append(f"memory limit {memory / 2**30:.2f} GiB, {WORKER_MEMORY >> 20} MiB a worker")
-        logging.getLogger("catalog.serve").info(
-            "%d worker process(es), one per CPU core this process may use%s",
-            settings.worker_count,
-            f" ({'; '.join(limits)})" if limits else "",
-            extra={"workers": settings.worker_count, "cpu_limit": quota, "memory_limit": memory},
-        )
+    for level, message, fields in workers_said(settings):
+        logging.getLogger("catalog.serve").log(level, message, extra=fields)
     if settings.worker_count > 1:
         from catalog.cli.workers import supervise
 

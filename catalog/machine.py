@@ -111,9 +111,13 @@ class _Mount:
     def groups(self, root: Path, group: str) -> Iterator[Path]:
         """The directories of `group` and its ancestors under this mount, down to the mount's root
         (where the group is not under the mount's root, as with a container's group seen from the
-        host's view of its own mount, only the mount's root)."""
+        host's view of its own mount, or a group outside the process's cgroup namespace, named with
+        `..`: only the mount's root)."""
         base = root / self.point.lstrip("/")
         relative = PurePosixPath(group).relative_to("/") if group.startswith("/") else PurePosixPath(group)
+        if ".." in relative.parts:
+            yield base
+            return
         fs_root = PurePosixPath(self.fs_root.lstrip("/"))
         if fs_root.parts:
             if relative.parts[: len(fs_root.parts)] != fs_root.parts:

@@ -18,8 +18,8 @@ DEV_ISSUER = "memory-catalog-dev"
 DEV_AUDIENCE = "memory-catalog"
 MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_WORKERS = 64  # worker processes of one `catalog serve`
-# a memory limit's share each worker counted by default is given (one held 250-500 MB after a load
-# of searches and writes: docs/operations/sizing.md)
+# what a worker counts on when the default number of workers fits a memory limit (one held
+# 250-500 MB after a load of searches and writes: docs/operations/sizing.md)
 WORKER_MEMORY = 512 * 1024 * 1024
 
 _TWO_PART = re.compile(r"^[A-Za-z0-9_-]{1,255}\.[A-Za-z0-9_-]{1,255}$")

@@ -89,6 +89,13 @@ CPU_LIMITS = {
         {**v1_quota("/", 200000), **v1_quota("/inner/", 100000)},
         1.0,
     ),
+    # a group outside the process's cgroup namespace is named with '..': never read above the mount
+    "v2 a group outside the namespace": (
+        "0::/../../other\n",
+        V2,
+        {CPU_MAX: "300000 100000\n", "/sys/cpu.max": "100000 100000\n", "/cpu.max": "100000 100000\n"},
+        3.0,
+    ),
     "v1 a quota of -1": ("4:cpu,cpuacct:/\n", V1_MOUNT.format(root="/"), v1_quota("/", -1), None),
     "no group files": ("0::/\n", V2, {}, None),
     "unreadable cpu.max": ("0::/\n", V2, {CPU_MAX: "garbage\n"}, None),

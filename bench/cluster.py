@@ -60,6 +60,7 @@ from bench.search import RNG, sentence
 from catalog.cli.workers import _raise_max_connections, connections_needed
 from catalog.db import EmbeddedPostgres
 from catalog.db.locks import AUDIT_CHAIN
+from catalog.machine import cpu_quota, memory_limit
 
 UC = "/api/2.1/unity-catalog"
 STORE = "main.default.cluster_bench"
@@ -353,7 +354,9 @@ def run_load(args: argparse.Namespace) -> None:
         f"{args.entries} entries in {SCOPES} scopes; {args.clients} client processes x {most} connections "
         f"at N = {max(scale)}, "
         f"{args.seconds:g} s an operation; {os.cpu_count()} cores (affinity "
-        f"{len(os.sched_getaffinity(0))}); load average {load_average()} at the start"
+        f"{len(os.sched_getaffinity(0))}; CPU limit {cpu_quota() or 'none'}; memory limit "
+        f"{f'{memory / 2**30:.1f} GiB' if (memory := memory_limit()) else 'none'}); "
+        f"load average {load_average()} at the start"
     )
     rows: list[dict[str, object]] = []
     for n in scale:

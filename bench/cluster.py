@@ -60,7 +60,7 @@ from bench.search import RNG, sentence
 from catalog.cli.workers import _raise_max_connections, connections_needed
 from catalog.db import EmbeddedPostgres
 from catalog.db.locks import AUDIT_CHAIN
-from catalog.machine import cpu_quota, memory_limit
+from catalog.machine import limits
 
 UC = "/api/2.1/unity-catalog"
 STORE = "main.default.cluster_bench"
@@ -350,12 +350,13 @@ def run_load(args: argparse.Namespace) -> None:
     scale = [int(x) for x in args.scale.split(",")]
     arrangements = args.arrangements.split(",")
     most = connections_per_client(max(scale), args.clients, args.connections)
+    found = limits()
     print(
         f"{args.entries} entries in {SCOPES} scopes; {args.clients} client processes x {most} connections "
         f"at N = {max(scale)}, "
         f"{args.seconds:g} s an operation; {os.cpu_count()} cores (affinity "
-        f"{len(os.sched_getaffinity(0))}; CPU limit {cpu_quota() or 'none'}; memory limit "
-        f"{f'{memory / 2**30:.1f} GiB' if (memory := memory_limit()) else 'none'}); "
+        f"{found.affinity}; CPU limit {found.cpu_quota or 'none'}; memory limit "
+        f"{f'{found.memory / 2**30:.1f} GiB' if found.memory else 'none'}); "
         f"load average {load_average()} at the start"
     )
     rows: list[dict[str, object]] = []

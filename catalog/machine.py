@@ -35,18 +35,40 @@ Limit = TypeVar("Limit", int, float)
 V1_NO_LIMIT = 1 << 62  # cgroup v1 shows no memory limit as the page counter's largest value (~2**63)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What this process may use, read once: its affinity's count of cores, its CPU quota in
+    cores and its memory limit in bytes (None: no limit)."""
+
+    affinity: int
+    cpu_quota: float | None
+    memory: int | None
+
+    @property
+    def cores(self) -> int:
+        """The affinity's count, at most the CPU quota rounded up; at least 1."""
+        if self.cpu_quota is None:
+            return max(1, self.affinity)
+        return max(1, min(self.affinity, math.ceil(self.cpu_quota)))
+
+
+def limits(root: Path | None = None) -> Limits:
+    """This process's limits, each read once. (`root`: where `/proc` and the cgroup mounts are
+    looked for; tests give a directory made to look like them.)"""
+    return Limits(_affinity(), cpu_quota(root), memory_limit(root))
+
+
 def usable_cores(root: Path | None = None) -> int:
     """The CPU cores this process may use: its affinity's count (every core where that is unknown),
-    at most its control groups' CPU quota rounded up; at least 1. (`root`: where `/proc` and the
-    cgroup mounts are looked for; tests give a directory made to look like them.)"""
+    at most its control groups' CPU quota rounded up; at least 1."""
+    return Limits(_affinity(), cpu_quota(root), None).cores
+
+
+def _affinity() -> int:
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    quota = cpu_quota(root)
-    if quota is not None:
-        cores = min(cores, math.ceil(quota))
-    return max(1, cores)
+        return os.cpu_count() or 1
 
 
 def cpu_quota(root: Path | None = None) -> float | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from catalog.machine import memory_limit, usable_cores
+from catalog.machine import Limits, limits
 
 DEV_ISSUER = "memory-catalog-dev"
 DEV_AUDIENCE = "memory-catalog"
@@ -432,15 +432,18 @@ class Settings:
 
     @property
     def worker_count(self) -> int:
-        """The worker processes `catalog serve` runs: `workers`, or when 0 one per CPU core this
-        process may use (its affinity, at most its CPU quota: `catalog.machine`), as many as its
-        memory limit, if any, holds at WORKER_MEMORY each (at least one)."""
+        """The worker processes `catalog serve` runs, by this process's limits as they are now."""
+        return self.workers_for(limits())
+
+    def workers_for(self, found: Limits) -> int:
+        """`workers`, or when 0 one per CPU core a process of these limits may use (its affinity,
+        at most its CPU quota: `catalog.machine`), as many as its memory limit, if any, holds at
+        WORKER_MEMORY each (at least one)."""
         if self.workers:
             return self.workers
-        count = min(usable_cores(), MAX_WORKERS)
-        limit = memory_limit()
-        if limit is not None:
-            count = min(count, max(1, limit // WORKER_MEMORY))
+        count = min(found.cores, MAX_WORKERS)
+        if found.memory is not None:
+            count = min(count, max(1, found.memory // WORKER_MEMORY))
         return count
 
     @property

@@ -18,6 +18,7 @@ from types import FrameType
 from typing import Any
 
 from catalog.client import cli as remote
+from catalog.machine import Limits, limits
 from catalog.settings import WORKER_MEMORY, Settings, SettingsError
 
 
@@ -176,21 +177,21 @@ def event_loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEvent
     return uvloop.new_event_loop
 
 
-def workers_said(settings: Settings) -> list[tuple[int, str, dict[str, Any]]]:
+def workers_said(settings: Settings, found: Limits | None = None) -> list[tuple[int, str, dict[str, Any]]]:
     """What `catalog serve` logs of its workers at the start (level, message, fields): how many
     the default chose and the limits that held it; or, for a number asked for, a warning where it
     is more than the cores this process may use (more gain nothing) or than its memory limit holds
-    at WORKER_MEMORY each (the kernel stops processes past the limit)."""
-    from catalog.machine import cpu_quota, memory_limit, usable_cores
-
-    count, cores, quota, memory = settings.worker_count, usable_cores(), cpu_quota(), memory_limit()
+    at WORKER_MEMORY each (the kernel stops processes past the limit). `found`: the process's
+    limits, as read once at the start (read now when not given)."""
+    found = limits() if found is None else found
+    count, cores, quota, memory = settings.workers_for(found), found.cores, found.cpu_quota, found.memory
     fields: dict[str, Any] = {"workers": count, "cores": cores, "cpu_limit": quota, "memory_limit": memory}
     gib = f"{memory / 2**30:.2f} GiB" if memory is not None else ""
     if not settings.workers:
-        limits = [f"CPU limit {quota:g}"] if quota is not None else []
+        named = [f"CPU limit {quota:g}"] if quota is not None else []
         if memory is not None:
-            limits.append(f"memory limit {gib}, {WORKER_MEMORY >> 20} MiB a worker")
-        held = f" ({'; '.join(limits)})" if limits else ""
+            named.append(f"memory limit {gib}, {WORKER_MEMORY >> 20} MiB a worker")
+        held = f" ({'; '.join(named)})" if named else ""
         return [
             (logging.INFO, f"{count} worker process(es), one per CPU core this process may use{held}", fields)
         ]
@@ -231,12 +232,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         telemetry.configure(settings)
         return run_worker(settings, args.worker)
-    for level, message, fields in workers_said(settings):
+    found = limits()  # read once: the count and what the log says of it come from the same reading
+    for level, message, fields in workers_said(settings, found):
         logging.getLogger("catalog.serve").log(level, message, extra=fields)
-    if settings.worker_count > 1:
+    if (count := settings.workers_for(found)) > 1:
         from catalog.cli.workers import supervise
 
-        return supervise(settings, settings.worker_count)
+        return supervise(settings, count)
     from catalog.app import create_app
 
     telemetry.configure(settings)  # traces, when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_) is set

@@ -7,7 +7,11 @@ client CPU and wall time per call, on an embedded PostgreSQL in a temporary dire
 - the HNSW search's transaction (`VectorSearch._hnsw`, the statement itself replaced by a small
   query) as it was, five trips (`BEGIN`, `SET LOCAL plan_cache_mode`, `set_config('hnsw.ef_search')`,
   the statement, `COMMIT`), and as it is, three (`BEGIN` with both settings in one message, the
-  statement, `ROLLBACK`).
+  statement, `ROLLBACK`);
+- what a pause costs the next step (wall p50): a bare `SELECT 1` on a held connection, and the
+  model's run on a short query (one thread, as a lane runs it), each back to back, after the
+  caller slept `PAUSE_MS`, and after it worked that long (a busy loop): a search's steps each
+  come after others' work, not back to back.
 
 Run: .venv/bin/python bench/round_trips.py [--calls 3000]
 """
@@ -35,6 +39,8 @@ from catalog.db.embedded import EmbeddedPostgres
 from catalog.settings import Settings
 
 QUERY = "SELECT x::text, 0.5::float8 FROM generate_series(1, 10) AS x WHERE $1::int > 0"
+PAUSE_MS = 3.0
+QUERIES = ("when did Caroline go to the support group?", "what does Melanie like to paint", "hiking plans")
 
 
 async def five_trips(pool: asyncpg.Pool) -> Any:
@@ -101,6 +107,59 @@ async def run(url: str, calls: int) -> None:
         print(f"| {label} | {cpu:.0f} µs | {wall:.0f} µs |")
 
 
+def _busy(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
+
+
+Pause = Callable[[], None] | None
+
+
+async def _paused(step: Callable[[int], Awaitable[Any]], pause: Pause, calls: int) -> float:
+    """Wall p50 µs of `step(i)`, each after `pause` (None: back to back), after a warm-up."""
+    walls = []
+    for i in range(calls + 100):
+        if pause is not None:
+            pause()
+        started = time.perf_counter()
+        await step(i)
+        if i >= 100:
+            walls.append(time.perf_counter() - started)
+    return statistics.median(walls) * 1e6
+
+
+async def pauses(url: str, calls: int) -> None:
+    """The pause table (see the module's docstring)."""
+    from catalog.runtime import load_encoder
+
+    encoder = load_encoder(Settings())
+    conn = await asyncpg.connect(url)
+
+    async def select(_: int) -> Any:
+        return await conn.fetchval("SELECT 1")
+
+    async def model(i: int) -> Any:
+        return encoder.encode([QUERIES[i % len(QUERIES)]])
+
+    ways: list[tuple[str, Pause]] = [
+        ("back to back", None),
+        (f"after {PAUSE_MS:g} ms asleep", lambda: time.sleep(PAUSE_MS / 1000)),
+        (f"after {PAUSE_MS:g} ms of other work", lambda: _busy(PAUSE_MS)),
+    ]
+    try:
+        rows = [
+            (label, await _paused(select, pause, calls), await _paused(model, pause, min(calls, 1000)))
+            for label, pause in ways
+        ]
+    finally:
+        await conn.close()
+    print("\n| the next step | `SELECT 1` round trip (wall p50) | the model on a query (wall p50) |")
+    print("|---|---:|---:|")
+    for label, trip, run in rows:
+        print(f"| {label} | {trip:.0f} µs | {run:.0f} µs |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=3000)
@@ -111,6 +170,7 @@ def main() -> None:
         url = server.start()
         with asyncio.Runner(loop_factory=event_loop_factory(Settings(data_dir=where))) as runner:
             runner.run(run(url, args.calls))
+            runner.run(pauses(url, args.calls))
     finally:
         server.stop()
         shutil.rmtree(where, ignore_errors=True)

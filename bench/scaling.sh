@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# What N workers and N nodes bring on a machine of many cores, and the catalog beside LangGraph's
+# store there: the runs of docs/benchmarks.md's "Workers" section in one command, within a time
+# budget, each run's output written to OUT as it comes (a run stopped by the budget leaves the
+# lines it printed).
+#
+#     bash bench/scaling.sh OUT [BUDGET_SECONDS]
+#
+# Run in the tree, with the Python that runs the server. A machine without network: the tree
+# holds site.tar.xz (bench/offline_site.py --extra bench), unpacked into /tmp/site first; for
+# bench/peer.py, the LoCoMo conversation files in .data/locomo/ (skipped when absent). The runs,
+# in order, each given at most what is left of the budget (default 570 s) less what the runs
+# after it are kept:
+#   workers.txt  bench/cluster.py --load --arrangements workers, N = 1, 2, 4, ... up to the cores
+#   peer.txt     bench/peer.py --no-memnos .data/locomo/*.json
+#   nodes.txt    bench/cluster.py --load --arrangements nodes, N = 1, 4 and the cores
+# SCALE, NODES (comma lists), MEASURE (seconds an operation is measured), ENTRIES and CLIENTS
+# override the defaults (a quick check of the script: SCALE=1,2 NODES=1,2 MEASURE=2 ENTRIES=100).
+set -u
+out=${1:?usage: bash bench/scaling.sh OUT [BUDGET_SECONDS]}
+budget=${2:-570}
+started=$(date +%s)
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+
+cores=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
+powers=1
+n=2
+while [ "$n" -lt "$cores" ]; do powers="$powers,$n"; n=$((n * 2)); done
+[ "$cores" -gt 1 ] && powers="$powers,$cores"
+scale=${SCALE:-$powers}
+nodes=${NODES:-1,$(( cores >= 8 ? 4 : 2 )),$cores}
+seconds=${MEASURE:-6}
+entries=${ENTRIES:-1000}
+clients=${CLIENTS:-4}
+
+left() { echo $((budget - ($(date +%s) - started))); }
+
+# run NAME KEEP COMMAND...: COMMAND with what is left of the budget less KEEP seconds
+run() {
+    local name=$1 keep=$2
+    shift 2
+    local limit=$(($(left) - keep))
+    if [ "$limit" -lt 20 ]; then
+        echo "$name: skipped, $(left) s of the budget left" | tee "$out/$name.txt"
+        return
+    fi
+    echo "$name: up to $limit s: $*"
+    timeout "$limit" "$@" >"$out/$name.txt" 2>&1
+    echo "$name: exit $? after $(($(date +%s) - started)) s"
+}
+
+{
+    echo "cores $cores (affinity), $(nproc --all) online; $(python3 --version)"
+    uptime
+} | tee "$out/machine.txt"
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$out/install.txt" 2>&1 || {
+    echo "the editable install failed: $out/install.txt"
+    exit 1
+}
+if [ -f site.tar.xz ]; then
+    mkdir -p /tmp/site && tar xJf site.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
+fi
+
+peer_time=0
+compgen -G ".data/locomo/*.json" >/dev/null && peer_time=150
+run workers $((peer_time + 150)) python3 bench/cluster.py --load --scale "$scale" --seconds "$seconds" \
+    --clients "$clients" --entries "$entries" --arrangements workers
+if [ "$peer_time" -gt 0 ]; then
+    run peer 150 python3 bench/peer.py --no-memnos .data/locomo/*.json
+fi
+run nodes 0 python3 bench/cluster.py --load --scale "$nodes" --seconds "$seconds" \
+    --clients "$clients" --entries "$entries" --arrangements nodes
+echo "done in $(($(date +%s) - started)) s; outputs in $out"

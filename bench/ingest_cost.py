@@ -18,10 +18,12 @@ With --searches MODE, then: every question of the conversations searched once in
 (top 10, in its conversation's scope, one after the other), and PostgreSQL's time by statement
 per search (what a search's statements cost PostgreSQL on this store).
 
-With --vectors, instead: whether keeping vectors in a table of their own would make storing one
-cheaper. On a copy of the entries table (every index of it) holding `--rows` rows, each row's
-vector is set one statement at a time, as the embedding worker does; then the same vectors are
-inserted into a table of only (id, vector) with an HNSW index: the time of each, per vector.
+With --vectors, instead: what storing one vector costs, and whether keeping vectors in a table of
+their own would make it cheaper. On a copy of the entries table (every index of it) holding
+`--rows` rows, each row's vector is set one statement at a time, as the embedding worker does;
+then the same on a copy without the whole table's HNSW index (what a write pays for that index);
+then the same vectors are inserted into a table of only (id, vector) with an HNSW index: the time
+of each, per vector.
 
 Run: .venv/bin/python bench/ingest_cost.py [FILE.json ...] [--writers 8] [--searches hybrid]
      .venv/bin/python bench/ingest_cost.py --rate 20 [--count 200] [--repo DIR]
@@ -185,16 +187,26 @@ async def vectors(rows: int) -> None:
         conn = await asyncpg.connect(server.db_url())
         await conn.execute("CREATE TABLE entries_copy (LIKE entries INCLUDING ALL)")
         indexes = await conn.fetchval("SELECT count(*) FROM pg_indexes WHERE tablename = 'entries_copy'")
+        # the same rows without the whole table's HNSW index (what a write pays for it)
+        await conn.execute("CREATE TABLE entries_unindexed (LIKE entries INCLUDING ALL)")
+        unindexed = await conn.fetchval(
+            "SELECT indexname FROM pg_indexes "
+            "WHERE tablename = 'entries_unindexed' AND indexdef LIKE '%USING hnsw%'"
+        )
+        await conn.execute(f'DROP INDEX "{unindexed}"')
         await conn.execute("CREATE TABLE vectors_only (id uuid PRIMARY KEY, embedding vector(384))")
         await conn.execute("CREATE INDEX ON vectors_only USING hnsw (embedding vector_cosine_ops)")
         store = await conn.fetchval("SELECT gen_random_uuid()")
         texts = [f"Caroline: turn {i} about tea, hiking and a charity race" for i in range(rows)]
-        await conn.executemany(
-            "INSERT INTO entries_copy (store_id, scope, session_id, path, contents, description, "
-            "created_by, updated_by) VALUES ($1, 'u', 's', $2, $3, 'd', 'a', 'a')",
-            [(store, f"/p/{i}", text) for i, text in enumerate(texts)],
-        )
+        for table in ("entries_copy", "entries_unindexed"):
+            await conn.executemany(
+                f"INSERT INTO {table} (store_id, scope, session_id, path, contents, description, "
+                "created_by, updated_by) VALUES ($1, 'u', 's', $2, $3, 'd', 'a', 'a')",
+                [(store, f"/p/{i}", text) for i, text in enumerate(texts)],
+            )
         ids = [r[0] for r in await conn.fetch("SELECT id FROM entries_copy ORDER BY path")]
+        # the other copy's rows have ids of their own: each vector goes to the row of its path
+        unindexed_ids = [r[0] for r in await conn.fetch("SELECT id FROM entries_unindexed ORDER BY path")]
         # the real model's vectors of the texts (the shape of real data: HNSW's cost depends on it)
         from catalog.runtime import load_encoder
         from catalog.settings import Settings
@@ -202,18 +214,25 @@ async def vectors(rows: int) -> None:
         made = load_encoder(Settings()).encode(texts)
         literals = ["[" + ",".join(f"{x:.6f}" for x in v) + "]" for v in np.asarray(made)]
         timed = {}
-        for name, sql in (
+        for name, sql, keys in (
             (
                 "set the vector of an entries row (the table's every index)",
                 "UPDATE entries_copy SET embedding = $2::vector WHERE id = $1",
+                ids,
+            ),
+            (
+                "the same, the table without its HNSW index",
+                "UPDATE entries_unindexed SET embedding = $2::vector WHERE id = $1",
+                unindexed_ids,
             ),
             (
                 "insert it into a table of only (id, vector)",
                 "INSERT INTO vectors_only (id, embedding) VALUES ($1, $2::vector)",
+                ids,
             ),
         ):
             started = time.perf_counter()
-            for entry_id, literal in zip(ids, literals, strict=True):
+            for entry_id, literal in zip(keys, literals, strict=True):
                 await conn.execute(sql, entry_id, literal)
             timed[name] = (time.perf_counter() - started) * 1000 / rows
         await conn.close()
@@ -235,7 +254,9 @@ def main() -> None:
         choices=("hybrid", "keyword", "semantic"),
         help="then search every question once in this mode: PostgreSQL's time by statement per search",
     )
-    parser.add_argument("--vectors", action="store_true", help="a vector in the row vs in a table of its own")
+    parser.add_argument(
+        "--vectors", action="store_true", help="a vector in the row, without the HNSW index, in a table apart"
+    )
     parser.add_argument("--rows", type=int, default=1500, help="with --vectors: rows of the tables")
     parser.add_argument("--rate", type=float, help="one client writing this many turns a second")
     parser.add_argument("--count", type=int, default=200, help="with --rate: how many turns")

@@ -13,7 +13,7 @@
 # after it are kept:
 #   workers.txt  bench/cluster.py --load --arrangements workers, N = 1, 2, 4, ... up to the cores
 #   peer.txt     bench/peer.py --no-memnos .data/locomo/*.json
-#   nodes.txt    bench/cluster.py --load --arrangements nodes, N = 1, 4 and the cores
+#   nodes.txt    bench/cluster.py --load --arrangements nodes, N = 1, 4 (past 4 cores) and the cores
 # SCALE, NODES (comma lists), MEASURE (seconds an operation is measured), ENTRIES and CLIENTS
 # override the defaults (a quick check of the script: SCALE=1,2 NODES=1,2 MEASURE=2 ENTRIES=100).
 set -u
@@ -22,17 +22,6 @@ budget=${2:-570}
 started=$(date +%s)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-
-cores=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
-powers=1
-n=2
-while [ "$n" -lt "$cores" ]; do powers="$powers,$n"; n=$((n * 2)); done
-[ "$cores" -gt 1 ] && powers="$powers,$cores"
-scale=${SCALE:-$powers}
-nodes=${NODES:-1,$(( cores >= 8 ? 4 : 2 )),$cores}
-seconds=${MEASURE:-6}
-entries=${ENTRIES:-1000}
-clients=${CLIENTS:-4}
 
 left() { echo $((budget - ($(date +%s) - started))); }
 
@@ -50,10 +39,6 @@ run() {
     echo "$name: exit $? after $(($(date +%s) - started)) s"
 }
 
-{
-    echo "cores $cores (affinity), $(nproc --all) online; $(python3 --version)"
-    uptime
-} | tee "$out/machine.txt"
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$out/install.txt" 2>&1 || {
     echo "the editable install failed: $out/install.txt"
     exit 1
@@ -62,12 +47,33 @@ if [ -f site.tar.xz ]; then
     mkdir -p /tmp/site && tar xJf site.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
 fi
 
+# the cores this process may use, as `catalog serve` counts them (affinity, at most a CPU quota)
+cores=$(python3 -c 'from catalog.machine import usable_cores; print(usable_cores())')
+powers=1
+n=2
+while [ "$n" -lt "$cores" ]; do powers="$powers,$n"; n=$((n * 2)); done
+[ "$cores" -gt 1 ] && powers="$powers,$cores"
+scale=${SCALE:-$powers}
+spread=1
+[ "$cores" -gt 4 ] && spread="$spread,4"
+[ "$cores" -gt 1 ] && spread="$spread,$cores"
+nodes=${NODES:-$spread}
+seconds=${MEASURE:-6}
+entries=${ENTRIES:-1000}
+clients=${CLIENTS:-4}
+{
+    echo "cores this process may use: $cores; $(nproc --all) online; $(python3 --version)"
+    uptime
+} | tee "$out/machine.txt"
+
+# the seconds kept for the runs after the workers' (about a minute each here, at two cores)
 peer_time=0
-compgen -G ".data/locomo/*.json" >/dev/null && peer_time=150
-run workers $((peer_time + 150)) python3 bench/cluster.py --load --scale "$scale" --seconds "$seconds" \
+compgen -G ".data/locomo/*.json" >/dev/null && peer_time=100
+nodes_time=120
+run workers $((peer_time + nodes_time)) python3 bench/cluster.py --load --scale "$scale" --seconds "$seconds" \
     --clients "$clients" --entries "$entries" --arrangements workers
 if [ "$peer_time" -gt 0 ]; then
-    run peer 150 python3 bench/peer.py --no-memnos .data/locomo/*.json
+    run peer "$nodes_time" python3 bench/peer.py --no-memnos .data/locomo/*.json
 fi
 run nodes 0 python3 bench/cluster.py --load --scale "$nodes" --seconds "$seconds" \
     --clients "$clients" --entries "$entries" --arrangements nodes

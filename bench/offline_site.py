@@ -10,10 +10,10 @@ Here, where the package index is reachable:
 There, in a copy of this tree holding the file (its name is ignored by git), with the Python
 that holds the distributions left out:
 
+    mkdir -p /tmp/site && tar xJf site.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
     python3 -m pip install --no-index --no-deps --no-build-isolation -e .
-    mkdir -p /tmp/site && tar xJf site.tar.xz -C /tmp/site
-    PYTHONPATH=/tmp/site python3 bench/cluster.py --load --scale 1,2,4,8,16 --clients 4
-    PYTHONPATH=/tmp/site python3 bench/peer.py --no-memnos FILE.json ...   # with --extra bench
+    python3 bench/cluster.py --load --scale 1,2,4,8,16 --clients 4
+    python3 bench/peer.py --no-memnos FILE.json ...   # with --extra bench
 
 The packages are the server's dependencies (`pyproject.toml`'s, read here, so the list cannot
 drift), and those of each `--extra` (`bench`: LangGraph's store and psycopg, the peer of
@@ -21,8 +21,10 @@ drift), and those of each `--extra` (`bench`: LangGraph's store and psycopg, the
 into a folder and packed with xz (a fifth smaller than the wheels: the model's and PostgreSQL's
 files compress better so than in a wheel's zip). `--skip` leaves out distributions the other machine's Python
 holds already (large ones: NumPy, ONNX Runtime), which it then imports from its own
-site-packages. The tree is installed there in place (`-e`, offline: setuptools only), which maps
-its `sql/` and `policies/` to the packages the server reads them as.
+site-packages. The tree is installed there in place (`-e`, offline), which maps its `sql/` and
+`policies/` to the packages the server reads them as; the build system's requirements are packed
+too (`setuptools>=77`), and with the site first on `PYTHONPATH` the install builds with them, not
+with an older setuptools of that Python's.
 """
 
 from __future__ import annotations
@@ -45,12 +47,16 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x8
 
 
 def requirements(pyproject: Path = REPO / "pyproject.toml", extras: Sequence[str] = ()) -> list[str]:
-    """The server's own dependencies, as its pyproject.toml states them, and those of its `extras`
-    (an extra that names the project itself, `memory-catalog[docs]`, brings that extra's)."""
+    """The server's own dependencies, as its pyproject.toml states them, with its build system's
+    and those of its `extras` (an extra that names the project itself, `memory-catalog[docs]`,
+    brings that extra's)."""
     with pyproject.open("rb") as f:
-        project = tomllib.load(f)["project"]
+        toml = tomllib.load(f)
+    project = toml["project"]
     optional = project.get("optional-dependencies", {})
-    found = list(project["dependencies"])
+    # the build backend's own (setuptools): the tree is installed there in place without network,
+    # by whatever setuptools the site puts first on the path
+    found = [*toml.get("build-system", {}).get("requires", []), *project["dependencies"]]
     wanted, seen = list(extras), set()
     while wanted:
         extra = wanted.pop()

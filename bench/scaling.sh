@@ -7,7 +7,8 @@
 #     bash bench/scaling.sh OUT [BUDGET_SECONDS]
 #
 # Run in the tree, with the Python that runs the server. A machine without network: the tree
-# holds site.tar.xz (bench/offline_site.py --extra bench), unpacked into /tmp/site first; for
+# holds site.tar.xz (bench/offline_site.py --extra bench), unpacked into /tmp/site and put first
+# on PYTHONPATH before the tree is installed (-e, offline, with the site's setuptools); for
 # bench/peer.py, the LoCoMo conversation files in .data/locomo/ (skipped when absent). The runs,
 # in order, each given at most what is left of the budget (default 570 s) less what the runs
 # after it are kept:
@@ -39,13 +40,14 @@ run() {
     echo "$name: exit $? after $(($(date +%s) - started)) s"
 }
 
+# the site first: the install builds with its setuptools (offline_site packs the build system's)
+if [ -f site.tar.xz ]; then
+    mkdir -p /tmp/site && tar xJf site.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
+fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$out/install.txt" 2>&1 || {
     echo "the editable install failed: $out/install.txt"
     exit 1
 }
-if [ -f site.tar.xz ]; then
-    mkdir -p /tmp/site && tar xJf site.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
-fi
 
 # the cores this process may use, as `catalog serve` counts them (affinity, at most a CPU quota)
 cores=$(python3 -c 'from catalog.machine import usable_cores; print(usable_cores())')

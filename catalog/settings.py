@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from catalog.machine import Limits, limits
+from catalog.machine import Limits
 
 DEV_ISSUER = "memory-catalog-dev"
 DEV_AUDIENCE = "memory-catalog"
@@ -430,14 +430,10 @@ class Settings:
             if value < 0:
                 raise SettingsError(f"{name} must not be negative (0 turns the limit off)")
 
-    @property
-    def worker_count(self) -> int:
-        """The worker processes `catalog serve` runs, by this process's limits as they are now."""
-        return self.workers_for(limits())
-
     def workers_for(self, found: Limits) -> int:
-        """`workers`, or when 0 one per CPU core a process of these limits may use (its affinity,
-        at most its CPU quota: `catalog.machine`), as many as its memory limit, if any, holds at
+        """The worker processes `catalog serve` runs under `found` (`catalog.machine.limits()`, read
+        once at its start): `workers`, or when 0 one per CPU core a process of these limits may use
+        (its affinity, at most its CPU quota), as many as its memory limit, if any, holds at
         WORKER_MEMORY each (at least one)."""
         if self.workers:
             return self.workers

@@ -14,7 +14,7 @@ import pytest
 
 from catalog import machine
 from catalog.cli import workers_said
-from catalog.machine import cpu_quota, memory_limit, usable_cores
+from catalog.machine import cpu_quota, limits, memory_limit, usable_cores
 from catalog.search.embedder import default_lanes
 from catalog.settings import WORKER_MEMORY, Settings
 
@@ -122,8 +122,8 @@ def test_the_default_workers_and_model_lanes_follow_the_cpu_limit(
 ):
     root = machine_root(tmp_path, "0::/\n", V2, {CPU_MAX: "100000 100000\n"})
     monkeypatch.setattr(machine, "ROOT", root)
-    assert Settings(workers=0).worker_count == 1
-    assert Settings(workers=3).worker_count == 3  # a number asked for is kept
+    assert Settings(workers=0).workers_for(limits()) == 1
+    assert Settings(workers=3).workers_for(limits()) == 3  # a number asked for is kept
     assert default_lanes() == 1
 
 
@@ -161,8 +161,8 @@ def test_the_default_workers_fit_a_memory_limit(tmp_path: Path, monkeypatch: pyt
     # two CPUs' time but memory for one worker: one worker
     files = {CPU_MAX: "200000 100000\n", "/sys/fs/cgroup/memory.max": f"{WORKER_MEMORY + (100 << 20)}\n"}
     monkeypatch.setattr(machine, "ROOT", machine_root(tmp_path, "0::/\n", V2, files))
-    assert Settings(workers=0).worker_count == 1
-    assert Settings(workers=2).worker_count == 2  # a number asked for is kept
+    assert Settings(workers=0).workers_for(limits()) == 1
+    assert Settings(workers=2).workers_for(limits()) == 2  # a number asked for is kept
 
 
 def test_the_start_says_what_held_the_default_and_warns_of_a_number_past_the_limits(
@@ -170,15 +170,15 @@ def test_the_start_says_what_held_the_default_and_warns_of_a_number_past_the_lim
 ):
     files = {CPU_MAX: "100000 100000\n", "/sys/fs/cgroup/memory.max": f"{1 << 30}\n"}  # 1 CPU, 1 GiB
     monkeypatch.setattr(machine, "ROOT", machine_root(tmp_path, "0::/\n", V2, files))
-    [(level, message, fields)] = workers_said(Settings(workers=0))
+    [(level, message, fields)] = workers_said(Settings(workers=0), limits())
     assert level == logging.INFO
     assert message == (
         "1 worker process(es), one per CPU core this process may use "
         "(CPU limit 1; memory limit 1.00 GiB, 512 MiB a worker)"
     )
     assert fields == {"workers": 1, "cores": 1, "cpu_limit": 1.0, "memory_limit": 1 << 30}
-    assert workers_said(Settings(workers=1)) == []  # a number within the limits: nothing to say
-    cores, memory = workers_said(Settings(workers=3))
+    assert workers_said(Settings(workers=1), limits()) == []  # a number within the limits: nothing to say
+    cores, memory = workers_said(Settings(workers=3), limits())
     assert cores[0] == memory[0] == logging.WARNING
     assert cores[1] == "3 workers on 1 CPU core(s): more workers than cores gain nothing"
     assert memory[1].startswith("3 workers may need about 1.5 GiB; this process's memory limit is 1.00 GiB")

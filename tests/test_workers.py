@@ -159,8 +159,8 @@ async def test_a_failing_writer_lets_its_readers_search_what_they_hold_and_say_w
 
 def test_workers_default_to_the_cores_this_process_may_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(machine, "ROOT", tmp_path)  # no control group limits it (those: test_machine)
-    assert Settings(workers=3).worker_count == 3
-    assert Settings(workers=0).worker_count == len(os.sched_getaffinity(0))
+    assert Settings(workers=3).workers_for(machine.limits()) == 3
+    assert Settings(workers=0).workers_for(machine.limits()) == len(os.sched_getaffinity(0))
 
 
 # --- the whole server ------------------------------------------------------------------------------

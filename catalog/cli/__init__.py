@@ -177,13 +177,12 @@ def event_loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEvent
     return uvloop.new_event_loop
 
 
-def workers_said(settings: Settings, found: Limits | None = None) -> list[tuple[int, str, dict[str, Any]]]:
+def workers_said(settings: Settings, found: Limits) -> list[tuple[int, str, dict[str, Any]]]:
     """What `catalog serve` logs of its workers at the start (level, message, fields): how many
     the default chose and the limits that held it; or, for a number asked for, a warning where it
     is more than the cores this process may use (more gain nothing) or than its memory limit holds
     at WORKER_MEMORY each (the kernel stops processes past the limit). `found`: the process's
-    limits, as read once at the start (read now when not given)."""
-    found = limits() if found is None else found
+    limits, as read once at the start."""
     count, cores, quota, memory = settings.workers_for(found), found.cores, found.cpu_quota, found.memory
     fields: dict[str, Any] = {"workers": count, "cores": cores, "cpu_limit": quota, "memory_limit": memory}
     gib = f"{memory / 2**30:.2f} GiB" if memory is not None else ""

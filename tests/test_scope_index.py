@@ -63,7 +63,8 @@ def test_a_large_scope_gets_its_own_index_which_searches_use_until_it_shrinks(
             for n in range(20):  # scopes too small for an index of their own
                 await _load(pool, store_id, f"user-{n}", vectors[n * 50 : n * 50 + 200])
             await pool.execute(
-                "CREATE INDEX entries_embedding_hnsw ON entries USING hnsw (embedding vector_cosine_ops)"
+                "CREATE INDEX entries_embedding_hnsw ON entries USING hnsw (embedding vector_cosine_ops) "
+                "WHERE in_graph"
             )
             await pool.execute("ANALYZE entries")
 
@@ -135,7 +136,7 @@ def test_an_hnsw_search_sets_its_plan_and_candidates_for_itself_alone(database_u
         def hnsw_sql(self, condition: str, candidates: int, own_scope: int | None = None) -> str:
             return (
                 "SELECT current_setting('plan_cache_mode') || ' ' || current_setting('hnsw.ef_search'), "
-                "$6::float8 FROM (SELECT $1::text, $2::text[], $3::text, $4::text, $5::vector) AS given"
+                "$6::float8, 0 FROM (SELECT $1::text, $2::text[], $3::text, $4::text, $5::vector) AS given"
             )
 
     async def scenario() -> tuple[list[tuple[str, float]], list[str], str]:
@@ -143,7 +144,7 @@ def test_an_hnsw_search_sets_its_plan_and_candidates_for_itself_alone(database_u
         try:
             search = Reads(pool)
             args = ("s", ["u"], None, None, np.ones(384, dtype=np.float32), 7)
-            during, _ = await search._hnsw(search.hnsw_sql(_FILTER, 123), 123, args)
+            during, _, _ = await search._hnsw(search.hnsw_sql(_FILTER, 123), 123, args)
             after = [
                 await pool.fetchval("SELECT current_setting('plan_cache_mode')"),
                 await pool.fetchval("SELECT current_setting('hnsw.ef_search')"),

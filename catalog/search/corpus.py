@@ -30,10 +30,21 @@ class Corpus:
     hnsw_index: str
     metadata: str = "NULL::jsonb"  # the column of its rows' metadata (for filters), if any
     state: str = "'active'"  # the column of its rows' state (consolidation), if any
+    # the boolean column of the rows whose vector the whole table's HNSW index holds (`hnsw_index`
+    # is partial on it; catalog.search.repo.GRAPH_MIN), if any ("": every row with a vector)
+    graph: str = ""
 
 
 ENTRIES = Corpus(
-    "entries", "entries", "entry_changes", "entry_id", "", "entries_embedding_hnsw", "metadata", "state"
+    "entries",
+    "entries",
+    "entry_changes",
+    "entry_id",
+    "",
+    "entries_embedding_hnsw",
+    "metadata",
+    "state",
+    "in_graph",
 )
 TRANSCRIPTS = Corpus(
     "transcripts",

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -66,6 +67,42 @@ EMBED_GATHER = 0.01
 EMBED_LEASE = 60.0
 
 
+# how long a process keeps a scope it found large enough for the whole table's HNSW graph
+# (`LargeScopes`): its name is held in memory about this long, no more
+LARGE_SCOPE_KEPT = 600.0
+
+
+class LargeScopes:
+    """The scopes this process found holding at least `repo.GRAPH_MIN` entries as it stored their
+    vectors, (store id, scope), for LARGE_SCOPE_KEPT seconds (their names forgotten by an `add`
+    at most a tenth of that later): the vectors' statement counts only the other scopes of its
+    batch. A scope that shrinks meanwhile still puts its vectors in the graph (which costs
+    writes, never a result). Bounded: emptied when full."""
+
+    MAX_KEPT = 100_000
+
+    def __init__(self, kept: float = LARGE_SCOPE_KEPT) -> None:
+        self.kept = kept
+        self._found: dict[tuple[str, str], float] = {}
+        self._pruned = time.monotonic()
+
+    def of(self, rows: Sequence[asyncpg.Record]) -> list[tuple[str, str]]:
+        """The scopes of these rows (each with `store_id` and `scope`) known large."""
+        now = time.monotonic()
+        scopes = {(row["store_id"], row["scope"]) for row in rows}
+        return sorted(key for key in scopes if now - self._found.get(key, -math.inf) < self.kept)
+
+    def add(self, found: Sequence[tuple[str, str]]) -> None:
+        now = time.monotonic()
+        if now - self._pruned > self.kept / 10:  # forget the names kept too long, now and then
+            self._found = {key: at for key, at in self._found.items() if now - at < self.kept}
+            self._pruned = now
+        if len(self._found) + len(found) > self.MAX_KEPT:
+            self._found.clear()
+        for key in found:
+            self._found[key] = now
+
+
 @dataclass
 class EmbeddingWorker:
     pool: asyncpg.Pool
@@ -88,6 +125,8 @@ class EmbeddingWorker:
     _due: set[Corpus] = field(default_factory=set)
     # when the claims other processes hold on a corpus's stale rows run out (the loop's time)
     _claims_end: dict[Corpus, float] = field(default_factory=dict)
+    # the scopes found large enough for the whole table's HNSW graph (counted no more)
+    _large: LargeScopes = field(default_factory=LargeScopes)
 
     def start(self, feed: ChangeFeed | None) -> None:
         self.feed = feed
@@ -143,7 +182,10 @@ class EmbeddingWorker:
                 )
                 made = [(r["id"], r["version"], v, n) for r, (v, n) in zip(rows, vectors, strict=True)]
                 # the rows changed meanwhile are left stale, their claims let go in the same statement
-                await repo.set_embeddings(conn, made, corpus, self.embedder.model_id, release=ids)
+                large = await repo.set_embeddings(
+                    conn, made, corpus, self.embedder.model_id, release=ids, large=self._large.of(rows)
+                )
+                self._large.add(large)
             except BaseException:
                 # the model or the statement failed: the rows are free again; if this process
                 # dies first, they are free once its session is gone
@@ -296,6 +338,9 @@ class EmbeddingWorker:
         # urgent: ahead of the passes' batches
         vectors = await embed_rows(self.embedder, [(r["contents"], r["description"]) for r in rows])
         made = [(r["id"], r["version"], v, n) for r, (v, n) in zip(rows, vectors, strict=True)]
-        await repo.set_embeddings(self.pool, made, corpus, self.embedder.model_id)
+        large = await repo.set_embeddings(
+            self.pool, made, corpus, self.embedder.model_id, large=self._large.of(rows)
+        )
+        self._large.add(large)
         self.embedded_on_demand += len(made)
         return True

@@ -12,6 +12,12 @@ planner cannot swap in the HNSW index); otherwise the HNSW index is read with ov
 if the filtered result is short, the exact scan runs after all. Results never go missing because
 of the filter.
 
+The whole table's HNSW graph holds the vectors of large scopes only (`GRAPH_MIN`, migration 0043):
+an insertion into the graph is the dearest part of a write, and a scope too small to be searched
+through the graph alone gains nothing from it. The scope sets sizes are counted in the graph; a
+search that reads the graph reads the rows of its scopes outside it by an exact scan in the same
+statement (at most about `GRAPH_MIN` rows a scope: those written before it grew), and ranks both.
+
 Table names come from `Corpus` (constants of the code); every value is bound but the HNSW scan's
 candidate count, an int the code computes, written into the statement so the planner sees it.
 """
@@ -37,6 +43,10 @@ OVERSAMPLE = 16
 MIN_CANDIDATES = 400
 MAX_CANDIDATES = 1000  # pgvector's hnsw.ef_search ceiling
 _COUNT_TTL = 30.0
+# an entry's vector enters the whole table's HNSW graph when its scope holds at least this many
+# entries as the vector is stored (`set_embeddings`): a search of one smaller scope is always an
+# exact scan, and a search of many (at most MAX_SCOPES) scans at most this many rows of each exactly
+GRAPH_MIN = 1_000
 
 # the distance a row is ranked by is its cosine distance plus its length's penalty
 # (`passages.PASSAGE_PENALTY`: a code constant, written into the statements)
@@ -64,6 +74,7 @@ class VectorSearch:
         self._own: dict[tuple[str, str], tuple[float, bool]] = {}
         self.fallbacks = 0
         self.own_index_searches = 0
+        self.graph_searches = 0  # searches that read the whole table's HNSW graph
         self._rows = 0
         self._rows_at = float("-inf")
 
@@ -84,19 +95,21 @@ class VectorSearch:
         self, store_id: str, scopes: Sequence[str], cap: int, where: Mapping[str, Any] | None = None
     ) -> int:
         """How many entries the scopes hold (with `where`: whose metadata holds it), counted up to
-        just above `cap` (cached briefly)."""
+        just above `cap` (cached briefly); of a corpus with a `graph` column, those in the graph
+        (the others are scanned exactly on every path)."""
         key = (store_id, tuple(sorted(scopes)), cap, json.dumps(where, sort_keys=True) if where else "")
         cached = self._sizes.get(key)
         now = time.monotonic()
         if cached and now - cached[0] < _COUNT_TTL:
             return cached[1]
+        graph = f" AND {self.corpus.graph}" if self.corpus.graph else ""
         size = int(
             await self.pool.fetchval(
                 f"SELECT count(*) FROM (SELECT 1 FROM {self.corpus.table} WHERE store_id = $1 "
-                "AND scope = ANY($2::text[]) AND metadata @> $4::jsonb LIMIT $3) capped"
+                f"AND scope = ANY($2::text[]){graph} AND metadata @> $4::jsonb LIMIT $3) capped"
                 if where
                 else f"SELECT count(*) FROM (SELECT 1 FROM {self.corpus.table} WHERE store_id = $1 "
-                "AND scope = ANY($2::text[]) LIMIT $3) capped",
+                f"AND scope = ANY($2::text[]){graph} LIMIT $3) capped",
                 store_id,
                 list(scopes),
                 cap + 1,
@@ -140,7 +153,7 @@ class VectorSearch:
         large = self.scope_index_min and len(scopes) == 1
         size = await self._size(store_id, scopes, max(enough, self.scope_index_min if large else 0), where)
         if large and size >= self.scope_index_min and await self._has_own_index(store_id, scopes[0]):
-            rows, cosines = await self._own_index(
+            rows, cosines, found = await self._own_index(
                 condition,
                 args,
                 scopes[0],
@@ -148,14 +161,15 @@ class VectorSearch:
                 filtered=bool(session_id is not None or path_prefix is not None or where),
                 also=also,
             )
-            if len(rows) >= min(limit, size):
+            if found >= min(limit, size):
                 return rows, cosines
             self.fallbacks += 1
             return await self._exact(condition, *args, also=also)
         if size <= enough:
             return await self._exact(condition, *args, also=also)
-        rows, cosines = await self._hnsw(self.hnsw_sql(condition, candidates), candidates, args, also)
-        if len(rows) >= limit:
+        self.graph_searches += 1
+        rows, cosines, found = await self._hnsw(self.hnsw_sql(condition, candidates), candidates, args, also)
+        if found >= limit:  # the graph's filtered candidates fill the answer (with the rows outside it)
             return rows, cosines
         self.fallbacks += 1
         return await self._exact(condition, *args, also=also)
@@ -181,7 +195,7 @@ class VectorSearch:
         *,
         filtered: bool,
         also: Sequence[str] = (),
-    ) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    ) -> tuple[list[tuple[str, float]], dict[str, float], int]:
         """The nearest rows of one scope from its own HNSW index: the scan reads only that scope's
         graph, so it takes a few more candidates than asked (more when other filters apply)."""
         self.own_index_searches += 1
@@ -192,7 +206,11 @@ class VectorSearch:
 
     async def _hnsw(
         self, sql: str, candidates: int, args: tuple[Any, ...], also: Sequence[str] = ()
-    ) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    ) -> tuple[list[tuple[str, float]], dict[str, float], int]:
+        """`sql` (an `hnsw_sql` statement) in a transaction of its own settings: the nearest rows,
+        best first, at most the limit (`args[5]`); the cosines of `also`; and how many of the
+        nearest came from the HNSW index (the filtered candidates: fewer than the limit means the
+        scan may have missed some, and the caller scans exactly)."""
         sql, args = self._with_cosines(sql, args, also)
         async with self.pool.acquire() as conn:
             # the limit is written into the statement (an int, never user text) and plans are custom,
@@ -207,38 +225,56 @@ class VectorSearch:
                 rows = await conn.fetch(sql, *args)
             finally:  # a read: nothing to keep (a connection let go mid-transaction is rolled back)
                 await conn.execute("ROLLBACK")
-        return _split(rows)
+        return _split(rows, int(args[5]))
 
     def hnsw_sql(self, condition: str, candidates: int, own_scope: int | None = None) -> str:
         """The HNSW statement: the nearest `candidates` of the store (one shard's index when the
         table is distributed by store), or with `own_scope` (the scope's parameter number) of that
-        scope alone, read from its own index; then the filter and the limit."""
+        scope alone, read from its own index; then the filter and the limit. The whole table's
+        graph holds only some rows of a corpus with a `graph` column: the nearest of the others
+        (`NOT graph`, filtered alike) come beside them, marked (`part` 1; the graph's 0)."""
+        graph = self.corpus.graph if own_scope is None else ""
         inner = "WHERE store_id = $1 " + ("" if own_scope is None else f"AND scope = ${own_scope}::text ")
+        if graph:
+            inner += f"AND {graph} "
         # a scope's own index orders by inner product (`scope_index.PREFIX`): the vectors are
         # normalised, so 1 + inner-product distance is the cosine distance
         order = "embedding <=> $5" if own_scope is None else "embedding <#> $5"
         distance = "embedding <=> $5" if own_scope is None else "1 + (embedding <#> $5)"
-        return (
-            "SELECT id::text, 1 - d AS similarity FROM ("
+        nearest = (
+            "SELECT id::text, 1 - d AS similarity, 0 AS part FROM ("
             f"  SELECT id, store_id, scope, session_id, path, {self.corpus.metadata} AS metadata, "
             f"  {self.corpus.state} AS state, embedding, ({distance}) + {_PENALTY} AS d "
             f"  FROM {self.corpus.table} {inner}"
             f"  ORDER BY {order} LIMIT {int(candidates)}) nearest "
             f"WHERE {condition} ORDER BY d LIMIT $6"
         )
+        if not graph:
+            return nearest
+        return (
+            f"SELECT g.* FROM ({nearest}) g UNION ALL "
+            f"SELECT id::text, 1 - d, 1 FROM ({self._exact_sql(f'{condition} AND NOT {graph}')}) outside"
+        )
+
+    def _exact_sql(self, condition: str) -> str:
+        """The nearest rows by an exact scan of the rows `condition` admits (id, d)."""
+        return (
+            f"SELECT id, d FROM (SELECT id, (embedding <=> $5) + {_PENALTY} AS d FROM {self.corpus.table} "
+            f"  WHERE {condition} OFFSET 0) scoped ORDER BY d LIMIT $6"
+        )
 
     async def _exact(
         self, condition: str, *args: object, also: Sequence[str] = ()
     ) -> tuple[list[tuple[str, float]], dict[str, float]]:
         sql, all_args = self._with_cosines(
-            "SELECT id::text, 1 - d AS similarity FROM ("
-            f"  SELECT id, (embedding <=> $5) + {_PENALTY} AS d FROM {self.corpus.table} "
-            f"  WHERE {condition} OFFSET 0) scoped "
-            "ORDER BY d LIMIT $6",
+            f"SELECT id::text, 1 - d AS similarity, 0 AS part FROM ({self._exact_sql(condition)}) exact",
             args,
             also,
         )
-        return _split(await self.pool.fetch(sql, *all_args))
+        limit = args[5]
+        assert isinstance(limit, int)
+        rows, cosines, _ = _split(await self.pool.fetch(sql, *all_args), limit)
+        return rows, cosines
 
     def _with_cosines(
         self, sql: str, args: tuple[Any, ...], also: Sequence[str]
@@ -251,19 +287,23 @@ class VectorSearch:
             return sql, args
         ids = IDS.format(f"${len(args) + 1}")
         return (
-            f"SELECT n.*, true AS nearest FROM ({sql}) n UNION ALL "
-            f"SELECT id::text, 1 - (embedding <=> $5) - {_PENALTY}, false FROM {self.corpus.table} "
+            f"SELECT n.* FROM ({sql}) n UNION ALL "
+            f"SELECT id::text, 1 - (embedding <=> $5) - {_PENALTY}, 2 FROM {self.corpus.table} "
             f"WHERE store_id = $1 AND id = ANY({ids}) AND embedding IS NOT NULL",
             (*args, joined_ids(also)),
         )
 
 
-def _split(rows: Sequence[asyncpg.Record]) -> tuple[list[tuple[str, float]], dict[str, float]]:
-    """The nearest rows, best first, and the other cosines of a `_with_cosines` statement."""
-    if rows and len(rows[0]) == 2:
-        return [(row[0], float(row[1])) for row in rows], {}
-    hits = sorted(((row[0], float(row[1])) for row in rows if row[2]), key=lambda hit: -hit[1])
-    return hits, {row[0]: float(row[1]) for row in rows if not row[2]}
+def _split(
+    rows: Sequence[asyncpg.Record], limit: int
+) -> tuple[list[tuple[str, float]], dict[str, float], int]:
+    """The nearest rows of a statement (id, similarity, part), best first, at most `limit`; the
+    cosines of `_with_cosines` (part 2); and how many of the nearest came from the index or the
+    exact scan the statement was made for (part 0, not the rows outside the graph, part 1)."""
+    nearest = [row for row in rows if row[2] != 2]
+    hits = sorted(((row[0], float(row[1])) for row in nearest), key=lambda hit: -hit[1])[:limit]
+    scanned = sum(1 for row in nearest if row[2] == 0)
+    return hits, {row[0]: float(row[1]) for row in rows if row[2] == 2}, scanned
 
 
 # --- keeping the vectors current (the embedding worker, `catalog reindex`) ---------------------------
@@ -279,20 +319,26 @@ async def set_embeddings(
     model: str | None = None,
     *,
     release: Sequence[str] = (),
-) -> None:
+    large: Sequence[tuple[str, str]] = (),
+) -> list[tuple[str, str]]:
     """Store each (id, version, vector, passages), and the id of the `model` that made it, if its
     row is still at the version it was computed from (else the row stays stale, for the next
     pass), releasing its claim; and, in the same statement, let go of the claims on the rows of
-    `release` it did not store (changed since they were claimed: the next pass may take them)."""
-    await conn.execute(
-        f"WITH stored AS (UPDATE {corpus.table} t SET embedding = g.embedding, embedded_version = t.version, "
-        "embedding_claim = NULL, passages = g.passages, embedding_model = $5 "
-        "FROM unnest($1::uuid[], $2::bigint[], $3::vector[], $4::smallint[]) "
-        "  AS g(id, version, embedding, passages) "
-        "WHERE t.id = g.id AND t.version = g.version RETURNING t.id) "
+    `release` it did not store (changed since they were claimed: the next pass may take them).
+    Of a corpus with a `graph` column, each vector enters the whole table's HNSW graph only when
+    its scope holds at least `GRAPH_MIN` rows: each scope of the batch counted no further than
+    that, but those named in `large` (store id, scope: known large), which are not counted.
+    Answers the batch's scopes found large (none for a corpus without the column)."""
+    given = (
+        "unnest($1::uuid[], $2::bigint[], $3::vector[], $4::smallint[]) "
+        "AS g(id, version, embedding, passages)"
+    )
+    release_sql = (
         f"UPDATE {corpus.table} SET embedding_claim = NULL, embedding_claimer = NULL, "
         "embedding_claimer_start = NULL WHERE id = ANY($6::uuid[]) AND embedding_claim IS NOT NULL "
-        "AND id NOT IN (SELECT id FROM stored)",
+        "AND id NOT IN (SELECT id FROM stored)"
+    )
+    args = (
         [row[0] for row in rows],
         [row[1] for row in rows],
         [Vector(row[2]) for row in rows],  # a Vector, not an ndarray: one element of the array
@@ -300,6 +346,35 @@ async def set_embeddings(
         model,
         list(release),
     )
+    store = (
+        f"UPDATE {corpus.table} t SET embedding = g.embedding, embedded_version = t.version, "
+        "embedding_claim = NULL, passages = g.passages, embedding_model = $5"
+    )
+    if not corpus.graph:
+        await conn.execute(
+            f"WITH stored AS ({store} FROM {given} WHERE t.id = g.id AND t.version = g.version "
+            f"RETURNING t.id) {release_sql}",
+            *args,
+        )
+        return []
+    found = await conn.fetch(
+        f"WITH g AS (SELECT * FROM {given}), "
+        # each scope of the batch: known large, or counted no further than GRAPH_MIN
+        "sized AS (SELECT s.store_id, s.scope, CASE WHEN (s.store_id, s.scope) IN "
+        "  (SELECT * FROM unnest($8::uuid[], $9::text[])) THEN true ELSE (SELECT count(*) FROM "
+        f"  (SELECT 1 FROM {corpus.table} e WHERE e.store_id = s.store_id AND e.scope = s.scope "
+        "   LIMIT $7) c) >= $7 END AS large "
+        f"  FROM (SELECT DISTINCT t.store_id, t.scope FROM {corpus.table} t JOIN g ON t.id = g.id) s), "
+        f"stored AS ({store}, {corpus.graph} = z.large FROM g, sized z WHERE t.id = g.id "
+        "  AND t.version = g.version AND z.store_id = t.store_id AND z.scope = t.scope RETURNING t.id), "
+        f"released AS ({release_sql} RETURNING 1) "
+        "SELECT store_id::text, scope FROM sized WHERE large",
+        *args,
+        GRAPH_MIN,
+        [key[0] for key in large],
+        [key[1] for key in large],
+    )
+    return [(row[0], row[1]) for row in found]
 
 
 async def count_unembedded(conn: Conn, corpus: Corpus = ENTRIES) -> int:
@@ -341,7 +416,8 @@ _CLAIM_HELD = (
 async def claim_unembedded(
     conn: Conn, limit: int, corpus: Corpus = ENTRIES, lease: float = 60.0
 ) -> list[asyncpg.Record]:
-    """Claim up to `limit` rows whose vector is stale and that no live claim holds, for `lease`
+    """Claim up to `limit` rows whose vector is stale and that no live claim holds (id, version,
+    contents, description, store_id, scope), for `lease`
     seconds and this database session, in one short statement: no row lock is held while the
     model runs, so writes to these rows never wait for it (SKIP LOCKED passes over rows a writer
     holds right now). The caller keeps the connection for the whole pass: when its process dies,
@@ -353,7 +429,7 @@ async def claim_unembedded(
         f"FROM (SELECT id FROM {corpus.table} WHERE embedded_version IS DISTINCT FROM version "
         f"      AND (embedding_claim IS NULL OR NOT ({_CLAIM_HELD})) "
         "      LIMIT $1 FOR UPDATE SKIP LOCKED) c "
-        "WHERE t.id = c.id RETURNING t.id, t.version, t.contents, t.description",
+        "WHERE t.id = c.id RETURNING t.id, t.version, t.contents, t.description, t.store_id::text, t.scope",
         limit,
         lease,
     )
@@ -383,10 +459,10 @@ async def unembedded_in(
     conn: Conn, store_id: str, scopes: Sequence[str], limit: int, corpus: Corpus = ENTRIES
 ) -> list[asyncpg.Record]:
     """Up to `limit` rows of these scopes whose vector is missing or older than their text (id,
-    version, contents, description): what a search embeds itself rather than wait for the
-    worker (read by the small partial index of such rows)."""
+    version, contents, description, store_id, scope): what a search embeds itself rather than
+    wait for the worker (read by the small partial index of such rows)."""
     return await conn.fetch(
-        f"SELECT id, version, contents, description FROM {corpus.table} "
+        f"SELECT id, version, contents, description, store_id::text, scope FROM {corpus.table} "
         "WHERE embedded_version IS DISTINCT FROM version AND store_id = $1 AND scope = ANY($2::text[]) "
         "LIMIT $3",
         store_id,

@@ -73,11 +73,9 @@ def test_only_large_scopes_vectors_enter_the_graph_and_a_graph_search_misses_non
             assert await _write(pool, store_id, "grown", grown[10:], first=10) == [(store_id, "grown")]
             assert await _in_graph(pool, "big") == [True] * 60
             assert await _in_graph(pool, "small-0") == [False] * 10
-            # a scope named known large is not counted: its vectors enter the graph (a scope of
-            # its own, removed again)
-            assert await _write(pool, store_id, "known", small[:2], large=[(store_id, "known")]) == [
-                (store_id, "known")
-            ]
+            # a scope named known large is not counted (nor answered: the caller knows it): its
+            # vectors enter the graph (a scope of its own, removed again)
+            assert await _write(pool, store_id, "known", small[:2], large=[(store_id, "known")]) == []
             assert await _in_graph(pool, "known") == [True, True]
             await pool.execute("DELETE FROM entries WHERE scope = 'known'")
             # (paths sort as text: /v/0-9 of the first ten, then /v/10-39)

@@ -76,8 +76,9 @@ class LargeScopes:
     """The scopes this process found holding at least `repo.GRAPH_MIN` entries as it stored their
     vectors, (store id, scope), for LARGE_SCOPE_KEPT seconds (their names forgotten by an `add`
     at most a tenth of that later): the vectors' statement counts only the other scopes of its
-    batch. A scope that shrinks meanwhile still puts its vectors in the graph (which costs
-    writes, never a result). Bounded: emptied when full."""
+    batch, and counts a scope again once it is forgotten. A scope that shrinks meanwhile still
+    puts its vectors in the graph (which costs writes, never a result). Bounded: emptied when
+    full."""
 
     MAX_KEPT = 100_000
 

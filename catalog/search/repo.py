@@ -14,7 +14,7 @@ of the filter.
 
 The whole table's HNSW graph holds the vectors of large scopes only (`GRAPH_MIN`, migration 0043):
 an insertion into the graph is the dearest part of a write, and a scope too small to be searched
-through the graph alone gains nothing from it. The scope sets sizes are counted in the graph; a
+through the graph alone gains nothing from it. A scope set's size is counted in the graph; a
 search that reads the graph reads the rows of its scopes outside it by an exact scan in the same
 statement (at most about `GRAPH_MIN` rows a scope: those written before it grew), and ranks both.
 
@@ -328,7 +328,7 @@ async def set_embeddings(
     Of a corpus with a `graph` column, each vector enters the whole table's HNSW graph only when
     its scope holds at least `GRAPH_MIN` rows: each scope of the batch counted no further than
     that, but those named in `large` (store id, scope: known large), which are not counted.
-    Answers the batch's scopes found large (none for a corpus without the column)."""
+    Answers the scopes the count found large (none for a corpus without the column)."""
     given = (
         "unnest($1::uuid[], $2::bigint[], $3::vector[], $4::smallint[]) "
         "AS g(id, version, embedding, passages)"
@@ -360,15 +360,16 @@ async def set_embeddings(
     found = await conn.fetch(
         f"WITH g AS (SELECT * FROM {given}), "
         # each scope of the batch: known large, or counted no further than GRAPH_MIN
-        "sized AS (SELECT s.store_id, s.scope, CASE WHEN (s.store_id, s.scope) IN "
-        "  (SELECT * FROM unnest($8::uuid[], $9::text[])) THEN true ELSE (SELECT count(*) FROM "
-        f"  (SELECT 1 FROM {corpus.table} e WHERE e.store_id = s.store_id AND e.scope = s.scope "
-        "   LIMIT $7) c) >= $7 END AS large "
-        f"  FROM (SELECT DISTINCT t.store_id, t.scope FROM {corpus.table} t JOIN g ON t.id = g.id) s), "
+        "sized AS (SELECT k.store_id, k.scope, k.known, CASE WHEN k.known THEN true ELSE (SELECT "
+        f"  count(*) FROM (SELECT 1 FROM {corpus.table} e WHERE e.store_id = k.store_id "
+        "   AND e.scope = k.scope LIMIT $7) c) >= $7 END AS large "
+        "  FROM (SELECT s.*, (s.store_id, s.scope) IN (SELECT * FROM unnest($8::uuid[], $9::text[])) "
+        f"  AS known FROM (SELECT DISTINCT t.store_id, t.scope FROM {corpus.table} t "
+        "  JOIN g ON t.id = g.id) s) k), "
         f"stored AS ({store}, {corpus.graph} = z.large FROM g, sized z WHERE t.id = g.id "
         "  AND t.version = g.version AND z.store_id = t.store_id AND z.scope = t.scope RETURNING t.id), "
         f"released AS ({release_sql} RETURNING 1) "
-        "SELECT store_id::text, scope FROM sized WHERE large",
+        "SELECT store_id::text, scope FROM sized WHERE large AND NOT known",
         *args,
         GRAPH_MIN,
         [key[0] for key in large],
@@ -417,8 +418,8 @@ async def claim_unembedded(
     conn: Conn, limit: int, corpus: Corpus = ENTRIES, lease: float = 60.0
 ) -> list[asyncpg.Record]:
     """Claim up to `limit` rows whose vector is stale and that no live claim holds (id, version,
-    contents, description, store_id, scope), for `lease`
-    seconds and this database session, in one short statement: no row lock is held while the
+    contents, description, store_id, scope), for `lease` seconds and this database session, in
+    one short statement: no row lock is held while the
     model runs, so writes to these rows never wait for it (SKIP LOCKED passes over rows a writer
     holds right now). The caller keeps the connection for the whole pass: when its process dies,
     the session ends and the claims are free at once."""

@@ -67,18 +67,18 @@ EMBED_GATHER = 0.01
 EMBED_LEASE = 60.0
 
 
-# how long a process keeps a scope it found large enough for the whole table's HNSW graph
-# (`LargeScopes`): its name is held in memory about this long, no more
+# how long a process counts a scope it found large enough for the whole table's HNSW graph as
+# known (`LargeScopes`); its name is then dropped by a later vector pass (of the worker or a search)
 LARGE_SCOPE_KEPT = 600.0
 
 
 class LargeScopes:
     """The scopes this process found holding at least `repo.GRAPH_MIN` entries as it stored their
-    vectors, (store id, scope), for LARGE_SCOPE_KEPT seconds (their names forgotten by an `add`
-    at most a tenth of that later): the vectors' statement counts only the other scopes of its
-    batch, and counts a scope again once it is forgotten. A scope that shrinks meanwhile still
-    puts its vectors in the graph (which costs writes, never a result). Bounded: emptied when
-    full."""
+    vectors, (store id, scope), for LARGE_SCOPE_KEPT seconds (the names past that are dropped by
+    the first `add`, made after every vector pass, a tenth of that or more after the last drop):
+    the vectors' statement counts only the other scopes of its batch, and counts a scope again
+    once it is no longer known. A scope that shrinks meanwhile still puts its vectors in the
+    graph (which costs writes, never a result). Bounded: emptied when full."""
 
     MAX_KEPT = 100_000
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
+from agents.tool import default_tool_error_function
 from agents.tool_context import ToolContext
 from databricks.sdk import WorkspaceClient
 from databricks_agentbricks.errors import AgentCliError
@@ -23,9 +24,9 @@ from catalog.auth import mint_dev_token
 from catalog.settings import Settings
 
 FRAMEWORKS = ["openai", "langgraph"]
-# What the OpenAI Agents SDK hands the model when a tool raises (its default failure_error_function):
-# the error itself stays out of the model's context.
-OPENAI_TOOL_FAILURE = "An error occurred while running the tool. Please try again."
+# What the OpenAI Agents SDK hands the model when a tool raises (its default failure_error_function,
+# whose wording changes between releases): the error itself stays out of the model's context.
+OPENAI_TOOL_FAILURE = default_tool_error_function(None, RuntimeError("the server's refusal"))  # type: ignore[arg-type]
 
 Tool = Callable[..., str]
 

@@ -16,10 +16,12 @@ FROM python:3.11-slim
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin catalog \
     && mkdir /data && chown catalog:catalog /data
 COPY --from=build /wheels /wheels
+# the versions the tests last passed on (constraints.txt: the Makefile installs within them too)
+COPY constraints.txt /wheels/
 # the `upgrade` extra: the earlier releases' PostgreSQL 16 (pgserver), which `catalog upgrade` runs
 # to move a /data made by an earlier image to this one's PostgreSQL 18; nothing else starts it
 RUN python -m venv /venv \
-    && /venv/bin/pip install --no-cache-dir "$(echo /wheels/*.whl)[upgrade]" \
+    && /venv/bin/pip install --no-cache-dir -c /wheels/constraints.txt "$(echo /wheels/*.whl)[upgrade]" \
     && rm -rf /wheels
 ENV PATH=/venv/bin:$PATH \
     CATALOG_DATA_DIR=/data \

@@ -18,30 +18,32 @@ define pip_install
 	@grep -A3 '^ERROR' $(VENV)/install.log || true
 endef
 
-# google-adk (in the dev extra) caps opentelemetry at 1.44: the server alone is installed within the
-# same cap, so that `make test` after `make run` moves no package back (pip would leave a newer
-# exporter's dependency behind, and report the conflict). The server itself takes any 1.x.
-RUN_CAPS := 'opentelemetry-api<1.45' 'opentelemetry-sdk<1.45'
+# Every install is held to constraints.txt: the versions of every package that `make test` last
+# passed on, so that a clean checkout installs what was tested (a release made since cannot change
+# it), and `make test` after `make run` moves no package (google-adk, in the dev extra, caps
+# opentelemetry below the newest at times). `make lock` makes the file again from the newest
+# releases that pyproject.toml admits.
+PINS := -c constraints.txt
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
 
-$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(call pip_install,the server,-e . $(RUN_CAPS))
+$(VENV)/.installed-run: pyproject.toml constraints.txt | $(BIN)/python
+	$(call pip_install,the server,-e . $(PINS))
 	touch $@
 
-$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
-	$(call pip_install,the server and MkDocs,-e '.[docs]' $(RUN_CAPS))
+$(VENV)/.installed-docs: pyproject.toml constraints.txt | $(BIN)/python
+	$(call pip_install,the server and MkDocs,-e '.[docs]' $(PINS))
 	touch $@ $(VENV)/.installed-run
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(call pip_install,the server with the dev extras,-e '.[dev]')
+$(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
+	$(call pip_install,the server with the dev extras,-e '.[dev]' $(PINS))
 	touch $@ $(VENV)/.installed-run $(VENV)/.installed-docs
 
 # the peer that bench/peer.py compares with: benchmarks only, not needed by the tests
 $(VENV)/.installed-bench: $(VENV)/.installed-dev
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/pip install --quiet -e '.[dev,bench]' $(PINS)
 	touch $@
 
 # the optional third side of bench/peer.py: memnos in a virtualenv of its own (bench/memnos_peer.py)
@@ -51,7 +53,7 @@ $(MEMNOS_VENV)/.installed:
 	$(MEMNOS_VENV)/bin/pip install --quiet memnos==0.1.45
 	touch $@
 
-.PHONY: help install dev run test test-fast bench bench-recall bench-peers soak lint fmt typecheck docs docs-serve clean
+.PHONY: help install dev run test test-fast bench bench-recall bench-peers soak lint fmt typecheck docs docs-serve lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -111,5 +113,18 @@ fmt: $(VENV)/.installed-dev ## ruff format
 typecheck: $(VENV)/.installed-dev ## mypy
 	$(BIN)/mypy catalog
 
+# a scratch virtualenv with the newest releases pyproject.toml admits (no constraints), frozen
+LOCK_VENV := .venv-lock
+lock: ## pin constraints.txt again at the newest releases that pyproject.toml admits (then run make test)
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	@echo "installing the server with every extra into $(LOCK_VENV), unconstrained: a few minutes"
+	$(LOCK_VENV)/bin/pip install --quiet -e '.[dev,bench]' > $(LOCK_VENV)/install.log 2>&1 || { cat $(LOCK_VENV)/install.log; exit 1; }
+	@{ sed -n '/^#/p' constraints.txt; $(LOCK_VENV)/bin/pip freeze --all --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(LOCK_VENV)
+	@git diff --stat -- constraints.txt 2>/dev/null || true
+
 clean: ## remove the virtual environments (keeps ./.data)
-	rm -rf $(VENV) $(MEMNOS_VENV)
+	rm -rf $(VENV) $(MEMNOS_VENV) $(LOCK_VENV)

@@ -56,6 +56,11 @@ def test_the_runtime_stage_runs_the_wheel_as_an_unprivileged_user_with_a_health_
     assert runtime[0] == ("FROM", "python:3.11-slim")
     by = dict(runtime)  # the last of each keyword
     assert "/wheels/*.whl" in by["RUN"] and "rm -rf /wheels" in by["RUN"]
+    # installed within the versions the tests passed on, a file the build context holds
+    assert "-c /wheels/constraints.txt" in by["RUN"]
+    assert ("COPY", "constraints.txt /wheels/") in runtime
+    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()}
+    assert "constraints.txt" not in ignored and (REPO / "constraints.txt").is_file()
     users = [rest for keyword, rest in runtime if keyword == "USER"]
     assert users and users[-1] not in ("root", "0")
     assert any(keyword == "RUN" and "useradd" in rest and users[-1] in rest for keyword, rest in runtime)

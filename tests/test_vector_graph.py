@@ -82,6 +82,11 @@ def test_only_large_scopes_vectors_enter_the_graph_and_a_graph_search_misses_non
             in_graph = await pool.fetch("SELECT path, in_graph FROM entries WHERE scope = 'grown'")
             assert {r["path"] for r in in_graph if not r["in_graph"]} == {f"/v/{i}.md" for i in range(10)}
             await pool.execute("ANALYZE entries")
+            # the exact scan's line is drawn on the graph's rows (its index's count, as ANALYZE
+            # left it), not the table's: the rows outside it are never among the graph's candidates
+            graph_rows = await pool.fetchval("SELECT count(*) FROM entries WHERE in_graph")
+            table_rows = await pool.fetchval("SELECT count(*) FROM entries")
+            assert await VectorSearch(pool)._graph_rows() == graph_rows < table_rows
 
             # sets whose rows in the graph are more than the exact scan takes: through the graph,
             # with the rows of their scopes outside it beside; each finds what the exact scan finds

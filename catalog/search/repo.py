@@ -6,7 +6,7 @@ Vector search is exact where the filter is selective. An HNSW scan filtered by s
 can return fewer rows than asked, silently (pgvector 0.8's iterative scans, `hnsw.iterative_scan`,
 continue the scan instead, but measured at 1M entries they found fewer of the exact answer's rows
 than these choices, at no better latency: docs/benchmarks.md, bench/vector_filter.py). So: inside
-scopes of at most `EXACT_LIMIT` entries, or scopes too small a share of the table for the HNSW
+scopes of at most `EXACT_LIMIT` entries, or scopes too small a share of the graph for the HNSW
 candidates to hold enough of them, the search is an exact scan (fenced with OFFSET 0 so the
 planner cannot swap in the HNSW index); otherwise the HNSW index is read with oversampling, and
 if the filtered result is short, the exact scan runs after all. Results never go missing because
@@ -78,14 +78,16 @@ class VectorSearch:
         self._rows = 0
         self._rows_at = float("-inf")
 
-    async def _table_rows(self) -> int:
-        """The planner's estimate of the entries table's size (cheap, refreshed briefly)."""
+    async def _graph_rows(self) -> int:
+        """How many rows the whole table's HNSW graph holds, as PostgreSQL last estimated it (the
+        index's `reltuples`, kept by VACUUM and ANALYZE; cheap, refreshed briefly): what the
+        graph's candidates are drawn from (of the entries, only large scopes' rows: `GRAPH_MIN`)."""
         now = time.monotonic()
         if now - self._rows_at > _COUNT_TTL:
             self._rows = int(
                 await self.pool.fetchval(
                     "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1::regclass",
-                    self.corpus.table,
+                    self.corpus.hnsw_index,
                 )
             )
             self._rows_at = now
@@ -146,10 +148,11 @@ class VectorSearch:
         if where:
             args, condition = (*args, where), condition + _WHERE
         candidates = min(max(limit * OVERSAMPLE, MIN_CANDIDATES), MAX_CANDIDATES)
-        rows_total = max(await self._table_rows(), 1)
-        # HNSW only pays off when the candidates it returns hold enough rows of these scopes:
-        # count the scopes only as far as that decision needs
-        enough = max(EXACT_LIMIT, -(-3 * limit * rows_total // (2 * candidates)))
+        graph_rows = max(await self._graph_rows(), 1)
+        # HNSW only pays off when the candidates it returns hold enough rows of these scopes (a
+        # share of the graph's rows: `size` counts theirs in it): count the scopes only as far as
+        # that decision needs
+        enough = max(EXACT_LIMIT, -(-3 * limit * graph_rows // (2 * candidates)))
         large = self.scope_index_min and len(scopes) == 1
         size = await self._size(store_id, scopes, max(enough, self.scope_index_min if large else 0), where)
         if large and size >= self.scope_index_min and await self._has_own_index(store_id, scopes[0]):

@@ -17,7 +17,8 @@ that holds the distributions left out:
 
 The packages are the server's dependencies (`pyproject.toml`'s, read here, so the list cannot
 drift), and those of each `--extra` (`bench`: LangGraph's store and psycopg, the peer of
-`bench/peer.py`), with all of theirs, resolved for that Python on manylinux x86-64, installed
+`bench/peer.py`), with all of theirs, resolved for that Python on manylinux x86-64 within `constraints.txt` (the
+versions the tests last passed on), installed
 into a folder and packed with xz (a fifth smaller than the wheels: the model's and PostgreSQL's
 files compress better so than in a wheel's zip). `--skip` leaves out distributions the other machine's Python
 holds already (large ones: NumPy, ONNX Runtime), which it then imports from its own
@@ -90,7 +91,9 @@ def build(python: str, skip: set[str], into: Path, extras: Sequence[str] = ()) -
     with tempfile.TemporaryDirectory(prefix="offline-site") as tmp:
         wheels, site = Path(tmp) / "wheels", Path(tmp) / "site"
         print(f"downloading the server's dependencies for Python {python}", flush=True)
-        pip("download", "--dest", str(wheels), *target, *requirements(extras=extras))
+        # within the versions the tests last passed on (the Makefile's constraints.txt)
+        pins = ["-c", str(REPO / "constraints.txt")]
+        pip("download", "--dest", str(wheels), *target, *pins, *requirements(extras=extras))
         kept = [w for w in sorted(wheels.glob("*.whl")) if wheel_name(w) not in skip]
         left_out = sorted({wheel_name(w) for w in wheels.glob("*.whl")} - {wheel_name(w) for w in kept})
         size = sum(w.stat().st_size for w in kept) / 2**20

@@ -17,15 +17,15 @@ that holds the distributions left out:
 
 The packages are the server's dependencies (`pyproject.toml`'s, read here, so the list cannot
 drift), and those of each `--extra` (`bench`: LangGraph's store and psycopg, the peer of
-`bench/peer.py`), with all of theirs, resolved for that Python on manylinux x86-64 within `constraints.txt` (the
-versions the tests last passed on), installed
-into a folder and packed with xz (a fifth smaller than the wheels: the model's and PostgreSQL's
-files compress better so than in a wheel's zip). `--skip` leaves out distributions the other machine's Python
-holds already (large ones: NumPy, ONNX Runtime), which it then imports from its own
-site-packages. The tree is installed there in place (`-e`, offline), which maps its `sql/` and
-`policies/` to the packages the server reads them as; the build system's requirements are packed
-too (`setuptools>=77`), and with the site first on `PYTHONPATH` the install builds with them, not
-with an older setuptools of that Python's.
+`bench/peer.py`), with all of theirs, resolved for that Python on manylinux x86-64 within
+`constraints.txt` (the versions the tests last passed on), installed into a folder and packed with
+xz (a fifth smaller than the wheels: the model's and PostgreSQL's files compress better so than in
+a wheel's zip). `--skip` leaves out distributions the other machine's Python holds already (large
+ones: NumPy, ONNX Runtime), which it then imports from its own site-packages. The tree is
+installed there in place (`-e`, offline), which maps its `sql/` and `policies/` to the packages
+the server reads them as; the build system's requirements are packed too (`setuptools>=77`), and
+with the site first on `PYTHONPATH` the install builds with them, not with an older setuptools of
+that Python's.
 """
 
 from __future__ import annotations

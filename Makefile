@@ -72,7 +72,7 @@ test: $(VENV)/.installed-dev ## ruff, mypy and the import layers, then the whole
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy catalog
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest --durations=10 $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.installed-dev ## ruff and the tests without the process-level modules (the `slow` marker): a few minutes
 	$(BIN)/ruff check .

@@ -5,6 +5,7 @@ choose the graph, and a search through the graph still finds the rows outside it
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from stores import make_store
 
 from catalog.db import create_pool
 from catalog.search import repo
+from catalog.search.corpus import ENTRIES
 from catalog.search.embedding_worker import LargeScopes
 from catalog.search.repo import _FILTER, VectorSearch, set_embeddings, similarities
 
@@ -87,6 +89,8 @@ def test_only_large_scopes_vectors_enter_the_graph_and_a_graph_search_misses_non
             graph_rows = await pool.fetchval("SELECT count(*) FROM entries WHERE in_graph")
             table_rows = await pool.fetchval("SELECT count(*) FROM entries")
             assert await VectorSearch(pool)._graph_rows() == graph_rows < table_rows
+            # an index dropped by hand counts as an empty graph, not a failed search
+            assert await VectorSearch(pool, replace(ENTRIES, hnsw_index="no_such_index"))._graph_rows() == 0
 
             # sets whose rows in the graph are more than the exact scan takes: through the graph,
             # with the rows of their scopes outside it beside; each finds what the exact scan finds

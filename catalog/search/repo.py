@@ -81,12 +81,15 @@ class VectorSearch:
     async def _graph_rows(self) -> int:
         """How many rows the whole table's HNSW graph holds, as PostgreSQL last estimated it (the
         index's `reltuples`, kept by VACUUM and ANALYZE; cheap, refreshed briefly): what the
-        graph's candidates are drawn from (of the entries, only large scopes' rows: `GRAPH_MIN`)."""
+        graph's candidates are drawn from (of the entries, only large scopes' rows: `GRAPH_MIN`);
+        0 while the index is missing (dropped by hand: every set of scopes is then the exact scan's
+        up to `EXACT_LIMIT`, and a larger one's statement is read without it)."""
         now = time.monotonic()
         if now - self._rows_at > _COUNT_TTL:
             self._rows = int(
                 await self.pool.fetchval(
-                    "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1::regclass",
+                    "SELECT coalesce((SELECT greatest(reltuples, 0) FROM pg_class "
+                    "WHERE oid = to_regclass($1)), 0)::bigint",
                     self.corpus.hnsw_index,
                 )
             )

@@ -88,6 +88,9 @@ def create_app(settings: Settings, encoder: Encoder | None = None, worker: Worke
         install_auth(app, AuthParts(runtime.verifier, runtime.limiter, runtime.principals))
         # what the HTTP shell reads where Litestar injects nothing (catalog.web.deps)
         install(app, ServerParts(context=runtime.context, database=runtime.db, audit=runtime.audit))
+        if runtime.context.search is not None:
+            # a short query is embedded on the event loop while its request is the only one
+            runtime.context.search.embedder.busy = lambda: requests.in_flight > 1
         try:
             yield
         finally:
@@ -151,5 +154,6 @@ def create_app(settings: Settings, encoder: Encoder | None = None, worker: Worke
         debug=False,
     )
     finish(app)  # the OpenAPI document, completed once (see catalog/web/openapi.py)
-    app.asgi_handler = RequestMiddleware(app.asgi_handler)
+    requests = RequestMiddleware(app.asgi_handler)
+    app.asgi_handler = requests
     return app

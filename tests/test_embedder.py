@@ -9,11 +9,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from fake_embedder import HashEncoder
+from stores import make_store
 
 from catalog.runtime import load_encoder
 from catalog.search.embedder import (
     DIMENSIONS,
     FUSED_ATTENTION,
+    INLINE_CHARS,
     INT8_PRODUCTS,
     RUN_PADDING,
     RUN_TEXTS,
@@ -260,3 +262,57 @@ def test_where_the_int8_graph_does_not_load_the_model_runs_as_exported(monkeypat
     assert "weight products run in float32" in caplog.text
     vectors = encoder.encode(["The user prefers email.", "Likes email rather than calls"])
     assert float(vectors[0] @ vectors[1]) > 0.5
+
+
+def test_a_short_query_of_the_only_request_runs_on_the_event_loop_else_on_a_lane():
+    """Without the hand-off to a lane while nothing else is in progress; on a lane when other
+    requests are (`busy`), when the text is long, when it is no query (a row's text: a model held
+    by it must not hold the loop), and while background texts are queued or run (a query beside
+    them goes first on a lane, as before)."""
+    ran: list[tuple[str, int]] = []
+
+    class Where(HashEncoder):
+        def encode(self, texts):  # type: ignore[no-untyped-def]
+            ran.extend((text, threading.get_ident()) for text in texts)
+            return super().encode(texts)
+
+    embedder = Embedder(Where(), lanes=1, background_batch=4)
+    busy = [False]
+    embedder.busy = lambda: busy[0]
+    long = "x" * (INLINE_CHARS + 1)
+
+    async def scenario() -> int:
+        embedder.start()
+        try:
+            alone = await embedder.embed(["alone"], query=True)
+            busy[0] = True
+            await embedder.embed(["beside others"], query=True)
+            busy[0] = False
+            await embedder.embed([long], query=True)
+            await embedder.embed(["a row's text"])
+            background = asyncio.create_task(embedder.embed([f"bg {i}" for i in range(12)], background=True))
+            await asyncio.sleep(0)  # queued
+            await embedder.embed(["beside background"], query=True)
+            await background
+            # the same text gives the same vector wherever it runs
+            busy[0] = True
+            assert np.array_equal(await embedder.embed(["alone"], query=True), alone)
+        finally:
+            await embedder.close()
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(scenario())
+    on_loop = [text for text, thread in ran if thread == loop_thread]
+    assert on_loop == ["alone"] and embedder.inline == 1
+    assert {"beside others", long, "a row's text", "beside background", "bg 0"} <= {text for text, _ in ran}
+
+
+def test_the_app_embeds_the_query_of_its_only_request_on_the_event_loop(client, token):
+    store = make_store(client, token, "inline_query")
+    embedder = client.app.state.runtime.context.search.embedder
+    assert embedder.busy() is False  # no request in progress
+    before = embedder.inline
+    query = {"scope": "u", "query": "tea at night", "mode": "hybrid"}
+    r = client.post(f"{store}/entries:search", headers=token(), json=query)
+    assert r.status_code == 200, r.text
+    assert embedder.inline == before + 1

@@ -271,7 +271,7 @@ class SearchEngine:
         work first (authorizing the request); hand it to `rank` as `Query.vector`, or cancel it."""
 
         async def vector() -> np.ndarray:
-            return (await self.embedder.embed([text]))[0]
+            return (await self.embedder.embed([text], query=True))[0]
 
         task = asyncio.ensure_future(vector())
         # a request refused before `rank` never awaits it: its failure must not be logged as lost

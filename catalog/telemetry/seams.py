@@ -326,16 +326,16 @@ def erasure(kind: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awai
 
 
 def embedding(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-    """For `Embedder.embed(self, texts, *, background=False)`: an `embeddings` span
+    """For `Embedder.embed(self, texts, *, background=False, query=False)`: an `embeddings` span
     (`gen_ai.request.model`: the encoder's `model_name`) and one observation of
     `catalog_embedding_duration_seconds`."""
 
     @functools.wraps(fn)
-    async def run(self: Any, texts: Sequence[str], *, background: bool = False) -> R:
+    async def run(self: Any, texts: Sequence[str], *, background: bool = False, query: bool = False) -> R:
         started = time.perf_counter()
         try:
             if not tracing.in_trace():
-                return await fn(self, texts, background=background)
+                return await fn(self, texts, background=background, query=query)
             encoder = getattr(self, "encoder", None)
             model = str(getattr(encoder, "model_name", None) or type(encoder).__name__)
             attributes = {
@@ -345,7 +345,7 @@ def embedding(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
                 "catalog.embedding.queue": "background" if background else "urgent",
             }
             with tracing.span(f"embeddings {model}", attributes):
-                return await fn(self, texts, background=background)
+                return await fn(self, texts, background=background, query=query)
         finally:
             if texts:
                 EMBEDDING.observe(time.perf_counter() - started, "background" if background else "urgent")

@@ -58,9 +58,10 @@ DIMENSIONS = 384
 RUN_TEXTS = 32
 RUN_PADDING = 0.125
 # A search's query this short (characters) is embedded on the event loop itself, not on a lane,
-# while no other request is in progress (`Embedder.busy`): the hand-off to a lane and back costs a quarter
-# to a half of a short query's own CPU (the run on another thread finds its caches cold), and the
-# loop has nothing else to do meanwhile. Up to some 50 tokens: a run of about a millisecond or two.
+# while no other request is in progress (`Embedder.busy`): the hand-off to a lane and back costs
+# a quarter to a half of a short query's own CPU (the run on another thread finds its caches
+# cold), and the loop has nothing else to do meanwhile. Up to some 50 tokens: a run of about a
+# millisecond or two.
 INLINE_CHARS = 200
 # what the bundled model's id says once its weight products run in int8: its vectors are not the
 # float graph's (within a cosine of 0.99 of them), so `catalog reindex --embeddings` can tell

@@ -1,8 +1,8 @@
 """A hybrid search's context (`SearchEngine.rank`): the keyword candidates' cosines come with the
-nearest rows when the keyword leg has answered before the query's vector is ready, and the
-neighbours are then read only for the candidates that can change the places the caller reads
-(`Query.needed`); those places are the same as with every candidate's neighbours, and the same as
-when the keyword leg answers last (the cosines and all neighbours read in one statement after)."""
+nearest rows when the keyword leg has answered before the query's vector is ready (else they are
+read after both legs), and the neighbours are read only for the candidates that can change the
+places the caller reads (`Query.needed`); those places are the same as with every candidate's
+neighbours, whichever leg answers first."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from fake_embedder import HashEncoder
 
 from catalog.db import create_pool
-from catalog.search import Query, SearchEngine, neighbours
+from catalog.search import Query, SearchEngine, neighbours, repo
 from catalog.search.embedder import Embedder
 
 SCOPE = "u"
@@ -88,6 +88,13 @@ async def test_the_first_places_are_those_of_every_neighbour_read_either_way(poo
         asked.append(len(ids))
         return await read(pool, store_id, ids, *args, **kwargs)
 
+    cosines: list[int] = []
+    similarities = repo.similarities
+
+    async def similar(pool, store_id, ids: Sequence[str], *args, **kwargs):  # type: ignore[no-untyped-def]
+        cosines.append(len(ids))
+        return await similarities(pool, store_id, ids, *args, **kwargs)
+
     deadline = time.monotonic() + 30
     while (await engine.rank(Query(store, (SCOPE,), "turn", 30, "hybrid"))).degraded or await pool.fetchval(
         "SELECT count(*) FROM entries WHERE embedded_version IS DISTINCT FROM version"
@@ -112,13 +119,23 @@ async def test_the_first_places_are_those_of_every_neighbour_read_either_way(poo
         assert any(first.explained.hits[doc].neighbour_lift > 0 for doc, _ in first.hits[:4])
         assert max(s for _, s in every.hits) == first.hits[0][1]
 
-        # the keyword leg answering after the vector: its cosines and every neighbour read after
+        # the keyword leg answering after the vector (fewer candidates from each leg, so that
+        # BM25 finds some the vectors do not): its candidates' cosines are read after both legs,
+        # and the neighbours again only of those that can lift into the first places
+        few = dataclasses.replace(query, limit=6, needed=4)
+        on_time = await engine.rank(few)
         monkeypatch.setattr(engine, "_keyword", late)
-        calls = len(asked)
-        last = await engine.rank(dataclasses.replace(query, needed=4))
+        monkeypatch.setattr(repo, "similarities", similar)
+        last = await engine.rank(few)
         monkeypatch.setattr(engine, "_keyword", keyword)
-        assert len(asked) == calls  # the context statement read them, not `neighbours`
-        assert last.hits == every.hits
+        monkeypatch.setattr(repo, "similarities", similarities)
+        assert cosines and cosines[-1] > 0, cosines  # the BM25-only candidates' cosines, read after
+        assert asked[-1] == asked[-2], asked  # the same candidates' neighbours as on time
+        assert last.hits == on_time.hits
+        assert last.explained is not None and on_time.explained is not None
+        assert {d: h.cosine for d, h in last.explained.hits.items()} == {
+            d: h.cosine for d, h in on_time.explained.hits.items()
+        }
     assert len(set(asked)) > 1
 
 

@@ -317,9 +317,8 @@ class SearchEngine:
             explained = Explained(details, runs) if query.explain else None
             return Ranking(scores, () if fresh else ("keyword",), explained)
         # the keyword leg runs beside the query's embedding; when it has answered by the time the
-        # vector is ready (the usual case: the model is the longer), its candidates' cosines come
-        # with the nearest rows, and the neighbours are read only where they can change the
-        # places the caller reads (`fusion.lifting`); else both come in one statement after
+        # vector is ready (the usual case when the model runs on a lane: the model is the longer),
+        # its candidates' cosines come with the nearest rows; else they are read after both legs
         keyword_leg = asyncio.ensure_future(_timed(self._keyword(query)))
         # a leg left behind when the other fails: its own failure must not be logged as lost
         keyword_leg.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -342,40 +341,26 @@ class SearchEngine:
         with telemetry.search_fusion():
             candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
             uncovered = [doc for doc in candidates if doc not in coverage.of]  # by the vectors only
-            own: dict[str, float] | None = None
-            if known is not None:
-                cosine = {**known, **dict(semantic)}
-                covered = {**coverage.of, **await self._more_coverage(query, coverage, uncovered)}
-                own = own_scores(candidates, covered, cosine, self.weights)
-                lifted = lifting(own, query.needed)
-                near = await neighbours.neighbours(
-                    self.pool,
-                    query.store_id,
-                    lifted,
-                    query.path_prefix,
-                    query.corpus,
-                    include_inactive=query.include_inactive,
-                )
-            else:
-                cosine = dict(semantic)
-                unscored = [doc for doc in candidates if doc not in cosine]  # found by BM25 only
-                # the context statement first: PostgreSQL runs it while the keyword leg's count of
-                # the other candidates' terms runs here (on the event loop, when its index is small)
-                (near, more_cosine), more_covered = await asyncio.gather(
-                    neighbours.context(
-                        self.pool,
-                        query.store_id,
-                        candidates,
-                        query.path_prefix,
-                        query.corpus,
-                        unscored,
-                        vector,
-                        include_inactive=query.include_inactive,
-                    ),
-                    self._more_coverage(query, coverage, uncovered),
-                )
-                cosine.update(more_cosine)
-                covered = {**coverage.of, **more_covered}
+            cosine = {**(known or {}), **dict(semantic)}
+            # found by BM25 only, when the nearest rows' statement could not bring their cosines:
+            # read here while the keyword leg's count of the other candidates' terms runs
+            unscored = [doc for doc in candidates if doc not in cosine] if known is None else []
+            more_cosine, more_covered = await asyncio.gather(
+                self._similarities(query, unscored, vector), self._more_coverage(query, coverage, uncovered)
+            )
+            cosine.update(more_cosine)
+            covered = {**coverage.of, **more_covered}
+            own = own_scores(candidates, covered, cosine, self.weights)
+            # the neighbours only of the candidates that can lift an entry into the places the
+            # caller reads (`fusion.lifting`): a session's turns, an index probe each
+            near = await neighbours.neighbours(
+                self.pool,
+                query.store_id,
+                lifting(own, query.needed),
+                query.path_prefix,
+                query.corpus,
+                include_inactive=query.include_inactive,
+            )
             scores, details = fuse(
                 "hybrid",
                 keyword=[doc for doc, _ in keyword],
@@ -515,6 +500,14 @@ class SearchEngine:
         index = indexer.index
         assert index is not None
         return index, fresh
+
+    async def _similarities(
+        self, query: Query, ids: list[str], vector: np.ndarray | None
+    ) -> dict[str, float]:
+        """The cosines (less the length's penalty) of the given rows that have a vector."""
+        if vector is None or not ids:
+            return {}
+        return await repo.similarities(self.pool, query.store_id, ids, vector, query.corpus)
 
     async def _more_coverage(self, query: Query, coverage: Coverage, ids: list[str]) -> dict[str, float]:
         """The share of the query's term weight of candidates the keyword leg did not find, as

@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import asyncpg
-import numpy as np
 
 from catalog.search import repo
 from catalog.search.corpus import ENTRIES, Corpus
@@ -55,39 +54,6 @@ async def neighbours(
         short_words=VECTOR.window + VECTOR.overlap,
     )
     return _grouped(rows)
-
-
-async def context(
-    pool: asyncpg.Pool,
-    store_id: str,
-    ids: Sequence[str],
-    path_prefix: str | None,
-    corpus: Corpus,
-    similar: Sequence[str],
-    vector: np.ndarray | None,
-    *,
-    include_inactive: bool = False,
-) -> tuple[dict[str, list[str]], dict[str, float]]:
-    """A hybrid search's context: `neighbours` of the given entries, and the cosine to `vector`
-    (less the length's penalty) of the rows `similar` that have a vector, in one round trip where
-    both are wanted."""
-    if corpus is not ENTRIES or vector is None or not ids:
-        near = await neighbours(pool, store_id, ids, path_prefix, corpus, include_inactive=include_inactive)
-        if vector is None or not similar:
-            return near, {}
-        return near, await repo.similarities(pool, store_id, similar, vector, corpus)
-    rows, cosines = await repo.neighbours_and_similarities(
-        pool,
-        store_id,
-        ids,
-        path_prefix,
-        similar,
-        vector,
-        include_inactive=include_inactive,
-        gap_seconds=GAP_SECONDS,
-        short_words=VECTOR.window + VECTOR.overlap,
-    )
-    return _grouped(rows), cosines
 
 
 def _grouped(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:

@@ -573,45 +573,6 @@ WHERE hit.store_id = $3 AND hit.id = ANY({IDS.format("$1")}) AND hit.session_id 
 """
 
 
-# `_NEIGHBOURS_SQL`'s pairs (similarity NULL) and, in the same statement, the cosine of each row
-# of the store named in $8 (id NULL in the second column): a hybrid search's context in one trip
-_CONTEXT_SQL = f"""
-SELECT n.*, NULL::float8 FROM ({_NEIGHBOURS_SQL}) AS n
-UNION ALL
-SELECT id::text, NULL::text, 1 - (embedding <=> $7) - {_PENALTY} FROM entries
-WHERE store_id = $3 AND id = ANY({IDS.format("$8")}) AND embedding IS NOT NULL
-"""
-
-
-async def neighbours_and_similarities(
-    conn: Conn,
-    store_id: str,
-    ids: Sequence[str],
-    path_prefix: str | None,
-    similar: Sequence[str],
-    vector: np.ndarray,
-    *,
-    include_inactive: bool,
-    gap_seconds: float,
-    short_words: int,
-) -> tuple[list[tuple[str, str]], dict[str, float]]:
-    """`written_neighbours` of the given entries, and `similarities` to `vector` of the entries
-    `similar`, in one statement."""
-    rows = await conn.fetch(
-        _CONTEXT_SQL,
-        joined_ids(ids),
-        path_prefix,
-        store_id,
-        include_inactive,
-        gap_seconds,
-        short_words,
-        vector,
-        joined_ids(similar),
-    )
-    pairs = [(row[0], row[1]) for row in rows if row[2] is None]
-    return pairs, {row[0]: float(row[2]) for row in rows if row[2] is not None}
-
-
 async def written_neighbours(
     conn: Conn,
     store_id: str,

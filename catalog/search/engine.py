@@ -342,13 +342,18 @@ class SearchEngine:
             candidates = list(dict.fromkeys([doc for doc, _ in keyword] + [doc for doc, _ in semantic]))
             uncovered = [doc for doc in candidates if doc not in coverage.of]  # by the vectors only
             cosine = {**(known or {}), **dict(semantic)}
-            # found by BM25 only, when the nearest rows' statement could not bring their cosines:
-            # read here while the keyword leg's count of the other candidates' terms runs
+            # found by BM25 only, when the nearest rows' statement could not bring their cosines
             unscored = [doc for doc in candidates if doc not in cosine] if known is None else []
-            more_cosine, more_covered = await asyncio.gather(
-                self._similarities(query, unscored, vector), self._more_coverage(query, coverage, uncovered)
-            )
-            cosine.update(more_cosine)
+            if unscored and vector is not None:
+                # their statement first: PostgreSQL runs it while the keyword leg's count of the
+                # other candidates' terms runs here (on the event loop, when its index is small)
+                more_cosine, more_covered = await asyncio.gather(
+                    repo.similarities(self.pool, query.store_id, unscored, vector, query.corpus),
+                    self._more_coverage(query, coverage, uncovered),
+                )
+                cosine.update(more_cosine)
+            else:
+                more_covered = await self._more_coverage(query, coverage, uncovered)
             covered = {**coverage.of, **more_covered}
             own = own_scores(candidates, covered, cosine, self.weights)
             # the neighbours only of the candidates that can lift an entry into the places the
@@ -500,14 +505,6 @@ class SearchEngine:
         index = indexer.index
         assert index is not None
         return index, fresh
-
-    async def _similarities(
-        self, query: Query, ids: list[str], vector: np.ndarray | None
-    ) -> dict[str, float]:
-        """The cosines (less the length's penalty) of the given rows that have a vector."""
-        if vector is None or not ids:
-            return {}
-        return await repo.similarities(self.pool, query.store_id, ids, vector, query.corpus)
 
     async def _more_coverage(self, query: Query, coverage: Coverage, ids: list[str]) -> dict[str, float]:
         """The share of the query's term weight of candidates the keyword leg did not find, as

@@ -11,6 +11,14 @@ searches (a step that runs more than once in a request is numbered). The spans c
 own (the second latency printed), so the timeline says in what order the steps run and which wait
 for which; the latency without tracing is the figure to compare. The questions are those of the
 LoCoMo files given (by default ../shared/bench/locomo/*.json, where present), in their scopes.
+
+With --against DIR, instead: what a change did to these searches. Two servers, another checkout's
+(a git worktree of an earlier commit: `git worktree add /tmp/before <commit>`) on a copy of D and
+this tree's on D, each sent every question in turn over one `http.client` connection, `--rounds`
+rounds of one block each in alternating order; printed, for each: latency percentiles, and the CPU
+of its server's processes and of its PostgreSQL per search, block by block.
+
+    .venv/bin/python bench/timeline.py --data-dir D --against /tmp/before [--rounds 2] [--mode hybrid]
 """
 
 from __future__ import annotations
@@ -19,8 +27,11 @@ import argparse
 import http.client
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -29,9 +40,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import locomo
 from bench.live import REPO, BenchServer, Span, span_receiver
+from bench.load import cpu_of_postgres, cpu_of_server, load_average
 
 UC = "/api/2.1/unity-catalog"
 WARMUP = 50
+
+
+class Searcher:
+    """One server's keep-alive `http.client` connection (made again when the server closed it
+    while the other server had its turn)."""
+
+    def __init__(self, server: BenchServer, mode: str) -> None:
+        self.server = server
+        self.mode = mode
+        self.headers = {"Authorization": f"Bearer {server.token()}", "Content-Type": "application/json"}
+        self.conn = http.client.HTTPConnection("127.0.0.1", server.port)
+
+    def search(self, scope: str, query: str) -> float:
+        """One search's latency (ms)."""
+        body = json.dumps({"scope": scope, "query": query, "mode": self.mode, "top_k": 10})
+        target = f"{UC}/memory-stores/{locomo.STORE}/entries:search"
+        try:
+            started = time.perf_counter()
+            self.conn.request("POST", target, body=body, headers=self.headers)
+            response = self.conn.getresponse()
+        except (ConnectionError, http.client.RemoteDisconnected):  # idle too long: once more
+            self.conn.close()
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.server.port)
+            started = time.perf_counter()
+            self.conn.request("POST", target, body=body, headers=self.headers)
+            response = self.conn.getresponse()
+        response.read()
+        if response.status != 200:
+            raise RuntimeError(f"search answered {response.status}")
+        return (time.perf_counter() - started) * 1000
 
 
 def search(
@@ -39,25 +81,16 @@ def search(
 ) -> list[float]:
     """Latency (ms) of `count` searches after WARMUP, one at a time over one connection; the
     warm-up's spans are dropped from `spans`."""
-    token = server.token()
-    conn = http.client.HTTPConnection("127.0.0.1", server.port)
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    searcher = Searcher(server, mode)
     times = []
     for i in range(WARMUP + count):
         if i == WARMUP:
             time.sleep(1)  # the warm-up's spans exported (every 200 ms), then forgotten
             spans.clear()
-        scope, query = questions[i % len(questions)]
-        body = json.dumps({"scope": scope, "query": query, "mode": mode, "top_k": 10})
-        started = time.perf_counter()
-        conn.request("POST", f"{UC}/memory-stores/{locomo.STORE}/entries:search", body=body, headers=headers)
-        response = conn.getresponse()
-        response.read()
-        if response.status != 200:
-            raise RuntimeError(f"search answered {response.status}")
+        took = searcher.search(*questions[i % len(questions)])
         if i >= WARMUP:
-            times.append((time.perf_counter() - started) * 1000)
-    conn.close()
+            times.append(took)
+    searcher.conn.close()
     return times
 
 
@@ -86,12 +119,54 @@ def timeline(spans: list[Span], requests: int) -> list[tuple[float, float, str, 
     return sorted(rows)
 
 
+def against(data_dir: Path, other: Path, questions: list[tuple[str, str]], mode: str, rounds: int) -> None:
+    """The same searches on `other`'s server (a copy of the store) and this tree's, alternating."""
+    copy = Path(tempfile.mkdtemp(prefix="cattimeline")) / "store"
+    # `cp -a`: the embedded PostgreSQL's files keep their owner (a copy made as root would not)
+    subprocess.run(["cp", "-a", str(data_dir), str(copy)], check=True)
+    print(f"load average {load_average()} at the start")
+    servers = {str(other): BenchServer(copy, repo=other), "this tree": BenchServer(data_dir)}
+    try:
+        searchers = {name: Searcher(server, mode) for name, server in servers.items()}
+        for i in range(WARMUP):
+            for searcher in searchers.values():
+                searcher.search(*questions[i % len(questions)])
+        times: dict[str, list[float]] = {name: [] for name in servers}
+        cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in servers}
+        names = list(servers)
+        for turn in range(rounds):
+            for name in names if turn % 2 == 0 else names[::-1]:
+                server = servers[name]
+                pgdata = server.data_dir / "postgres"
+                served, postgres = cpu_of_server(server.process.pid), cpu_of_postgres(pgdata)
+                times[name] += [searchers[name].search(scope, query) for scope, query in questions]
+                served = cpu_of_server(server.process.pid) - served
+                postgres = cpu_of_postgres(pgdata) - postgres
+                cpu[name].append((served * 1000 / len(questions), postgres * 1000 / len(questions)))
+    finally:
+        for server in servers.values():
+            server.stop()
+        shutil.rmtree(copy.parent, ignore_errors=True)
+    print(f"\n{len(questions)} {mode} searches a block, {rounds} blocks each, alternating; "
+          f"load average {load_average()} at the end\n")  # fmt: skip
+    print("| server | p50 / p90 / p99 | server CPU per search, by block | PostgreSQL CPU per search |")
+    print("|---|---|---|---|")
+    for name in names:
+        ordered = sorted(times[name])
+        p50, p90, p99 = (ordered[int(len(ordered) * q)] for q in (0.5, 0.9, 0.99))
+        served_ms = ", ".join(f"{s:.2f}" for s, _ in cpu[name])
+        postgres_ms = ", ".join(f"{p:.2f}" for _, p in cpu[name])
+        print(f"| {name} | {p50:.2f} / {p90:.2f} / {p99:.2f} ms | {served_ms} ms | {postgres_ms} ms |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="a search's span timeline")
     parser.add_argument("files", nargs="*", type=Path, help="LoCoMo JSON files (their questions)")
     parser.add_argument("--data-dir", type=Path, required=True, help="a store made by bench/locomo.py")
     parser.add_argument("--mode", default="hybrid", choices=["hybrid", "semantic", "keyword"])
     parser.add_argument("--count", type=int, default=400)
+    parser.add_argument("--against", type=Path, help="another checkout's server beside this tree's")
+    parser.add_argument("--rounds", type=int, default=2, help="with --against: blocks of searches each")
     args = parser.parse_args()
     files = args.files or sorted((REPO.parent / "shared/bench/locomo").glob("*.json"))
     if not files:
@@ -105,6 +180,9 @@ def main() -> None:
 
     for name in [k for k in os.environ if k.startswith("OTEL_")]:
         del os.environ[name]  # BenchServer passes the environment on: untraced means no OTEL_ variable
+    if args.against is not None:
+        against(args.data_dir, args.against, questions, args.mode, args.rounds)
+        return
     spans: list[Span] = []
     server = BenchServer(args.data_dir)
     try:

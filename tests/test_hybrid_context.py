@@ -103,10 +103,17 @@ async def test_the_first_places_are_those_of_every_neighbour_read_either_way(poo
         await asyncio.sleep(0.05)
     monkeypatch.setattr(neighbours, "neighbours", counted)
     keyword = engine._keyword
+    answered: list = []  # type: ignore[type-arg]
+
+    async def recorded(q: Query):  # type: ignore[no-untyped-def]
+        answered.append(await keyword(q))
+        return answered[-1]
 
     async def late(q: Query):  # type: ignore[no-untyped-def]
+        # the answer the leg gave on time (BM25's ties may come in another order after an index
+        # merge), after the vector
         await asyncio.sleep(0.3)
-        return await keyword(q)
+        return answered[-1]
 
     for topic in TOPICS[:3]:
         query = Query(store, (SCOPE,), f"{topic} club last weekend", 30, "hybrid", explain=True)
@@ -123,19 +130,22 @@ async def test_the_first_places_are_those_of_every_neighbour_read_either_way(poo
         # BM25 finds some the vectors do not): its candidates' cosines are read after both legs,
         # and the neighbours again only of those that can lift into the first places
         few = dataclasses.replace(query, limit=6, needed=4)
+        monkeypatch.setattr(engine, "_keyword", recorded)
         on_time = await engine.rank(few)
         monkeypatch.setattr(engine, "_keyword", late)
         monkeypatch.setattr(repo, "similarities", similar)
+        statements = len(cosines)
         last = await engine.rank(few)
         monkeypatch.setattr(engine, "_keyword", keyword)
         monkeypatch.setattr(repo, "similarities", similarities)
-        assert cosines and cosines[-1] > 0, cosines  # the BM25-only candidates' cosines, read after
+        assert len(cosines) <= statements + 1, cosines  # one statement at most
         assert asked[-1] == asked[-2], asked  # the same candidates' neighbours as on time
         assert last.hits == on_time.hits
         assert last.explained is not None and on_time.explained is not None
         assert {d: h.cosine for d, h in last.explained.hits.items()} == {
             d: h.cosine for d, h in on_time.explained.hits.items()
         }
+    assert cosines and max(cosines) > 0, cosines  # BM25-only candidates' cosines were read after
     assert len(set(asked)) > 1
 
 

@@ -253,7 +253,7 @@ class VectorSearch:
             f"  {self.corpus.state} AS state, embedding, ({distance}) + {_PENALTY} AS d "
             f"  FROM {self.corpus.table} {inner}"
             f"  ORDER BY {order} LIMIT {int(candidates)}) nearest "
-            f"WHERE {condition} ORDER BY d LIMIT $6"
+            f"WHERE {condition} ORDER BY d, id LIMIT $6"
         )
         if not graph:
             return nearest
@@ -263,10 +263,11 @@ class VectorSearch:
         )
 
     def _exact_sql(self, condition: str) -> str:
-        """The nearest rows by an exact scan of the rows `condition` admits (id, d)."""
+        """The nearest rows by an exact scan of the rows `condition` admits (id, d); rows equally
+        near by id, so that the same rows come back whatever else the statement holds."""
         return (
             f"SELECT id, d FROM (SELECT id, (embedding <=> $5) + {_PENALTY} AS d FROM {self.corpus.table} "
-            f"  WHERE {condition} OFFSET 0) scoped ORDER BY d LIMIT $6"
+            f"  WHERE {condition} OFFSET 0) scoped ORDER BY d, id LIMIT $6"
         )
 
     async def _exact(
@@ -307,7 +308,7 @@ def _split(
     cosines of `_with_cosines` (part 2); and how many of the nearest came from the index or the
     exact scan the statement was made for (part 0, not the rows outside the graph, part 1)."""
     nearest = [row for row in rows if row[2] != 2]
-    hits = sorted(((row[0], float(row[1])) for row in nearest), key=lambda hit: -hit[1])[:limit]
+    hits = sorted(((row[0], float(row[1])) for row in nearest), key=lambda hit: (-hit[1], hit[0]))[:limit]
     scanned = sum(1 for row in nearest if row[2] == 0)
     return hits, {row[0]: float(row[1]) for row in rows if row[2] == 2}, scanned
 

@@ -26,21 +26,24 @@ def _vectors(n: int, seed: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-async def _write(pool, store_id: str, scope: str, vectors: np.ndarray, first: int = 0, large=()):  # type: ignore[no-untyped-def]
-    """Rows of `scope` without vectors, then their vectors stored as the embedding worker stores
-    them (`large`: the scopes it knows large); the scopes found large. The rows are marked current
-    from the start, so that the app's own worker leaves them to this statement."""
+async def _write(pool, store_id: str, scope: str, vectors: np.ndarray, first: int = 0, large=(), given=()):  # type: ignore[no-untyped-def]
+    """Rows of `scope` without vectors (of the ids `given`, in their order, if any), then their
+    vectors stored as the embedding worker stores them (`large`: the scopes it knows large); the
+    scopes found large. The rows are marked current from the start, so that the app's own worker
+    leaves them to this statement."""
     ids = []
     async with pool.acquire() as conn:
         for i in range(len(vectors)):
             ids.append(
                 await conn.fetchval(
-                    "INSERT INTO entries (store_id, scope, session_id, path, contents, created_by, "
-                    "updated_by, embedded_version) VALUES ($1, $2, '', $3, $4, 't', 't', 1) RETURNING id",
+                    "INSERT INTO entries (id, store_id, scope, session_id, path, contents, created_by, "
+                    "updated_by, embedded_version) VALUES (coalesce($5::uuid, gen_random_uuid()), "
+                    "$1, $2, '', $3, $4, 't', 't', 1) RETURNING id",
                     store_id,
                     scope,
                     f"/v/{first + i}.md",
                     f"note {first + i}",
+                    given[i] if given else None,
                 )
             )
         made = [(i, 1, v, 1) for i, v in zip(ids, vectors, strict=True)]
@@ -122,6 +125,49 @@ def test_only_large_scopes_vectors_enter_the_graph_and_a_graph_search_misses_non
             hits, _ = await search.search(store_id, scopes, small[33], 5)
             assert search.graph_searches == 0 and len(hits) == 5
             assert hits[0][1] == pytest.approx(1.0, abs=1e-3)
+        finally:
+            await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_rows_equally_near_the_query_are_taken_by_id_whatever_the_plan(
+    own_client, own_token, own_settings, monkeypatch
+):
+    """Rows of one vector (equally near any query), written in no order of id: the exact scan,
+    the graph, and the merge of the graph's rows with those outside it (whose ids are lower here)
+    all take the lowest ids, with keyword candidates' cosines beside or not, so that a query
+    answers the same rows whichever statement reads them (each of the three fails without its
+    own tie-break)."""
+    make_store(own_client, own_token, "ties")
+    monkeypatch.setattr(repo, "GRAPH_MIN", 30)
+    monkeypatch.setattr(repo, "EXACT_LIMIT", 20)
+    one = np.repeat(_vectors(1, 4), 40, axis=0)
+    query = _vectors(1, 5)[0]
+
+    def ids(prefix: int, n: int) -> list[str]:  # in an order of their own
+        made = [f"{prefix:02x}{k:06x}-0000-4000-8000-000000000000" for k in range(n)]
+        return [str(made[k]) for k in np.random.default_rng(7).permutation(n)]
+
+    async def scenario() -> None:
+        pool = await create_pool(own_settings.database_url, min_size=1, max_size=4)
+        try:
+            store_id = str(await pool.fetchval("SELECT id FROM memory_stores WHERE name = 'ties'"))
+            large, few = ids(2, 40), ids(1, 12)
+            assert await _write(pool, store_id, "large", one, given=large) == [(store_id, "large")]
+            assert await _write(pool, store_id, "few", one[:12], given=few) == []
+            await pool.execute("ANALYZE entries")
+            others = few[:4]
+            for scopes, graph, rows in (
+                (["few"], 0, few),
+                (["large"], 1, large),
+                (["large", "few"], 1, large + few),
+            ):
+                for also in ((), others):
+                    search = VectorSearch(pool)
+                    hits, _ = await search.search(store_id, scopes, query, 3, also=also)
+                    assert search.graph_searches == graph and search.fallbacks == 0
+                    assert [h for h, _ in hits] == sorted(rows)[:3], (scopes, also)
         finally:
             await pool.close()
 

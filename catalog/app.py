@@ -90,7 +90,8 @@ def create_app(settings: Settings, encoder: Encoder | None = None, worker: Worke
         install(app, ServerParts(context=runtime.context, database=runtime.db, audit=runtime.audit))
         if runtime.context.search is not None:
             # a short query is embedded on the event loop while its request is the only one
-            runtime.context.search.embedder.busy = lambda: requests.in_flight > 1
+            # being worked on (a stream already answering does not count)
+            runtime.context.search.embedder.busy = lambda: requests.working > 1
         try:
             yield
         finally:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
+from typing import Any
 
 import pytest
 from rest import UC
@@ -22,7 +24,7 @@ from catalog.errors import (
     Unauthenticated,
     error_body,
 )
-from catalog.web.middleware import JsonFormatter
+from catalog.web.middleware import JsonFormatter, RequestMiddleware
 
 
 @pytest.mark.parametrize(
@@ -196,3 +198,53 @@ def test_one_structured_log_line_per_request(client, token, caplog):
     assert line["status"] == 200 and line["principal"] == "admin"
     assert line["request_id"] == r.headers["x-request-id"]
     assert isinstance(line["duration_ms"], float)
+
+
+def test_a_request_counts_as_worked_on_until_its_response_starts_and_in_flight_until_it_ends():
+    """A stream being answered (its response started, its body still to come) is in flight (the
+    cap on requests counts it) but no longer worked on here (the model's inline rule reads that:
+    an open stream must not send every other request's query to a lane)."""
+    seen: list[tuple[str, int, int]] = []
+
+    async def scenario() -> None:
+        go, fail, streaming = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            seen.append(("working", middleware.in_flight, middleware.working))
+            if scope["path"] == "/fails":
+                raise RuntimeError("before any response")
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            seen.append(("streaming", middleware.in_flight, middleware.working))
+            streaming.set()
+            await go.wait()
+            await send({"type": "http.response.body", "body": b"x", "more_body": False})
+
+        middleware = RequestMiddleware(app)
+
+        async def receive() -> dict[str, Any]:
+            await fail.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            pass
+
+        def request(path: str) -> dict[str, Any]:
+            return {"type": "http", "method": "GET", "path": path, "headers": [], "query_string": b""}
+
+        stream = asyncio.ensure_future(middleware(request("/stream"), receive, send))
+        await streaming.wait()
+        with pytest.raises(RuntimeError):  # one that fails before its response: counted off too
+            await middleware(request("/fails"), receive, send)
+        seen.append(("failed", middleware.in_flight, middleware.working))
+        go.set()
+        await stream
+        seen.append(("ended", middleware.in_flight, middleware.working))
+
+    asyncio.run(scenario())
+    assert seen == [
+        ("working", 1, 1),
+        ("streaming", 1, 0),
+        ("working", 2, 1),
+        ("failed", 1, 0),
+        ("ended", 0, 0),
+    ]

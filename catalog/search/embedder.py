@@ -305,8 +305,9 @@ class Embedder:
         self._pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="embed")
         self.batches = 0
         self.texts = 0
-        # whether requests besides the caller's are in progress (the app sets it: its request
-        # count); until then every text goes to a lane
+        # whether requests besides the caller's are being worked on (the app sets it: its count
+        # of requests whose response has not started; a stream already answering is not one);
+        # until then every text goes to a lane
         self.busy: Callable[[], bool] = lambda: True
         self.inline = 0  # queries embedded on the event loop (INLINE_CHARS)
 

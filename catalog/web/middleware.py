@@ -209,6 +209,9 @@ class RequestMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.in_flight = 0
+        # of those, the requests whose response has not started: a stream being answered (a
+        # response's events, while the upstream model writes them) waits, it does not work here
+        self.working = 0
 
     @telemetry.http_server
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -236,6 +239,13 @@ class RequestMiddleware:
         response_started = False
         replaced = False
         failed = False
+        working = False
+
+        def done_working() -> None:
+            nonlocal working
+            if working:
+                working = False
+                self.working -= 1
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, response_started, replaced
@@ -278,6 +288,7 @@ class RequestMiddleware:
                 # streamed response appending to its conversation) commits without it
                 audit.committed = True
                 response_started = True
+                done_working()
             await send(message)
 
         try:
@@ -286,6 +297,8 @@ class RequestMiddleware:
                 await self._reply(state, send_with_id, *refusal)
                 return
             self.in_flight += 1
+            self.working += 1
+            working = True
             try:
                 await self._call_app(scope, receive, send_with_id, parts)
             except TimeoutError:
@@ -300,6 +313,7 @@ class RequestMiddleware:
                 )
             finally:
                 self.in_flight -= 1
+                done_working()
         except BaseException:
             failed = True  # the server answers 500 for what escapes
             raise

@@ -236,7 +236,7 @@ async def wal_flushes_per_write(writes: int) -> tuple[float, float]:
             try:
                 await db.execute("SELECT pg_stat_reset_shared('wal')")
                 await asyncio.sleep(1.2)
-                before = await db.fetchval("SELECT wal_sync FROM pg_stat_wal")
+                before = await wal_flushes(db)
                 began = time.monotonic()
                 for i in range(writes):
                     r = await http.post(
@@ -247,13 +247,21 @@ async def wal_flushes_per_write(writes: int) -> tuple[float, float]:
                     r.raise_for_status()
                 elapsed = time.monotonic() - began
                 await asyncio.sleep(1.5)  # statistics are flushed about once a second
-                after = await db.fetchval("SELECT wal_sync FROM pg_stat_wal")
+                after = await wal_flushes(db)
             finally:
                 await db.close()
         return (after - before) / writes, writes / elapsed
     finally:
         server.stop()
         shutil.rmtree(server.data_dir, ignore_errors=True)
+
+
+async def wal_flushes(db: asyncpg.Connection) -> int:
+    """How many times PostgreSQL has flushed its WAL to disk: `pg_stat_wal.wal_sync` up to
+    PostgreSQL 17, the WAL's fsyncs in `pg_stat_io` from 18 (which moved them there)."""
+    if await db.fetchval("SELECT current_setting('server_version_num')::int") < 180000:
+        return int(await db.fetchval("SELECT wal_sync FROM pg_stat_wal"))
+    return int(await db.fetchval("SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal'"))
 
 
 def main() -> int:

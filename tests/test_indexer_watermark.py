@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from index_entries import insert
 
 from catalog.search.fulltext import FullTextIndex, IndexDiverged
 from catalog.search.indexer import WATERMARK_FILE, Indexer
+from catalog.search.passes import Passes
 
 ENOSPC = "An IO error occurred: 'No space left on device (os error 28)'"
 
@@ -264,5 +266,111 @@ async def test_a_rebuild_that_fails_at_start_leaves_it_degraded_and_is_retried(
 
         await eventually(caught_up, "the rebuild")
         assert await found(pool, ix, store, "dugong") == ["/f.md"]
+    finally:
+        await ix.close()
+
+
+# --- what a search waits for ----------------------------------------------------------------------
+
+WAIT = 30.0  # a bound for each wait of the tests below, not a speed claim
+
+
+async def test_a_pass_that_ends_holding_what_a_wait_needs_ends_the_wait():
+    """A search that knows its head waits for the pass in progress when that pass ends holding
+    it; without a head (or while the pass ends short of it) it waits for a pass that started
+    after it asked."""
+    passes = Passes()
+    held = False
+    first = passes.begin()  # a pass in progress when the searches ask
+    knows = asyncio.create_task(passes.wait_next(WAIT, lambda: held))
+    plain = asyncio.create_task(passes.wait_next(WAIT))
+    await asyncio.sleep(0)
+    await passes.end(first)  # it ended short of the head
+    await asyncio.sleep(0)
+    assert not knows.done() and not plain.done()
+    second = passes.begin()
+    held = True
+    await passes.end(second)  # it started after both asked: both are answered
+    await asyncio.wait_for(asyncio.gather(knows, plain), WAIT)
+
+    third = passes.begin()
+    knows = asyncio.create_task(passes.wait_next(WAIT, lambda: held))
+    plain = asyncio.create_task(passes.wait_next(WAIT))
+    await asyncio.sleep(0)
+    await passes.end(third)  # in progress when they asked, and it holds the head
+    await asyncio.wait_for(knows, WAIT)
+    await asyncio.sleep(0)
+    assert not plain.done()
+    fourth = passes.begin()
+    await passes.end(fourth)
+    await asyncio.wait_for(plain, WAIT)
+
+
+async def test_a_search_that_knows_its_head_is_answered_by_the_pass_in_progress(pool, store, tmp_path):
+    """The index's pass in progress read the search's write; when it commits, the search is
+    answered (and finds the write), with no pass after it; a search without its head still
+    waits for one."""
+    ix = Indexer(pool, tmp_path / "index")
+    await ix.start(run=False)  # no loop: only the passes the test runs
+    try:
+        await insert(pool, store, {"/e.md": "bilby five"})
+        request_head = await head(pool)
+        assert ix.index is not None and not ix.holds(request_head)
+        applying, go = threading.Event(), threading.Event()
+        apply = ix.index.apply
+
+        def held_up(deletes: list[str], upserts: list[Any]) -> None:
+            applying.set()
+            go.wait(WAIT)
+            apply(deletes, upserts)
+
+        ix.index.apply = held_up  # type: ignore[method-assign]
+        in_progress = asyncio.create_task(ix._pass())
+        assert await asyncio.to_thread(applying.wait, WAIT)  # it read the change
+        knows = asyncio.create_task(ix.wait_fresh(WAIT, request_head))
+        plain = asyncio.create_task(ix.wait_fresh(WAIT))
+        await asyncio.sleep(0.05)
+        assert not knows.done()
+        go.set()
+        assert await in_progress == (1, False)
+        assert await asyncio.wait_for(knows, WAIT) is True
+        assert await found(pool, ix, store, "bilby") == ["/e.md"]
+        assert not plain.done()
+        await ix._pass()
+        assert await asyncio.wait_for(plain, WAIT) is True
+    finally:
+        await ix.close()
+
+
+async def test_a_search_is_answered_before_the_pass_writes_its_watermark_file(
+    pool, store, tmp_path, monkeypatch
+):
+    """The file lags harmlessly (a restart replays the rows past it), so a search waiting for a
+    pass does not wait for it."""
+    ix = Indexer(pool, tmp_path / "index")
+    await ix.start(run=False)
+    try:
+        before = ix.watermark
+        await insert(pool, store, {"/f.md": "dunnart six"})
+        writing, go = threading.Event(), threading.Event()
+        real = Indexer._write_watermark
+
+        def slow(self: Indexer, seq: int) -> None:
+            if self.directory.is_relative_to(tmp_path):  # the module's server writes its own
+                writing.set()
+                go.wait(WAIT)
+            real(self, seq)
+
+        monkeypatch.setattr(Indexer, "_write_watermark", slow)
+        search = asyncio.create_task(ix.wait_fresh(WAIT))
+        await asyncio.sleep(0)
+        in_progress = asyncio.create_task(ix._pass())
+        assert await asyncio.wait_for(search, WAIT) is True
+        assert await found(pool, ix, store, "dunnart") == ["/f.md"]
+        assert await asyncio.to_thread(writing.wait, WAIT)
+        assert saved(ix) == before and not in_progress.done()
+        go.set()
+        await in_progress
+        assert saved(ix) == ix.watermark == await head(pool)
     finally:
         await ix.close()

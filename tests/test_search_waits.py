@@ -168,9 +168,9 @@ def test_a_search_learns_from_its_request_what_its_index_and_vectors_must_hold(o
     calls = {"wait_fresh": 0, "embed_pending": 0}
     wait_fresh, embed_pending = Indexer.wait_fresh, embedding_worker.EmbeddingWorker.embed_pending
 
-    async def counted_wait(self, timeout):  # type: ignore[no-untyped-def]  # noqa: ASYNC109
+    async def counted_wait(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         calls["wait_fresh"] += 1
-        return await wait_fresh(self, timeout)
+        return await wait_fresh(self, *args, **kwargs)
 
     async def counted_embed(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         calls["embed_pending"] += 1

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -32,6 +33,7 @@ from rest import UC
 from catalog import machine
 from catalog.db import running_url
 from catalog.runtime import EMBEDDED_DATABASE
+from catalog.search import sharing
 from catalog.search.indexer import WATERMARK_FILE, Indexer
 from catalog.settings import Settings
 
@@ -155,6 +157,37 @@ async def test_a_failing_writer_lets_its_readers_search_what_they_hold_and_say_w
     status = await reader.status()
     assert not status.healthy and status.reason is not None and "No space left" in status.reason
     assert await reader.wait_fresh(WAIT) is False  # at once while the writer keeps failing
+
+
+async def test_a_reader_that_knows_its_head_is_answered_by_the_writers_pass_in_progress(tmp_path: Path):
+    """The writer tells every reader that asked of each pass it ends, with the watermark its
+    commit holds: a search that knows its request's head is answered by a pass in progress that
+    holds it; one that does not, by a pass started after it asked."""
+    writer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    writer.bind(sharing.address(tmp_path))  # stands in for the slot's writer
+    reloads: list[None] = []
+    reader = sharing.Follower(tmp_path, lambda: reloads.append(None))
+    reader.open()
+    try:
+        before = time.monotonic()  # a pass in progress began before the searches asked
+        knows = asyncio.create_task(reader.wait_fresh(WAIT, 7))
+        plain = asyncio.create_task(reader.wait_fresh(WAIT))
+        await asyncio.sleep(0)
+        for _ in range(2):
+            message, address = await asyncio.to_thread(writer.recvfrom, 64)
+            assert message == sharing.WAKE
+        writer.sendto(b"done %.9f c1 6" % before, address)  # it ended short of the head
+        await asyncio.sleep(0.05)
+        assert not knows.done() and not plain.done()
+        writer.sendto(b"done %.9f c2 7" % before, address)  # it holds the head
+        assert await asyncio.wait_for(knows, WAIT) is True
+        await asyncio.sleep(0.05)
+        assert not plain.done() and len(reloads) == 2
+        writer.sendto(b"done %.9f c3 8" % time.monotonic(), address)  # one started after it asked
+        assert await asyncio.wait_for(plain, WAIT) is True
+    finally:
+        reader.close()
+        writer.close()
 
 
 def test_workers_default_to_the_cores_this_process_may_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -498,7 +498,7 @@ class SearchEngine:
             assert indexer.index is not None
             return indexer.index, True  # no pass to wait for: it holds the request's head already
         try:
-            fresh = await indexer.wait_fresh(SEARCH_WAIT)
+            fresh = await indexer.wait_fresh(SEARCH_WAIT, query.changes)
         except TimeoutError:
             log.warning("full-text index of %s is behind; searching what it holds", query.corpus.name)
             fresh = False

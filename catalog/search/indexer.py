@@ -19,7 +19,9 @@ Rules:
 - A missing or unreadable index is rebuilt from PostgreSQL at start. When the index cannot be
   brought up to date at start (a full disk), the server starts degraded and the loop retries.
 - Read-your-writes: `wait_fresh()` returns once a pass that started after the call has
-  committed, so everything committed before the call is searchable.
+  committed, so everything committed before the call is searchable; given the change log's head
+  read when the request began, as soon as a pass (the one in progress, perhaps) ends with the
+  watermark at or past it. A pass answers before it writes its watermark file.
 - Failures (a full disk, an I/O error, a commit that lost documents) never move the watermark,
   in memory or on disk: the index rolls back what it did not commit (`FullTextIndex.apply`), and
   the same rows are retried with backoff until they are applied, so the index catches up by
@@ -57,6 +59,7 @@ import contextlib
 import dataclasses
 import datetime
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -497,21 +500,23 @@ class Indexer:
             if not more:
                 return total
 
-    async def wait_fresh(self, timeout: float = 5.0) -> bool:  # noqa: ASYNC109
+    async def wait_fresh(self, timeout: float = 5.0, head: int | None = None) -> bool:  # noqa: ASYNC109
         """Return once everything committed before this call is in the index (True), or at once
         when the indexer is failing (False: the index holds what it holds, and `/healthz` says
-        so; waiting for a pass that cannot succeed would only make every search slow)."""
+        so; waiting for a pass that cannot succeed would only make every search slow). With
+        `head` (the change log's head read when the request began, as `holds` takes it), the
+        pass in progress suffices when it ends holding it: no need for one more."""
         if self.follower is not None:
             started = time.monotonic()
             try:
-                return await self.follower.wait_fresh(timeout)
+                return await self.follower.wait_fresh(timeout, head)
             except NoWriter:  # none lives: take its place, or search what the index holds
                 if not await self._try_taking_over():
                     return False
                 timeout = max(0.0, timeout - (time.monotonic() - started))
         if not self.health.healthy and not self.health.outage:
             return False
-        await self.passes.wait_next(timeout)
+        await self.passes.wait_next(timeout, None if head is None else functools.partial(self.holds, head))
         return True
 
     def holds(self, head: int) -> bool:
@@ -665,11 +670,13 @@ class Indexer:
                     self._committed_at = time.monotonic()
                 # only now, with the rows committed in the index, may the watermark pass them
                 self._advance([row.seq for row in rows])
-                await self._save_watermark()
                 self._announce_done()
-                return len(fresh), len(rows) == BATCH
             finally:
                 await self.passes.end(started)
+            # its file once the searches waiting for the pass are answered: a file that lags only
+            # replays rows at the next start (see the rules)
+            await self._save_watermark()
+            return len(fresh), len(rows) == BATCH
 
     def _announce_done(self) -> None:
         """Tell the slot's readers that the pass begun at `_pass_started` is committed."""

@@ -38,12 +38,18 @@ class Passes:
             self.done = max(self.done, number)
             self._finished.notify_all()
 
-    async def wait_next(self, timeout: float) -> None:  # noqa: ASYNC109
-        """Wake the worker and return when a pass that starts after this call has ended."""
+    async def wait_next(self, timeout: float, enough: Callable[[], bool] | None = None) -> None:  # noqa: ASYNC109
+        """Wake the worker and return when a pass that starts after this call has ended, or as
+        soon as a pass ends with `enough()` true (the caller's condition already met: the pass
+        in progress when it asked held what it waits for)."""
         async with self._finished:
             target = self.started + 1
             self.hurry()
-            await asyncio.wait_for(self._finished.wait_for(lambda: self.done >= target), timeout)
+
+            def ended() -> bool:
+                return self.done >= target or (enough is not None and enough())
+
+            await asyncio.wait_for(self._finished.wait_for(ended), timeout)
 
 
 CHANNEL = "catalog_changes"  # notified by the change logs' triggers (migration 0019)

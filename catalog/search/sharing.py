@@ -13,11 +13,12 @@ Rules:
   its own, `Indexer.commit_interval`, and serves a wake at once): the writer ran a pass that
   *started* at `started` (CLOCK_MONOTONIC, one clock for every process of the machine), so a
   pass started after the reader asked has applied every change committed before it asked, the
-  rule of one process's `Indexer.wait_fresh`. `commit` names the writer's last commit: the
-  reader reloads its searcher when it changed, before the search goes on; `watermark` is the
-  change-log row up to which that commit holds everything, so a search that knows the log's
-  head from its request (at or below the watermark its searcher holds) need not ask at all
-  (`holds`);
+  rule of one process's `Indexer.wait_fresh` (every reader that asked hears of each pass: one
+  whose search knows its request's head is answered by a pass in progress whose `watermark`
+  reaches it). `commit` names the writer's last commit: the reader reloads its searcher when it
+  changed, before the search goes on; `watermark` is the change-log row up to which that commit
+  holds everything, so a search that knows the log's head from its request (at or below the
+  watermark its searcher holds) need not ask at all (`holds`);
 - a writer that is failing (a full disk) answers `fail <reason>` at once, and the reader searches
   what the index holds and says so (`degraded`), as one process does;
 - nothing answers when no writer lives (it died; the kernel let go of its lock): the reader
@@ -169,7 +170,8 @@ class Follower:
         self.commit: str | None = None  # the writer's commit this process's searcher holds
         self.watermark = 0  # every change-log row up to here is in what this searcher holds
         self.failing: str | None = None  # the writer's last word when it answered `fail`
-        self._waiting: list[tuple[float, asyncio.Future[bool]]] = []
+        # searches waiting: when each asked, the log's head it needs held (if it knows it), its future
+        self._waiting: list[tuple[float, int | None, asyncio.Future[bool]]] = []
 
     def open(self) -> None:
         sock = _socket()
@@ -188,7 +190,7 @@ class Follower:
     def give_up(self, fresh: bool) -> None:
         """Answer every search waiting (`fresh`: whether the index now holds their writes)."""
         waiting, self._waiting = self._waiting, []
-        for _, future in waiting:
+        for _, _, future in waiting:
             if not future.done():
                 future.set_result(fresh)
 
@@ -203,13 +205,14 @@ class Follower:
         with contextlib.suppress(OSError):
             self.sock.sendto(POKE, self.writer)
 
-    async def wait_fresh(self, timeout: float) -> bool:  # noqa: ASYNC109
+    async def wait_fresh(self, timeout: float, head: int | None = None) -> bool:  # noqa: ASYNC109
         """True once a pass of the writer that started after this call is committed and this
-        process's searcher holds it; False at once when the writer is failing. `NoWriter` when
-        nothing writes the slot; TimeoutError after `timeout`."""
+        process's searcher holds it (or, with `head`, once the searcher holds every change-log
+        row up to it: the writer's pass in progress may suffice); False at once when the writer
+        is failing. `NoWriter` when nothing writes the slot; TimeoutError after `timeout`."""
         asked = time.monotonic()
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiting.append((asked, future))
+        self._waiting.append((asked, head, future))
         try:
             async with asyncio.timeout(timeout):
                 while True:
@@ -229,7 +232,7 @@ class Follower:
         self.sock.sendto(WAKE, self.writer)
 
     def _forget(self, future: asyncio.Future[bool]) -> None:
-        self._waiting = [(asked, f) for asked, f in self._waiting if f is not future]
+        self._waiting = [waiting for waiting in self._waiting if waiting[2] is not future]
 
     def _readable(self) -> None:
         assert self.sock is not None
@@ -258,10 +261,13 @@ class Follower:
             self.commit = commit
         # the same commit holds more once the writer's watermark passed rows it had no work for
         self.watermark = watermark
-        ready = [(asked, f) for asked, f in self._waiting if asked < started]
-        if not ready:
-            return
-        self._waiting = [(asked, f) for asked, f in self._waiting if asked >= started]
-        for _, future in ready:
+        ready: list[tuple[float, int | None, asyncio.Future[bool]]] = []
+        still: list[tuple[float, int | None, asyncio.Future[bool]]] = []
+        for waiting in self._waiting:
+            asked, head, _ = waiting
+            held = asked < started or (head is not None and watermark >= head)
+            (ready if held else still).append(waiting)
+        self._waiting = still
+        for _, _, future in ready:
             if not future.done():
                 future.set_result(True)

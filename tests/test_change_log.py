@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import datetime
 import pathlib
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -359,6 +360,62 @@ async def test_a_backlog_is_embedded_by_two_lanes_the_second_once_a_claim_was_fu
             assert most[0] == 2  # a second lane, never a third
             assert sum(n for _, n in claims) == 7 and {name for name, _ in claims} == {"entries"}
             assert claims[0] == ("entries", 2)
+
+
+async def test_a_search_shares_the_model_run_of_a_row_the_worker_has_given_the_model(
+    pool, store, tmp_path, monkeypatch
+):
+    """A search that needs a row the embedding worker's pass has queued for the model moves its
+    text ahead of the pass's other rows and stores the vector that run gives, while the pass
+    waits for the rest; the model runs the text once, and the pass does not write the row again."""
+    monkeypatch.setattr(catalog.search.embedding_worker, "EMBED_POLL", 3600.0)
+    seen: list[list[str]] = []
+    running, release, rest = threading.Event(), threading.Event(), threading.Event()
+    mine = "a quoll of the searched scope"  # the longest text: queued last (shortest first)
+
+    class Slow(HashEncoder):
+        def encode(self, texts):  # type: ignore[no-untyped-def]
+            seen.append(list(texts))
+            running.set()
+            release.wait(60)
+            if len(seen) > 1 and mine not in texts:
+                rest.wait(60)  # the pass's later batches: once the search has stored its row
+            return super().encode(texts)
+
+    engine = SearchEngine.create(pool, Embedder(Slow(), background_batch=4, lanes=1), tmp_path / "index")
+    await engine.start()
+    try:
+        assert engine.feed is not None
+        await eventually(lambda: holds(engine.feed.listening), "the feed to listen")
+        await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
+        others = {f"/q{i:02}.md": f"quoll {i:02}" for i in range(15)}
+        await write(pool, store, others)
+        await pool.execute(
+            "INSERT INTO entries (store_id, scope, path, contents, created_by, updated_by) "
+            "VALUES ($1, 'searched', '/mine.md', $2, 'admin', 'admin')",
+            store,
+            mine,
+        )
+        engine.written(ENTRIES)
+        assert await asyncio.to_thread(running.wait, 60)  # the pass's first batch of four runs
+        assert mine not in seen[0]
+        search = asyncio.create_task(engine.worker.embed_pending(store, ["searched"], ENTRIES, 60))
+        await eventually(lambda: holds(engine.embedder.queued[0] == 1), "its text moved ahead")
+        release.set()
+        assert await search is True
+        assert seen[1] == [mine]
+        assert await embedded(pool, store, "/mine.md")
+        written = await pool.fetchval("SELECT xmin::text FROM entries WHERE path = '/mine.md'")
+        rest.set()
+        for path in others:
+            await eventually(lambda path=path: embedded(pool, store, path), "the pass's rows to be embedded")
+        await eventually(lambda: holds(idle(engine.passes)), "an idle worker")
+        assert sorted(text for batch in seen for text in batch) == sorted([*others.values(), mine])
+        assert await pool.fetchval("SELECT xmin::text FROM entries WHERE path = '/mine.md'") == written
+    finally:
+        release.set()
+        rest.set()
+        await engine.close()
 
 
 async def test_a_row_changed_after_its_claim_stays_stale_and_its_claim_is_let_go(pool, store):

@@ -158,6 +158,42 @@ def test_queries_go_before_background_work():
     assert order.index("query") <= 4  # at most one background batch ran before it
 
 
+def test_promoted_background_texts_run_next_and_answer_their_own_futures():
+    """A search that needs some of the texts a pass queued moves them ahead of the rest: they run
+    in the next batch, once each, and the pass's own futures get their vectors."""
+    seen: list[list[str]] = []
+    running = threading.Event()
+    release = threading.Event()
+
+    class Slow(HashEncoder):
+        def encode(self, texts):  # type: ignore[no-untyped-def]
+            seen.append(list(texts))
+            running.set()
+            release.wait(5)
+            return super().encode(texts)
+
+    embedder = Embedder(Slow(), background_batch=4, lanes=1)
+    texts = [f"bg {i:02}" for i in range(16)]
+
+    async def scenario() -> list[np.ndarray]:
+        embedder.start()
+        try:
+            futures = embedder.submit(texts, background=True)
+            await asyncio.to_thread(running.wait, 5)  # the first batch of four runs
+            assert embedder.promote([futures[13], futures[9], futures[0]]) == 2  # the first is running
+            assert embedder.queued == (2, 10)
+            release.set()
+            return list(await asyncio.gather(*futures))
+        finally:
+            await embedder.close()
+
+    vectors = asyncio.run(scenario())
+    assert seen[0] == texts[:4]
+    assert seen[1] == ["bg 09", "bg 13"]
+    assert sorted(t for batch in seen for t in batch) == texts  # each once
+    np.testing.assert_allclose(np.stack(vectors), HashEncoder().encode(texts), atol=1e-6)
+
+
 def test_a_batch_of_mixed_lengths_gives_each_text_its_own_vector_in_order(model):
     """The model runs a batch as runs of texts of about one length: each vector must still be
     its own text's, at its place in the batch."""

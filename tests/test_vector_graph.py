@@ -29,16 +29,16 @@ def _vectors(n: int, seed: int) -> np.ndarray:
 async def _write(pool, store_id: str, scope: str, vectors: np.ndarray, first: int = 0, large=(), given=()):  # type: ignore[no-untyped-def]
     """Rows of `scope` without vectors (of the ids `given`, in their order, if any), then their
     vectors stored as the embedding worker stores them (`large`: the scopes it knows large); the
-    scopes found large. The rows are marked current from the start, so that the app's own worker
-    leaves them to this statement."""
+    scopes found large. The rows are claimed from the start (a claim of no session, for an hour),
+    so that the app's own worker leaves them to this statement."""
     ids = []
     async with pool.acquire() as conn:
         for i in range(len(vectors)):
             ids.append(
                 await conn.fetchval(
                     "INSERT INTO entries (id, store_id, scope, session_id, path, contents, created_by, "
-                    "updated_by, embedded_version) VALUES (coalesce($5::uuid, gen_random_uuid()), "
-                    "$1, $2, '', $3, $4, 't', 't', 1) RETURNING id",
+                    "updated_by, embedding_claim) VALUES (coalesce($5::uuid, gen_random_uuid()), "
+                    "$1, $2, '', $3, $4, 't', 't', clock_timestamp() + interval '1 hour') RETURNING id",
                     store_id,
                     scope,
                     f"/v/{first + i}.md",

@@ -31,7 +31,7 @@ import contextlib
 import hashlib
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.resources import files
@@ -316,6 +316,11 @@ class Embedder:
         """Texts waiting for the model: (urgent, background)."""
         return len(self._urgent), len(self._background)
 
+    @property
+    def started(self) -> bool:
+        """Whether its lanes run (a command-line tool's embedder runs each call directly)."""
+        return self._ready is not None
+
     def start(self) -> None:
         self._ready = asyncio.Event()
         self._free = asyncio.Semaphore(self.lanes)
@@ -357,6 +362,14 @@ class Embedder:
             self.batches += 1
             self.texts += 1
             return vectors
+        return np.stack(await asyncio.gather(*self.submit(texts, background=background)))
+
+    def submit(self, texts: Sequence[str], *, background: bool = False) -> list[asyncio.Future[np.ndarray]]:
+        """Queue the texts for the lanes (a started embedder): the future of each one's vector,
+        in order. What `embed` waits for; the embedding worker keeps its rows' futures, which a
+        search that needs one of those rows shares (`promote`)."""
+        assert self._ready is not None, "start() first"
+        loop = asyncio.get_running_loop()
         queue = self._background if background else self._urgent
         futures: list[asyncio.Future[np.ndarray]] = [loop.create_future() for _ in texts]
         # background texts are queued shortest first: the batches cut from the queue then hold
@@ -365,7 +378,19 @@ class Embedder:
         for i in ranks:
             queue.append((texts[i], futures[i]))
         self._ready.set()
-        return np.stack(await asyncio.gather(*futures))
+        return futures
+
+    def promote(self, futures: Iterable[asyncio.Future[np.ndarray]]) -> int:
+        """Move the texts of these futures still waiting in the background queue to the end of
+        the urgent one, in their order (a search needs their vectors now); how many moved."""
+        wanted = set(futures)
+        moved = [item for item in self._background if item[1] in wanted]
+        if moved:
+            self._background = deque(item for item in self._background if item[1] not in wanted)
+            self._urgent.extend(moved)
+            assert self._ready is not None
+            self._ready.set()
+        return len(moved)
 
     def _take(self) -> list[tuple[str, asyncio.Future[np.ndarray]]]:
         """Urgent texts alone when there are any; otherwise one small background batch."""

@@ -4,6 +4,7 @@ a search's own embedding of rows still lacking their vector, and an as-of search
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,9 +38,29 @@ async def embed_rows(
     out: list[tuple[np.ndarray, int]] = []
     at = 0
     for parts in texts:
-        chunk = np.asarray(vectors[at : at + len(parts)], dtype=np.float32)
+        out.append(row_vector(vectors[at : at + len(parts)]))
         at += len(parts)
-        mean = chunk.mean(axis=0)
-        norm = float(np.linalg.norm(mean))
-        out.append((mean / norm if norm else mean, len(parts)))
     return out
+
+
+def submit_rows(
+    embedder: Embedder, rows: Sequence[tuple[str | None, str | None]], *, background: bool = False
+) -> list[list[asyncio.Future[np.ndarray]]]:
+    """Each (contents, description)'s passages queued for the model (a started embedder): the
+    futures of a row's passages' vectors, row by row (`row_vector` makes the row's of them)."""
+    texts = [passage_texts(contents, description) for contents, description in rows]
+    flat = embedder.submit([t for parts in texts for t in parts], background=background)
+    out = []
+    at = 0
+    for parts in texts:
+        out.append(flat[at : at + len(parts)])
+        at += len(parts)
+    return out
+
+
+def row_vector(passages: Sequence[np.ndarray] | np.ndarray) -> tuple[np.ndarray, int]:
+    """A row's vector, the mean of its passages' (normalised), and how many passages it has."""
+    chunk = np.asarray(passages, dtype=np.float32)
+    mean = chunk.mean(axis=0)
+    norm = float(np.linalg.norm(mean))
+    return (mean / norm if norm else mean, len(chunk))

@@ -16,15 +16,16 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
+import numpy as np
 
 from catalog.search import repo
 from catalog.search.corpus import ENTRIES, Corpus
 from catalog.search.embedder import Embedder
-from catalog.search.embedding import embed_rows
+from catalog.search.embedding import embed_rows, row_vector, submit_rows
 from catalog.search.health import Health
 from catalog.search.passes import ChangeFeed, Passes
 
@@ -122,6 +123,10 @@ class EmbeddingWorker:
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     # rows a search is embedding now, by (corpus, id, version): concurrent searches share the work
     _embedding_now: dict[tuple[str, str, int], asyncio.Future[bool]] = field(default_factory=dict)
+    # rows this process's passes have given the model, by (corpus, id, version): the futures of
+    # their passages' vectors, which a search needing one of those rows waits for instead of
+    # running the model on the row again (`embed_pending`)
+    _queued: dict[tuple[str, str, int], list[asyncio.Future[np.ndarray]]] = field(default_factory=dict)
     # the corpora the wakes since the last pass began named: that pass claims in those only
     _due: set[Corpus] = field(default_factory=set)
     # when the claims other processes hold on a corpus's stale rows run out (the loop's time)
@@ -178,9 +183,7 @@ class EmbeddingWorker:
             held.update(ids)
             try:
                 # a model error raises here: nothing is stored, the rows stay stale
-                vectors = await embed_rows(
-                    self.embedder, [(r["contents"], r["description"]) for r in rows], background=True
-                )
+                vectors = await self._embed_claimed(rows, corpus)
                 made = [(r["id"], r["version"], v, n) for r, (v, n) in zip(rows, vectors, strict=True)]
                 # the rows changed meanwhile are left stale, their claims let go in the same statement
                 large = await repo.set_embeddings(
@@ -196,6 +199,29 @@ class EmbeddingWorker:
                 held.difference_update(ids)
         self.embedded_total += len(rows)
         return len(rows)
+
+    async def _embed_claimed(
+        self, rows: Sequence[asyncpg.Record], corpus: Corpus
+    ) -> list[tuple[np.ndarray, int]]:
+        """The vectors of a pass's rows, in the model's background queue; meanwhile each row's
+        futures are kept (`_queued`), so that a search needing one of them shares its run."""
+        texts = [(r["contents"], r["description"]) for r in rows]
+        if not self.embedder.started:  # a command-line tool's
+            return await embed_rows(self.embedder, texts, background=True)
+        shared = submit_rows(self.embedder, texts, background=True)
+        keys = [(corpus.name, r["id"], r["version"]) for r in rows]
+        self._queued.update(zip(keys, shared, strict=True))
+        try:
+            vectors = await asyncio.gather(*(future for futures in shared for future in futures))
+        finally:
+            for key in keys:
+                self._queued.pop(key, None)
+        out = []
+        at = 0
+        for futures in shared:
+            out.append(row_vector(vectors[at : at + len(futures)]))
+            at += len(futures)
+        return out
 
     async def _release_claims(self) -> None:
         """At stop, once no pass runs: let go of the claims a pass cut short left (its release
@@ -309,20 +335,24 @@ class EmbeddingWorker:
             return True
         mine: list[asyncpg.Record] = []
         waits: list[asyncio.Future[bool]] = []
+        queued: dict[int, list[asyncio.Future[np.ndarray]]] = {}  # mine's index → a pass's futures
         loop = asyncio.get_running_loop()
         for row in rows[:ON_DEMAND]:
             key = (corpus.name, row["id"], row["version"])
             if key in self._embedding_now:
                 waits.append(self._embedding_now[key])
-            else:
-                mine.append(row)
+                continue
+            if key in self._queued:  # a pass gave the model this row: its run is shared, sooner
+                queued[len(mine)] = self._queued[key]
+            mine.append(row)
+        self.embedder.promote(future for futures in queued.values() for future in futures)
         done: asyncio.Future[bool] = loop.create_future()
         keys = [(corpus.name, r["id"], r["version"]) for r in mine]
         for key in keys:
             self._embedding_now[key] = done
         stored = False
         try:
-            stored = await asyncio.wait_for(self._embed_rows(mine, corpus), wait) if mine else True
+            stored = await asyncio.wait_for(self._embed_rows(mine, corpus, queued), wait) if mine else True
         except Exception as exc:  # a model or database failure, or too slow: rank what there is
             log.warning("rows without vectors could not be embedded by the search: %s", exc)
         finally:
@@ -335,10 +365,34 @@ class EmbeddingWorker:
             others = len(finished) == len(set(waits)) and all(f.result() for f in finished)
         return stored and others and len(rows) <= ON_DEMAND
 
-    async def _embed_rows(self, rows: Sequence[asyncpg.Record], corpus: Corpus) -> bool:
-        # urgent: ahead of the passes' batches
-        vectors = await embed_rows(self.embedder, [(r["contents"], r["description"]) for r in rows])
-        made = [(r["id"], r["version"], v, n) for r, (v, n) in zip(rows, vectors, strict=True)]
+    async def _embed_rows(
+        self,
+        rows: Sequence[asyncpg.Record],
+        corpus: Corpus,
+        queued: Mapping[int, list[asyncio.Future[np.ndarray]]],
+    ) -> bool:
+        """Give these rows their vectors and store them: those a pass gave the model (`queued`,
+        by index) from its run, the others (and those whose run failed or was cut short) as
+        urgent texts, ahead of the passes' batches."""
+        texts = [(r["contents"], r["description"]) for r in rows]
+        own = [i for i in range(len(rows)) if i not in queued]
+
+        async def from_pass(futures: list[asyncio.Future[np.ndarray]]) -> tuple[np.ndarray, int] | None:
+            await asyncio.wait(futures)  # never cancels them: they are the pass's
+            if any(f.cancelled() or f.exception() is not None for f in futures):
+                return None
+            return row_vector([f.result() for f in futures])
+
+        made_here, *shared = await asyncio.gather(
+            embed_rows(self.embedder, [texts[i] for i in own]), *(from_pass(f) for f in queued.values())
+        )
+        vectors = dict(zip(own, made_here, strict=True))
+        vectors.update((i, v) for i, v in zip(queued, shared, strict=True) if v is not None)
+        failed = [i for i in range(len(rows)) if i not in vectors]
+        if failed:
+            again = await embed_rows(self.embedder, [texts[i] for i in failed])
+            vectors.update(zip(failed, again, strict=True))
+        made = [(r["id"], r["version"], *vectors[i]) for i, r in enumerate(rows)]
         large = await repo.set_embeddings(
             self.pool, made, corpus, self.embedder.model_id, large=self._large.of(rows)
         )

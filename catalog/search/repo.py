@@ -319,6 +319,12 @@ def _split(
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
+# a row whose vector is older than its text: one already given a vector of its version (a search
+# embedded it while the worker's pass that claimed it ran the model) is not written again (the
+# same model on the same text: a second row version and graph insertion for nothing)
+_STALE = "t.embedded_version IS DISTINCT FROM t.version"
+
+
 async def set_embeddings(
     conn: Conn,
     rows: Sequence[tuple[str, int, np.ndarray, int]],
@@ -330,7 +336,8 @@ async def set_embeddings(
 ) -> list[tuple[str, str]]:
     """Store each (id, version, vector, passages), and the id of the `model` that made it, if its
     row is still at the version it was computed from (else the row stays stale, for the next
-    pass), releasing its claim; and, in the same statement, let go of the claims on the rows of
+    pass) and has no vector of that version yet (another path stored one meanwhile: kept),
+    releasing its claim; and, in the same statement, let go of the claims on the rows of
     `release` it did not store (changed since they were claimed: the next pass may take them).
     Of a corpus with a `graph` column, each vector enters the whole table's HNSW graph only when
     its scope holds at least `GRAPH_MIN` rows: each scope of the batch counted no further than
@@ -360,7 +367,7 @@ async def set_embeddings(
     if not corpus.graph:
         await conn.execute(
             f"WITH stored AS ({store} FROM {given} WHERE t.id = g.id AND t.version = g.version "
-            f"RETURNING t.id) {release_sql}",
+            f"AND {_STALE} RETURNING t.id) {release_sql}",
             *args,
         )
         return []
@@ -374,7 +381,8 @@ async def set_embeddings(
         f"  AS known FROM (SELECT DISTINCT t.store_id, t.scope FROM {corpus.table} t "
         "  JOIN g ON t.id = g.id) s) k), "
         f"stored AS ({store}, {corpus.graph} = z.large FROM g, sized z WHERE t.id = g.id "
-        "  AND t.version = g.version AND z.store_id = t.store_id AND z.scope = t.scope RETURNING t.id), "
+        f"  AND t.version = g.version AND {_STALE} AND z.store_id = t.store_id AND z.scope = t.scope "
+        "  RETURNING t.id), "
         f"released AS ({release_sql} RETURNING 1) "
         "SELECT store_id::text, scope FROM sized WHERE large AND NOT known",
         *args,

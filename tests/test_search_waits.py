@@ -213,3 +213,57 @@ def test_a_reader_holds_what_the_writers_last_answer_says_its_commit_holds(tmp_p
     assert reloads == [1] and follower.holds(9)
     follower.failing = "disk full"
     assert not follower.holds(1)
+
+
+def test_a_search_waits_only_for_the_writes_of_the_scopes_it_reads(own_settings, monkeypatch):
+    """The change-log head a search learns with its store is that of the scopes it reads: while
+    the indexer is held back, a write to another scope of the store makes a search neither wait
+    nor answer degraded; a write to the searched scope is found once the indexer goes on."""
+    settings = own_settings
+    from catalog.search.indexer import Indexer
+
+    waits: list[float] = []
+    wait_fresh, sync = Indexer.wait_fresh, Indexer._sync
+    going = threading.Event()  # while clear, the indexer's passes wait
+    going.set()
+
+    async def counted(self, timeout):  # type: ignore[no-untyped-def]  # noqa: ASYNC109
+        waits.append(timeout)
+        return await wait_fresh(self, timeout)
+
+    async def paused(self):  # type: ignore[no-untyped-def]
+        if not going.is_set():
+            await asyncio.to_thread(going.wait, 30)
+        return await sync(self)
+
+    monkeypatch.setattr(Indexer, "wait_fresh", counted)
+    monkeypatch.setattr(Indexer, "_sync", paused)
+    headers = {"Authorization": f"Bearer {mint_dev_token(settings, 'admin')}"}
+
+    def write(scope: str, path: str, text: str) -> None:
+        body = {"path": path, "contents": text}
+        r = c.post(f"{store.url}/entries", headers=headers, params={"scope": scope}, json=body)
+        assert r.status_code == 200, r.text
+
+    def search(scope: str, query: str) -> dict:  # type: ignore[type-arg]
+        body = {"scope": scope, "query": query, "mode": "keyword"}
+        r = c.post(f"{store.url}/entries:search", headers=headers, json=body)
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    with _client(settings) as c:
+        store = _setup(c, headers, {"/a.md": "platypus eggs"})
+        write("v", "/v.md", "koala leaves")
+        for scope, query, path in (("u", "platypus eggs", "/a.md"), ("v", "koala leaves", "/v.md")):
+            found = search(scope, query)  # (waiting for the indexer if it must)
+            assert [h["memory_entry"]["path"] for h in found["results"]] == [path], found
+        before = len(waits)
+        going.clear()
+        write("u", "/b.md", "echidna spines")
+        other = search("v", "koala leaves")
+        assert [h["memory_entry"]["path"] for h in other["results"]] == ["/v.md"], other
+        assert "degraded" not in other and len(waits) == before, (other, waits)
+        going.set()
+        own = search("u", "echidna spines")
+        assert [h["memory_entry"]["path"] for h in own["results"]] == ["/b.md"], own
+        assert "degraded" not in own

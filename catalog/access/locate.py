@@ -4,6 +4,8 @@ as new as what it sees."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import asyncpg
 
 from catalog.access import repo
@@ -16,13 +18,15 @@ async def locate(
     securable_type: SecurableType,
     parts: list[str],
     store_kind: str | None = "memory",
-    fresh: bool = False,
+    fresh: Sequence[str] | None = None,
     whole: bool = False,
 ) -> Securable:
     """The chain of existing objects from the metastore down to `parts`. A store of another kind
     than `store_kind` (`memory` or `session`; None: either) is not found: each dialect's store
     routes see only their own kind, while grants and permissions see every store. With `whole`,
-    the securable's own row comes with it (`Securable.row`), read in the same statement."""
+    the securable's own row comes with it (`Securable.row`), read in the same statement; with
+    `fresh` (a search: the scopes it reads), what its indexes must hold (`Securable.changes`,
+    `Securable.unembedded`)."""
     full_name = ".".join(parts) if parts else metastore.full_name
     chain = [metastore]
     catalog, schema, store = [*parts, None, None, None][:3]

@@ -5,6 +5,7 @@ rename), made through their own repos."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncpg
@@ -14,11 +15,13 @@ import asyncpg
 # least as new as what it sees), and the store's scope rules (its binding and shared scopes: what
 # every request on its entries checks, read with the store rather than by another query) and its
 # trust policy (what every write to its entries is judged by; NULL for a store without one); and
-# for a search ($5), the store's head in the entries' change log (`changes`, on its primary key)
-# and whether an entry of it lacks its vector (`unembedded`, on the partial index of such rows):
-# what its full-text index must hold, and whether its vectors are complete, for every write
-# committed before the request, known without queries of its own (other requests read NULL: the
-# subqueries in an untaken CASE branch do not run). With $6, the row of the deepest object asked
+# for a search ($5: the scopes it reads), the head of the entries' change log among the changes of
+# those scopes (`changes`, one probe of `entry_changes_scope` a scope, and one for the changes
+# logged without a scope, which count for every search) and whether an entry of the store lacks
+# its vector (`unembedded`, on the partial index of such rows): what its full-text index must
+# hold, and whether its vectors are complete, for every write to those scopes committed before
+# the request, known without queries of its own (other requests read NULL: the subqueries in an
+# untaken CASE branch do not run). With $6, the row of the deepest object asked
 # for, whole, as JSON (`row`): what a request that shows that object answers with, read in the
 # same trip (the slice that owns the table reads its columns).
 _CHAIN = """
@@ -26,9 +29,15 @@ SELECT c.id AS c_id, c.owner AS c_owner, s.id AS s_id, s.owner AS s_owner, m.id 
        m.scope_binding AS m_scope_binding, m.shared_scopes AS m_shared_scopes,
        m.trust_policy AS m_trust_policy,
        (SELECT coalesce(max(seq), 0) FROM policy_log) AS revision,
-       CASE WHEN $5::boolean THEN (SELECT coalesce(max(seq), 0) FROM entry_changes WHERE store_id = m.id)
+       CASE WHEN $5::text[] IS NOT NULL THEN greatest(
+           0,
+           (SELECT max(h.seq) FROM unnest($5::text[]) AS w(scope) CROSS JOIN LATERAL (
+                SELECT c.seq FROM entry_changes c WHERE c.store_id = m.id AND c.scope = w.scope
+                ORDER BY c.seq DESC LIMIT 1) h),
+           (SELECT c.seq FROM entry_changes c WHERE c.store_id = m.id AND c.scope IS NULL
+            ORDER BY c.seq DESC LIMIT 1))
        END AS changes,
-       CASE WHEN $5::boolean THEN EXISTS (
+       CASE WHEN $5::text[] IS NOT NULL THEN EXISTS (
            SELECT 1 FROM entries WHERE store_id = m.id AND embedded_version IS DISTINCT FROM version)
        END AS unembedded,
        CASE WHEN $6::boolean THEN
@@ -83,15 +92,17 @@ async def chain_row(
     schema: str | None,
     store: str | None,
     store_kind: str | None,
-    fresh: bool = False,
+    fresh: Sequence[str] | None = None,
     whole: bool = False,
 ) -> asyncpg.Record:
     """The ids and owners of the named catalog, schema and store (`c_`, `s_`, `m_`; NULL where
     absent; a store only of `store_kind` unless None), the store's `m_scope_binding`,
-    `m_shared_scopes` and `m_trust_policy`, the policy `revision`; with `fresh` (a search), the
-    store's head in the entries' change log `changes` (0 without a store) and whether an entry of
-    it lacks its vector `unembedded` (else both NULL); with `whole`, the deepest named object's
-    row as JSON, `row` (NULL where absent or not asked for)."""
-    row = await conn.fetchrow(_CHAIN, catalog, schema, store, store_kind, fresh, whole)
+    `m_shared_scopes` and `m_trust_policy`, the policy `revision`; with `fresh` (a search: the
+    scopes it reads), the head of the entries' change log among those scopes' changes `changes`
+    (0 without a store) and whether an entry of the store lacks its vector `unembedded` (else
+    both NULL); with `whole`, the deepest named object's row as JSON, `row` (NULL where absent or
+    not asked for)."""
+    scopes = None if fresh is None else list(fresh)
+    row = await conn.fetchrow(_CHAIN, catalog, schema, store, store_kind, scopes, whole)
     assert row is not None  # one row always: the joins are outer joins onto a single row
     return row

@@ -58,11 +58,12 @@ class Access:
         parts: Sequence[str] = (),
         store_kind: str | None = "memory",
         *,
-        fresh: bool = False,
+        fresh: Sequence[str] | None = None,
         whole: bool = False,
     ) -> Securable:
-        """The securable named by `parts` (with `fresh`, a store's search freshness too:
-        `Securable.changes`, `Securable.unembedded`; with `whole`, its own row: `Securable.row`)."""
+        """The securable named by `parts` (with `fresh`, the scopes a search reads, a store's
+        search freshness too: `Securable.changes`, `Securable.unembedded`; with `whole`, its own
+        row: `Securable.row`)."""
         return await locate(self.pool, self.metastore, securable_type, list(parts), store_kind, fresh, whole)
 
     async def resolve(
@@ -74,7 +75,7 @@ class Access:
         *,
         missing: type[NotFound] = NotFound,
         store_kind: str | None = "memory",
-        fresh: bool = False,
+        fresh: Sequence[str] | None = None,
         whole: bool = False,
     ) -> Securable:
         """The securable, once `action_name` is allowed on it and it exists (else 403 / 404).

@@ -47,8 +47,9 @@ class Securable:
     scope_rules: tuple[str, tuple[str, ...]] | None = None
     # its trust policy as stored, read with the chain too when `scope_rules` is (None: no policy)
     trust_policy: Mapping[str, Any] | None = None
-    # a memory store's head in the entries' change log, read with the chain (None: not read):
-    # every change to its entries committed before the request is at or below it
+    # for a search, the head of the entries' change log among the changes of the scopes it
+    # reads, read with the chain (None: not read): every change to those scopes' entries
+    # committed before the request is at or below it
     changes: int | None = None
     # and whether one of its entries lacked its vector then (None: not read)
     unembedded: bool | None = None

@@ -116,9 +116,13 @@ async def resolve_store(
     fresh: bool = False,
 ) -> Securable:
     """Authorize `action_name` on the store, then hold the scopes to its scope binding (`fresh`:
-    for a search, which learns its index's freshness with the store)."""
+    for a search of the scopes, which learns with the store what its indexes must hold for
+    them)."""
     parts = split_full_name(full_name, 3, field)
-    store = await ctx.access.resolve(principal, action_name, SecurableType.MEMORY_STORE, parts, fresh=fresh)
+    if fresh and scopes is None:
+        raise ValueError("a search's freshness is read for the scopes it reads")
+    reads = list(scopes) if fresh and scopes is not None else None
+    store = await ctx.access.resolve(principal, action_name, SecurableType.MEMORY_STORE, parts, fresh=reads)
     if scopes is not None:
         await check_binding(ctx, principal, store, scopes)
     return store

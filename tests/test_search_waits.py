@@ -227,9 +227,9 @@ def test_a_search_waits_only_for_the_writes_of_the_scopes_it_reads(own_settings,
     going = threading.Event()  # while clear, the indexer's passes wait
     going.set()
 
-    async def counted(self, timeout):  # type: ignore[no-untyped-def]  # noqa: ASYNC109
+    async def counted(self, timeout, head=None):  # type: ignore[no-untyped-def]  # noqa: ASYNC109
         waits.append(timeout)
-        return await wait_fresh(self, timeout)
+        return await wait_fresh(self, timeout, head)
 
     async def paused(self):  # type: ignore[no-untyped-def]
         if not going.is_set():

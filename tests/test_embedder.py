@@ -101,21 +101,29 @@ def test_concurrent_requests_share_batches():
     asyncio.run(scenario())
 
 
+class Slow(HashEncoder):
+    """Records each batch it is given (`seen`), says when one runs (`running`), and holds every
+    batch until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[list[str]] = []
+        self.running = threading.Event()
+        self.release = threading.Event()
+
+    def encode(self, texts):  # type: ignore[no-untyped-def]
+        self.seen.append(list(texts))
+        self.running.set()
+        self.release.wait(5)
+        return super().encode(texts)
+
+
 def test_requests_arriving_while_the_model_runs_share_the_next_batch():
     """No fixed wait gathers a batch: the first query runs at once, and those that arrive while
     the model is busy run together after it."""
-    seen: list[list[str]] = []
-    running = threading.Event()
-    release = threading.Event()
-
-    class Slow(HashEncoder):
-        def encode(self, texts):  # type: ignore[no-untyped-def]
-            seen.append(list(texts))
-            running.set()
-            release.wait(5)
-            return super().encode(texts)
-
-    embedder = Embedder(Slow(), lanes=1)
+    slow = Slow()
+    seen, running, release = slow.seen, slow.running, slow.release
+    embedder = Embedder(slow, lanes=1)
 
     async def scenario() -> None:
         embedder.start()
@@ -161,18 +169,9 @@ def test_queries_go_before_background_work():
 def test_promoted_background_texts_run_next_and_answer_their_own_futures():
     """A search that needs some of the texts a pass queued moves them ahead of the rest: they run
     in the next batch, once each, and the pass's own futures get their vectors."""
-    seen: list[list[str]] = []
-    running = threading.Event()
-    release = threading.Event()
-
-    class Slow(HashEncoder):
-        def encode(self, texts):  # type: ignore[no-untyped-def]
-            seen.append(list(texts))
-            running.set()
-            release.wait(5)
-            return super().encode(texts)
-
-    embedder = Embedder(Slow(), background_batch=4, lanes=1)
+    slow = Slow()
+    seen, running, release = slow.seen, slow.running, slow.release
+    embedder = Embedder(slow, background_batch=4, lanes=1)
     texts = [f"bg {i:02}" for i in range(16)]
 
     async def scenario() -> list[np.ndarray]:

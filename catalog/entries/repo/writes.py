@@ -263,6 +263,11 @@ async def delete_scope(conn: Conn, store_id: str, scope: str) -> int:
         "DELETE FROM entries WHERE store_id = $1 AND scope = $2", store_id, scope
     )
     await conn.execute("DELETE FROM entry_versions WHERE store_id = $1 AND scope = $2", store_id, scope)
+    # the change log keeps the scope's changes (the indexes follow them) without naming it: such
+    # rows count for every search of the store until the log's pruning takes them
+    await conn.execute(
+        "UPDATE entry_changes SET scope = NULL WHERE store_id = $1 AND scope = $2", store_id, scope
+    )
     for table in ("entries", "entry_versions"):
         await conn.execute(
             f"UPDATE {table} SET provenance = provenance_without_scope(provenance, $2, false) "
@@ -290,6 +295,12 @@ async def erase_scope(conn: Conn, scope: str, *, subject: bool = False) -> list[
     )
     await conn.execute(  # their history too
         "DELETE FROM entry_versions WHERE (scope = $1 OR ($2 AND starts_with(scope, $1 || ':'))) "
+        "AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold)",
+        scope,
+        subject,
+    )
+    await conn.execute(  # the change log keeps their changes without naming the scope
+        "UPDATE entry_changes SET scope = NULL WHERE (scope = $1 OR ($2 AND starts_with(scope, $1 || ':'))) "
         "AND store_id NOT IN (SELECT id FROM memory_stores WHERE legal_hold)",
         scope,
         subject,

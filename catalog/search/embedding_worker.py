@@ -212,16 +212,11 @@ class EmbeddingWorker:
         keys = [(corpus.name, r["id"], r["version"]) for r in rows]
         self._queued.update(zip(keys, shared, strict=True))
         try:
-            vectors = await asyncio.gather(*(future for futures in shared for future in futures))
+            await asyncio.gather(*(future for futures in shared for future in futures))
         finally:
             for key in keys:
                 self._queued.pop(key, None)
-        out = []
-        at = 0
-        for futures in shared:
-            out.append(row_vector(vectors[at : at + len(futures)]))
-            at += len(futures)
-        return out
+        return [row_vector([future.result() for future in futures]) for futures in shared]
 
     async def _release_claims(self) -> None:
         """At stop, once no pass runs: let go of the claims a pass cut short left (its release
